@@ -1,0 +1,1 @@
+"""The .mk kernel language: grammar, front end and compiler to the ISA."""

@@ -1,0 +1,124 @@
+"""The one error hierarchy of mkemu.
+
+Every problem a user can cause (a bad profile, a malformed program, a fault while
+running) is raised as a subclass of `MkemuError`. The command line catches exactly
+this type, prints `render()` and exits non-zero; anything else is a bug in mkemu.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+class MkemuError(Exception):
+    """Base of every error meant for a user. `render()` gives the text to print."""
+
+    def render(self) -> str:
+        return f"error: {self}"
+
+
+class ConfigError(MkemuError):
+    """A bad hardware profile, model config, mesh or run option. Names file and key."""
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
+        self.message = message
+        self.file = file
+        self.key = key
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ": ".join(p for p in (self.file, self.key) if p)
+        return f"{where}: error: {self.message}" if where else f"error: {self.message}"
+
+
+@attrs.frozen
+class SourceSpan:
+    """A region of a source file: 1-based line and column, end exclusive."""
+
+    file: str
+    line: int
+    column: int
+    end_line: int | None = None
+    end_column: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@attrs.frozen
+class Diagnostic:
+    span: SourceSpan
+    message: str
+    source_line: str | None = None
+
+    def render(self) -> str:
+        text = f"{self.span}: error: {self.message}"
+        if self.source_line is None:
+            return text
+        line = self.source_line.rstrip("\n")
+        start = max(self.span.column, 1)
+        if self.span.end_line in (None, self.span.line) and self.span.end_column:
+            width = max(self.span.end_column - start, 1)
+        else:
+            width = max(len(line) - start + 1, 1)
+        return f"{text}\n  {line}\n  {' ' * (start - 1)}{'^' * width}"
+
+
+class SourceError(MkemuError):
+    """One or more errors in a source file (assembly or .mk), sorted by position."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        self.diagnostics = sorted(
+            diagnostics, key=lambda d: (d.span.file, d.span.line, d.span.column)
+        )
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+
+class EmulatorFault(MkemuError):
+    """A fault while running: names chip, core, cycle, pc, the instruction and its source."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        chip: int | None = None,
+        core: int | None = None,
+        cycle: int | None = None,
+        pc: int | None = None,
+        instruction: str | None = None,
+        source: str | None = None,
+        details: tuple[str, ...] = (),
+    ):
+        self.kind = kind
+        self.message = message
+        self.chip = chip
+        self.core = core
+        self.cycle = cycle
+        self.pc = pc
+        self.instruction = instruction
+        self.source = source
+        self.details = details
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = []
+        if self.chip is not None:
+            where.append(f"chip {self.chip}")
+        if self.core is not None:
+            where.append(f"core {self.core}")
+        if self.cycle is not None:
+            where.append(f"cycle {self.cycle}")
+        if self.pc is not None:
+            where.append(f"pc {self.pc:#06x}")
+        head = f"fault [{self.kind}]" + (f" at {', '.join(where)}" if where else "")
+        lines = [f"{head}: {self.message}"]
+        if self.instruction:
+            lines.append(f"  instruction: {self.instruction}")
+        if self.source:
+            lines.append(f"  source: {self.source}")
+        lines.extend(f"  {d}" for d in self.details)
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Shipped .mk programs and the numpy references they are checked against."""

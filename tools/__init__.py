@@ -1,0 +1,1 @@
+"""Tools that read traces and run results."""
