@@ -1,0 +1,51 @@
+"""The one validated set of run options (seed, cycle guard, DMA ordering, checks)."""
+
+from __future__ import annotations
+
+import attrs
+
+from mkemu.errors import ConfigError
+
+DMA_ORDERS = ("round_robin", "fifo")
+CHECKS = ("races", "semaphores")
+
+
+def _one_of(choices):
+    def check(instance, attribute, value):
+        if value not in choices:
+            raise ConfigError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}",
+                              key=attribute.name)
+    return check
+
+
+def _checks(instance, attribute, value):
+    unknown = sorted(set(value) - set(CHECKS))
+    if unknown:
+        raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}",
+                          key="checks")
+
+
+def _positive(instance, attribute, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{attribute.name} must be a positive integer, not {value!r}",
+                          key=attribute.name)
+
+
+@attrs.frozen
+class RunConfig:
+    """Options of one emulator run.
+
+    dma_order: "round_robin" lets up to the profile's `dma_max_in_flight`
+    descriptors per engine move at once, sharing the engine's bandwidth (more in
+    flight means each lands later); "fifo" moves one descriptor at a time per
+    engine, in issue order.
+    checks: "races" faults on a vector load/store that touches the destination of
+    a DMA not yet waited for, or overwrites the source of one still in flight;
+    "semaphores" faults if any semaphore is non-zero when a kernel ends.
+    """
+
+    seed: int = 0
+    max_cycles: int = attrs.field(default=10**12, validator=_positive)
+    dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset,
+                                         validator=_checks)

@@ -1,0 +1,133 @@
+"""Byte-addressed memories with bounds- and alignment-checked tile access.
+
+VMEM, SMEM and HBM are numpy uint8 arrays. Vector loads and stores move 8 rows
+of 128 elements (4-byte words or 2-byte bf16) with a row stride; DMAs move up to
+3-D strided byte blocks. Every access is checked and a bad one raises `Trap`,
+which the machine turns into a fault naming chip, core, cycle and instruction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Trap(Exception):
+    """A fault found while executing one instruction; the machine adds the context."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+ROWS, LANES = 8, 128
+
+
+def _check(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
+    if lo < 0 or hi > mem.size:
+        raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {mem.size} bytes")
+
+
+def _align(name: str, addr: int, stride: int, size: int) -> None:
+    if addr % size or stride % size:
+        raise Trap("misaligned", f"{name} address {addr} / stride {stride} not {size}-byte aligned")
+
+
+def row_view(mem: np.ndarray, name: str, addr: int, stride: int, row_bytes: int) -> np.ndarray:
+    """A (8, row_bytes) uint8 view of 8 rows starting at addr, stride bytes apart."""
+    if stride >= row_bytes:
+        _check(mem, name, addr, addr + (ROWS - 1) * stride + row_bytes)
+        return mem[addr:addr + ROWS * stride].reshape(ROWS, stride)[:, :row_bytes] \
+            if addr + ROWS * stride <= mem.size else \
+            np.lib.stride_tricks.as_strided(mem[addr:], (ROWS, row_bytes), (stride, 1))
+    if stride == 0:
+        _check(mem, name, addr, addr + row_bytes)
+        return np.broadcast_to(mem[addr:addr + row_bytes], (ROWS, row_bytes))
+    lo = addr + min(0, (ROWS - 1) * stride)
+    hi = addr + max(0, (ROWS - 1) * stride) + row_bytes
+    _check(mem, name, lo, hi)
+    return mem[_row_index(addr, stride, row_bytes)]
+
+
+def _row_index(addr: int, stride: int, row_bytes: int) -> np.ndarray:
+    return addr + np.arange(ROWS)[:, None] * stride + np.arange(row_bytes)[None, :]
+
+
+def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
+              mask: np.ndarray | None) -> np.ndarray:
+    """Load 8x128 elements as uint32 bits ("w": words, "bf16": widened to f32 bits)."""
+    size = 4 if elem == "w" else 2
+    _align(name, addr, stride, size)
+    if mask is None:
+        raw = row_view(mem, name, addr, stride, LANES * size)
+        bits = raw.view(np.uint32 if size == 4 else np.uint16)
+    else:
+        bits = np.zeros((ROWS, LANES), np.uint32 if size == 4 else np.uint16)
+        rows, lanes = np.nonzero(mask)
+        if rows.size:
+            starts = addr + rows * stride + lanes * size
+            _check(mem, name, int(starts.min()), int(starts.max()) + size)
+            idx = starts[:, None] + np.arange(size)[None, :]
+            bits[rows, lanes] = mem[idx].view(bits.dtype)[:, 0]
+    if size == 2:
+        return bits.astype(np.uint32) << 16
+    return np.array(bits, dtype=np.uint32)
+
+
+def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
+               bits: np.ndarray, mask: np.ndarray | None) -> None:
+    """Store 8x128 uint32 bits; "bf16" rounds the f32 values to nearest even."""
+    from mkemu.isa.numerics import f32_to_bf16_bits
+
+    size = 4 if elem == "w" else 2
+    _align(name, addr, stride, size)
+    data = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
+    if mask is None and stride >= LANES * size:
+        view = row_view(mem, name, addr, stride, LANES * size)
+        view.view(data.dtype)[...] = data
+        return
+    if mask is None:
+        mask = np.ones((ROWS, LANES), bool)
+    rows, lanes = np.nonzero(mask)
+    if not rows.size:
+        return
+    starts = addr + rows * stride + lanes * size
+    _check(mem, name, int(starts.min()), int(starts.max()) + size)
+    # Later rows win where rows overlap, as on a machine storing rows in order.
+    idx = starts[:, None] + np.arange(size)[None, :]
+    mem[idx] = data[rows, lanes].view(np.uint8).reshape(-1, size)
+
+
+def block_index(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int, object]:
+    """The byte span [lo, hi) of a 3-D block and a way to address it."""
+    offsets = [addr + i2 * s2 + i1 * s1 for i2 in (0, n2 - 1) for i1 in (0, n1 - 1)]
+    return min(offsets), max(offsets) + inner, None
+
+
+def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
+               n2: int, s2: int) -> np.ndarray:
+    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
+    _check(mem, name, lo, hi)
+    if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
+        return mem[addr:addr + inner * n1 * n2].copy()
+    idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
+           + np.arange(inner)[None, None, :])
+    return mem[idx].reshape(-1)
+
+
+def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
+                n2: int, s2: int, data: np.ndarray) -> None:
+    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
+    _check(mem, name, lo, hi)
+    if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
+        mem[addr:addr + inner * n1 * n2] = data
+        return
+    idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
+           + np.arange(inner)[None, None, :])
+    mem[idx.reshape(-1)] = data
+
+
+def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
+    """The byte span a block touches (for race checks: conservative bounding range)."""
+    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
+    return lo, hi

@@ -1,0 +1,232 @@
+"""The chip mesh: coordinates, neighbours, directed links and dimension-order routes.
+
+Chips sit on an X×Y×Z grid; chip id = x + X*(y + Y*z). Each dimension is a line or,
+if wrapped, a ring (torus). Wrapping a dimension of size 1 or 2 adds no link: on
+size 1 a chip would be its own neighbour (there is none), and on size 2 the
+wrap-around neighbour is the same chip as the direct one, so the ring uses the same
+pair of links as the line.
+
+Links are directed: between every pair of neighbouring chips there are
+`links_per_neighbor` parallel links in each direction. For bandwidth sharing the
+parallel links of one (from, to) pair form a single resource of
+`links_per_neighbor × bw` bytes per cycle — a transfer may use all of them at once
+(the calibration figure "three links together ≈134 GB/s" is this aggregate).
+
+Routing is dimension order: first along X, then Y, then Z. On a ring the route takes
+the shorter way round; when both ways are equally long (distance exactly n/2) it
+goes in the + direction. On a line it goes straight. Latency of an uncongested
+transfer is `hops × hop_latency_cycles + size_bytes / bw`; the first term is
+`transfer_latency_cycles`, the second the flow model's (`emulator/flows.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import attrs
+
+from mkemu.emulator.flows import FlowNetwork
+from mkemu.errors import ConfigError
+
+AXES = ("x", "y", "z")
+
+_MESH_TEXT = re.compile(r"[1-9][0-9]*(x[1-9][0-9]*){0,2}")
+
+
+def parse_mesh(text: str) -> tuple[int, int, int]:
+    """Parse "8", "4x2" or "2x2x2" into (X, Y, Z), padding missing dims with 1."""
+    cleaned = text.strip().lower().replace(" ", "") if isinstance(text, str) else ""
+    if not _MESH_TEXT.fullmatch(cleaned):
+        raise ConfigError(
+            f"bad mesh {text!r}: expected 1 to 3 positive integers joined by 'x', like '8', '4x2' or '2x2x2'",
+            key="mesh",
+        )
+    dims = [int(part) for part in cleaned.split("x")]
+    dims += [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
+
+
+class Hop(NamedTuple):
+    """One step of a route: from one chip to its neighbour along `axis` (0=X, 1=Y, 2=Z)."""
+
+    from_chip: int
+    to_chip: int
+    axis: int
+    direction: int  # +1 or -1
+
+
+@attrs.frozen
+class Link:
+    """One directed physical link; `lane` numbers the parallel links of a chip pair."""
+
+    link_id: int
+    from_chip: int
+    to_chip: int
+    axis: int
+    direction: int
+    lane: int
+
+
+def _check_dims(instance, attribute, value) -> None:
+    if len(value) != 3 or any(type(d) is not int or d < 1 for d in value):
+        raise ConfigError(f"mesh dims must be three integers >= 1, got {value!r}", key="mesh")
+
+
+def _check_wrap(instance, attribute, value) -> None:
+    if len(value) != 3 or any(type(w) is not bool for w in value):
+        raise ConfigError(f"mesh wrap must be three booleans, got {value!r}", key="wrap")
+
+
+def _check_links(instance, attribute, value) -> None:
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"links_per_neighbor must be an integer >= 1, got {value!r}", key="links_per_neighbor")
+
+
+@attrs.frozen
+class Mesh:
+    """An X×Y×Z mesh of chips, each dimension a line or (if wrapped) a ring."""
+
+    dims: tuple[int, int, int] = attrs.field(converter=tuple, validator=_check_dims)
+    wrap: tuple[bool, bool, bool] = attrs.field(default=(False, False, False), converter=tuple, validator=_check_wrap)
+    links_per_neighbor: int = attrs.field(default=1, validator=_check_links)
+
+    @classmethod
+    def from_text(cls, text: str, wrap: tuple[bool, bool, bool] = (False, False, False), links_per_neighbor: int = 1) -> Mesh:
+        return cls(parse_mesh(text), wrap, links_per_neighbor)
+
+    @property
+    def num_chips(self) -> int:
+        x, y, z = self.dims
+        return x * y * z
+
+    def chip_id(self, x: int, y: int, z: int) -> int:
+        X, Y, Z = self.dims
+        if not (0 <= x < X and 0 <= y < Y and 0 <= z < Z):
+            raise ValueError(f"coordinates ({x}, {y}, {z}) outside mesh {X}x{Y}x{Z}")
+        return x + X * (y + Y * z)
+
+    def coords(self, chip: int) -> tuple[int, int, int]:
+        self._check_chip(chip)
+        X, Y, _ = self.dims
+        return chip % X, (chip // X) % Y, chip // (X * Y)
+
+    def neighbor(self, chip: int, axis: int, offset: int) -> int | None:
+        """The chip `offset` steps along `axis` (wrapping on a ring); None if off the edge.
+
+        A chip is never its own neighbour: an offset that lands back on `chip`
+        (size-1 dimension, or a full turn of a ring) gives None.
+        """
+        c = list(self.coords(chip))
+        n = self.dims[axis]
+        pos = c[axis] + offset
+        if self.wrap[axis]:
+            pos %= n
+        elif not 0 <= pos < n:
+            return None
+        if pos == c[axis]:
+            return None
+        c[axis] = pos
+        return self.chip_id(*c)
+
+    def _axis_steps(self, axis: int, src: int, dst: int) -> tuple[int, int]:
+        """(direction, steps) from coordinate src to dst along one axis."""
+        n = self.dims[axis]
+        if src == dst:
+            return 1, 0
+        if self.wrap[axis]:
+            forward = (dst - src) % n
+            if forward <= n - forward:
+                return 1, forward
+            return -1, n - forward
+        return (1, dst - src) if dst > src else (-1, src - dst)
+
+    def route(self, src_chip: int, dst_chip: int) -> list[Hop]:
+        """Dimension-order route (X, then Y, then Z); empty if src == dst."""
+        here = list(self.coords(src_chip))
+        target = self.coords(dst_chip)
+        hops: list[Hop] = []
+        chip = src_chip
+        for axis in range(3):
+            direction, steps = self._axis_steps(axis, here[axis], target[axis])
+            n = self.dims[axis]
+            for _ in range(steps):
+                here[axis] = (here[axis] + direction) % n
+                nxt = self.chip_id(*here)
+                hops.append(Hop(chip, nxt, axis, direction))
+                chip = nxt
+        return hops
+
+    def hops(self, src_chip: int, dst_chip: int) -> int:
+        a, b = self.coords(src_chip), self.coords(dst_chip)
+        return sum(self._axis_steps(axis, a[axis], b[axis])[1] for axis in range(3))
+
+    def transfer_latency_cycles(self, src_chip: int, dst_chip: int, hop_latency_cycles: float) -> float:
+        """The fixed part of a transfer's time: hops × per-hop latency (bandwidth is the flows')."""
+        return self.hops(src_chip, dst_chip) * hop_latency_cycles
+
+    def neighbor_pairs(self) -> list[tuple[int, int, int, int]]:
+        """Every directed neighbour pair once, as (from_chip, to_chip, axis, direction).
+
+        Order: by from_chip, then axis, then + before -. On a size-2 ring the wrap
+        neighbour repeats the direct one and is not listed again.
+        """
+        pairs = []
+        seen: dict[tuple[int, int], None] = {}
+        for chip in range(self.num_chips):
+            for axis in range(3):
+                for direction in (1, -1):
+                    nb = self.neighbor(chip, axis, direction)
+                    if nb is None or (chip, nb) in seen:
+                        continue
+                    seen[(chip, nb)] = None
+                    # Label by the way the link points, so a size-2 ring's wrap link
+                    # reads like the line's: only a step of more than one wraps.
+                    step = self.coords(nb)[axis] - self.coords(chip)[axis]
+                    label = (1 if step > 0 else -1) * (1 if abs(step) == 1 else -1)
+                    pairs.append((chip, nb, axis, label))
+        return pairs
+
+    def links(self) -> list[Link]:
+        """All physical directed links, ids 0.. in `neighbor_pairs` order, lanes innermost."""
+        out = []
+        for chip, nb, axis, direction in self.neighbor_pairs():
+            for lane in range(self.links_per_neighbor):
+                out.append(Link(len(out), chip, nb, axis, direction, lane))
+        return out
+
+    def link_resources(self, net: FlowNetwork, bw_bytes_per_cycle: float) -> MeshLinks:
+        """Register one flow resource per directed neighbour pair.
+
+        Its capacity is `links_per_neighbor × bw_bytes_per_cycle` (the parallel
+        links of a pair are pooled). Returns the map used to turn routes into
+        resource lists.
+        """
+        ids = {}
+        for chip, nb, axis, direction in self.neighbor_pairs():
+            sign = "+" if direction > 0 else "-"
+            name = f"link {chip}->{nb} ({AXES[axis]}{sign})"
+            ids[(chip, nb)] = net.add_resource(name, self.links_per_neighbor * bw_bytes_per_cycle)
+        return MeshLinks(self, ids)
+
+    def _check_chip(self, chip: int) -> None:
+        if not 0 <= chip < self.num_chips:
+            raise ValueError(f"chip {chip} outside mesh {'x'.join(map(str, self.dims))} ({self.num_chips} chips)")
+
+
+@attrs.frozen
+class MeshLinks:
+    """The flow resources of a mesh's links, keyed by directed chip pair."""
+
+    mesh: Mesh
+    resource_ids: dict[tuple[int, int], int]
+
+    def resource(self, from_chip: int, to_chip: int) -> int:
+        try:
+            return self.resource_ids[(from_chip, to_chip)]
+        except KeyError:
+            raise ValueError(f"chips {from_chip} and {to_chip} are not neighbours") from None
+
+    def path_resources(self, src_chip: int, dst_chip: int) -> list[int]:
+        """Resource ids of the links on the dimension-order route, in path order."""
+        return [self.resource_ids[(h.from_chip, h.to_chip)] for h in self.mesh.route(src_chip, dst_chip)]

@@ -1,0 +1,276 @@
+"""Assembler and disassembler, both derived from the instruction table.
+
+`encode`/`decode` map between an instruction with operand values and its 64-bit
+word; `format_instr`/`parse_instr` map between operand values and assembly text
+using the row's syntax template, so the two directions cannot disagree.
+
+The assembly file format (`.s`) adds a few directives:
+
+    ; comment (or #)
+    .reference vector_add_ref.py:reference   numpy reference "file:function"
+    .buffer NAME DTYPE 8x128 KIND             an HBM buffer (kind: input, output, ...)
+    .kernel NAME                              start a kernel
+    .smem OFFSET WORD ...                     initial SMEM words at a byte offset
+    label:                                    a branch target
+    .launch NAME [ARG ...]                    append a launch (default: each kernel once)
+
+Immediates may be numbers, `@buffer` (the buffer's HBM address) or labels.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mkemu.errors import Diagnostic, SourceError, SourceSpan
+from mkemu.isa.encoding import OPCODE_SHIFT, OperandKind, parse_f32_bits
+from mkemu.isa.program import BUFFER_KINDS, DTYPES, Kernel, Launch, Program, layout_buffers
+from mkemu.isa.table import BY_OPCODE, TABLE, Instr
+
+
+class EncodingError(ValueError):
+    """A word that is not a valid instruction, or a value that does not fit."""
+
+
+def encode(instr: Instr, values: dict[str, int]) -> int:
+    word = instr.opcode << OPCODE_SHIFT
+    for field in instr.fields:
+        kind = field.operand.kind
+        value = values[field.operand.name]
+        problem = kind.check_value(value)
+        if problem:
+            raise EncodingError(f"{instr.mnemonic}: operand {field.operand.name}: {problem}")
+        word |= kind.encode(value) << field.shift
+    return word
+
+
+def decode(word: int) -> tuple[Instr, dict[str, int]]:
+    word = int(word)
+    instr = BY_OPCODE.get(word >> OPCODE_SHIFT)
+    if instr is None:
+        raise EncodingError(f"illegal instruction word {word:#018x} (opcode {word >> OPCODE_SHIFT:#x})")
+    used = 0
+    values = {}
+    for field in instr.fields:
+        raw = (word >> field.shift) & ((1 << field.operand.kind.bits) - 1)
+        values[field.operand.name] = field.operand.kind.decode(raw)
+        used |= field.mask
+    stray = word & ((1 << OPCODE_SHIFT) - 1) & ~used
+    if stray:
+        raise EncodingError(f"illegal instruction word {word:#018x}: bits {stray:#x} set outside {instr.mnemonic}'s fields")
+    if any(f.operand.kind.choices and values[f.operand.name] >= len(f.operand.kind.choices)
+           for f in instr.fields):
+        raise EncodingError(f"illegal instruction word {word:#018x}: bad enum field in {instr.mnemonic}")
+    return instr, values
+
+
+def format_instr(instr: Instr, values: dict[str, int]) -> str:
+    text = instr.syntax.format(**{op.name: op.kind.format(values[op.name]) for op in instr.operands})
+    return f"{instr.mnemonic} {text}".rstrip()
+
+
+def disassemble(word: int) -> str:
+    return format_instr(*decode(word))
+
+
+# --- parsing assembly text ----------------------------------------------------
+
+_NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)"
+_SYMBOL = r"@?[A-Za-z_][\w.]*"
+
+
+def _operand_regex(kind: OperandKind) -> str:
+    if kind.prefix:
+        return rf"{kind.prefix}(\d+)"
+    if kind.choices:
+        return "(" + "|".join(kind.choices) + ")"
+    if kind.name == "f32":
+        return r"(f32:0[xX][0-9a-fA-F]+|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+    return rf"({_NUMBER}|{_SYMBOL})"
+
+
+def _syntax_regex(instr: Instr) -> re.Pattern:
+    kinds = {op.name: op.kind for op in instr.operands}
+    parts, pos = [], 0
+    for m in re.finditer(r"\{(\w+)\}", instr.syntax):
+        parts.append(_literal(instr.syntax[pos:m.start()]))
+        parts.append(_operand_regex(kinds[m.group(1)]))
+        pos = m.end()
+    parts.append(_literal(instr.syntax[pos:]))
+    return re.compile(r"\s*" + "".join(parts) + r"\s*$")
+
+
+def _literal(text: str) -> str:
+    return "".join(r"\s*" if ch == " " else re.escape(ch) + r"\s*" for ch in text)
+
+
+_REGEX = {m: _syntax_regex(ins) for m, ins in TABLE.items()}
+_ORDER = {m: re.findall(r"\{(\w+)\}", ins.syntax) for m, ins in TABLE.items()}
+
+
+def parse_instr(text: str, symbols: dict[str, int] | None = None) -> tuple[Instr, dict[str, int]]:
+    """Parse one instruction's text. Raises EncodingError with a readable message."""
+    text = text.strip()
+    mnemonic, _, rest = text.partition(" ")
+    instr = TABLE.get(mnemonic)
+    if instr is None:
+        close = _closest(mnemonic)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise EncodingError(f"unknown instruction {mnemonic!r}{hint}")
+    m = _REGEX[mnemonic].match(rest)
+    if m is None:
+        raise EncodingError(f"bad operands for {mnemonic}: expected `{format_syntax(instr)}`")
+    values = {}
+    for name, raw in zip(_ORDER[mnemonic], m.groups()):
+        kind = instr.operand(name).kind
+        values[name] = _operand_value(kind, raw, symbols or {}, name)
+        problem = kind.check_value(values[name])
+        if problem:
+            raise EncodingError(f"{mnemonic}: operand {name}: {problem}")
+    return instr, values
+
+
+def format_syntax(instr: Instr) -> str:
+    return f"{instr.mnemonic} {instr.syntax}".rstrip()
+
+
+def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: str) -> int:
+    if kind.prefix:
+        return int(raw)
+    if kind.choices:
+        return kind.choices.index(raw)
+    if kind.name == "f32":
+        bits = parse_f32_bits(raw)
+        if bits is None:
+            raise EncodingError(f"bad float32 immediate {raw!r}")
+        return bits
+    if re.fullmatch(_NUMBER, raw):
+        value = int(raw, 0)
+        if kind.name == "imm32" and 1 << 31 <= value < 1 << 32:
+            value -= 1 << 32   # allow unsigned spelling of 32-bit constants
+        return value
+    if raw not in symbols:
+        raise EncodingError(f"unknown symbol {raw!r} in operand {name}")
+    return symbols[raw]
+
+
+def _closest(mnemonic: str) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(mnemonic, TABLE, n=1)
+    return found[0] if found else None
+
+
+def assemble(text: str, filename: str = "<asm>") -> Program:
+    """Assemble a `.s` file into a Program; all errors are collected and raised together."""
+    lines = text.splitlines()
+    errors: list[Diagnostic] = []
+    buffer_specs, launches, kernels = [], [], []
+    reference = None
+    current = None  # dict: name, items [(line_no, col, text)], labels, smem
+
+    def error(line_no, col, message, width=None):
+        end = col + width if width else None
+        errors.append(Diagnostic(SourceSpan(filename, line_no, col, line_no, end), message,
+                                 lines[line_no - 1]))
+
+    for line_no, raw in enumerate(lines, 1):
+        code = re.split(r"[;#]", raw, maxsplit=1)[0]
+        stripped = code.strip()
+        if not stripped:
+            continue
+        col = len(code) - len(code.lstrip()) + 1
+        while (m := re.match(r"([A-Za-z_][\w.]*):", stripped)) and not stripped.startswith("."):
+            if current is None:
+                error(line_no, col, "label outside a kernel (start one with .kernel NAME)")
+            elif m.group(1) in current["labels"]:
+                error(line_no, col, f"label {m.group(1)!r} defined twice")
+            else:
+                current["labels"][m.group(1)] = len(current["items"])
+            rest = stripped[m.end():]
+            col += len(stripped) - len(rest.lstrip())
+            stripped = rest.strip()
+        if not stripped:
+            continue
+        words = stripped.split()
+        if words[0].startswith("."):
+            directive, args = words[0], words[1:]
+            if directive == ".kernel" and len(args) == 1:
+                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "line": line_no}
+                kernels.append(current)
+            elif directive == ".buffer" and len(args) == 4:
+                name, dtype, shape_text, kind = args
+                if dtype not in DTYPES:
+                    error(line_no, col, f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+                elif kind not in BUFFER_KINDS:
+                    error(line_no, col, f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
+                elif not re.fullmatch(r"\d+(x\d+)*", shape_text):
+                    error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
+                else:
+                    buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
+            elif directive == ".reference" and len(args) == 1:
+                reference = args[0]
+            elif directive == ".launch" and args:
+                try:
+                    launches.append((line_no, col, args[0], tuple(int(a, 0) for a in args[1:])))
+                except ValueError:
+                    error(line_no, col, "launch arguments must be integers")
+            elif directive == ".smem" and len(args) >= 2 and current is not None:
+                try:
+                    offset = int(args[0], 0)
+                    for i, w in enumerate(args[1:]):
+                        current["smem"][offset + 4 * i] = int(w, 0)
+                except ValueError:
+                    error(line_no, col, ".smem takes a byte offset and 32-bit integer words")
+                if offset % 4:
+                    error(line_no, col, f".smem offset {offset} is not 4-byte aligned")
+            else:
+                error(line_no, col, f"bad directive `{stripped}`", len(words[0]))
+            continue
+        if current is None:
+            error(line_no, col, "instruction outside a kernel (start one with .kernel NAME)")
+            continue
+        current["items"].append((line_no, col, stripped))
+
+    buffers = layout_buffers(buffer_specs)
+    symbols_base = {"@" + b.name: b.offset_bytes for b in buffers}
+    names = [k["name"] for k in kernels]
+    built: dict[str, Kernel] = {}
+    for k in kernels:
+        if names.count(k["name"]) > 1 and k["name"] in built:
+            error(k["line"], 1, f"kernel {k['name']!r} defined twice")
+            continue
+        symbols = dict(symbols_base, **k["labels"])
+        code, spans = [], []
+        for line_no, col, text in k["items"]:
+            try:
+                instr, values = parse_instr(text, symbols)
+                code.append(encode(instr, values))
+            except EncodingError as exc:
+                error(line_no, col, str(exc), len(text))
+                code.append(0)
+            spans.append(SourceSpan(filename, line_no, col))
+        smem = bytearray()
+        for offset, value in sorted(k["smem"].items()):
+            if len(smem) < offset + 4:
+                smem.extend(b"\0" * (offset + 4 - len(smem)))
+            smem[offset:offset + 4] = int(value & 0xFFFFFFFF).to_bytes(4, "little")
+        built[k["name"]] = Kernel(
+            name=k["name"], code=np.array(code, dtype=np.uint64), smem_init=bytes(smem),
+            source_map=tuple(spans), source_text={filename: lines}, labels=dict(k["labels"]),
+            smem_bytes=len(smem))
+    if not kernels and not errors:
+        errors.append(Diagnostic(SourceSpan(filename, 1, 1), "no kernel in file (start one with .kernel NAME)",
+                                 lines[0] if lines else ""))
+    launch_list = []
+    for line_no, col, name, args in launches:
+        if name not in built:
+            error(line_no, col, f"launch of unknown kernel {name!r}")
+        launch_list.append(Launch(name, args))
+    if errors:
+        raise SourceError(errors)
+    if not launch_list:
+        launch_list = [Launch(name) for name in built]
+    return Program(kernels=built, launches=tuple(launch_list), buffers=buffers,
+                   reference=reference, path=filename)

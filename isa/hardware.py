@@ -1,0 +1,613 @@
+"""Hardware profiles: every number of the machine model, read from a TOML file.
+
+Owns the list of timing classes, the `HardwareProfile` value the emulator and the
+compiler read, and the loader that turns a TOML file (a shipped profile in
+`profiles/` or a user's own file) into one. The TOML carries the public figures in
+their own units (bytes per second, seconds); the loader converts them once to the
+emulator's units (bytes per cycle, whole cycles) and checks every value, so nothing
+downstream has to.
+
+A quantity may be given in either unit, the key naming which: `hop_latency_s` or
+`hop_latency_cycles`, `hbm_bw_bytes_per_s` or `hbm_bw_bytes_per_cycle`. Times in
+seconds round up to whole cycles.
+
+A user file may start with `extends = "tpu-v7-like"` (a shipped name, or a path
+relative to that file) and give only the values it changes; tables merge key by
+key, including the inline tables of `[timing]`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import math
+import os
+import re
+import tomllib
+import types
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mkemu.errors import ConfigError
+
+TIMING_CLASSES = (
+    "scalar",
+    "scalar_mul",
+    "scalar_div",
+    "branch",
+    "smem",
+    "vextract",
+    "vld",
+    "vst",
+    "valu",
+    "vcvt",
+    "xlu",
+    "eup",
+    "mxu_ldw",
+    "mxu_push",
+    "mxu_mac",
+    "mxu_pop",
+    "dma_issue",
+    "sync",
+    "misc",
+)
+
+DEFAULT_PROFILE = "tpu-v7-like"
+
+# Register counts are bounded by the instruction encoding's register fields.
+MAX_SREGS = 32
+MAX_VREGS = 32
+MAX_MREGS = 8
+# One (8, 128) tile of 32-bit words: VMEM is allocated in these.
+VMEM_TILE_BYTES = 8 * 128 * 4
+MXU_DIM_QUANTUM = 128
+
+
+@attrs.frozen
+class TimingClass:
+    """When a result is ready (`latency_cycles`) and how long the unit stays busy."""
+
+    latency_cycles: int
+    occupancy_cycles: int
+
+
+@attrs.frozen
+class HardwareProfile:
+    """One machine: chip, core, DMA, interconnect, default mesh and timing classes.
+
+    Build it with `load_profile`; all values are checked there. Sizes are bytes,
+    times whole cycles of `clock_hz`, bandwidths bytes per cycle.
+    """
+
+    name: str
+    description: str
+    source: str
+    clock_hz: float
+    # chip
+    cores_per_chip: int
+    hbm_bytes: int
+    hbm_bw_bytes_per_cycle: float
+    sibling_bw_bytes_per_cycle: float
+    sibling_latency_cycles: int
+    # core
+    vmem_bytes: int
+    smem_bytes: int
+    vmem_tile: tuple[int, int]
+    sregs: int
+    vregs: int
+    mregs: int
+    semaphores: int
+    mxus_per_core: int
+    mxu_dim: int
+    mxu_accumulators: int
+    vmem_bw_bytes_per_cycle: float
+    # dma
+    dma_engine_bw_bytes_per_cycle: float
+    dma_max_in_flight: int
+    dma_start_latency_cycles: int
+    # ici
+    link_bw_bytes_per_cycle: float
+    links_per_neighbor: int
+    hop_latency_cycles: int
+    # mesh
+    mesh_dims: tuple[int, int, int]
+    mesh_wrap: tuple[bool, bool, bool]
+    # launch
+    kernel_launch_cycles: int
+    timing: Mapping[str, TimingClass]
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / self.clock_hz
+
+    def seconds_to_cycles(self, seconds: float) -> int:
+        """Whole cycles covering `seconds` (rounded up)."""
+        return _ceil_cycles(seconds * self.clock_hz)
+
+    @property
+    def mxu_flops_per_cycle_per_chip(self) -> int:
+        """Multiply-adds count two FLOPs; each MXU takes one mxu_dim-wide row per cycle."""
+        return 2 * self.mxu_dim * self.mxu_dim * self.mxus_per_core * self.cores_per_chip
+
+    @property
+    def peak_flops_per_s(self) -> float:
+        return self.mxu_flops_per_cycle_per_chip * self.clock_hz
+
+    @property
+    def hbm_bw_bytes_per_s(self) -> float:
+        return self.hbm_bw_bytes_per_cycle * self.clock_hz
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@attrs.frozen
+class _Key:
+    """One value of the TOML layout and the profile field it fills."""
+
+    section: str  # "" for a top-level key
+    name: str  # TOML key; for "bw" and "time" the stem before the unit suffix
+    attr: str
+    kind: str  # "int", "float", "ints", "bools", "bw", "time"
+    check: Callable[[Any], str | None] | None = None
+    length: int = 0  # for "ints" and "bools"
+
+    @property
+    def toml_keys(self) -> tuple[str, ...]:
+        if self.kind == "bw":
+            return (f"{self.name}_bytes_per_s", f"{self.name}_bytes_per_cycle")
+        if self.kind == "time":
+            return (f"{self.name}_s", f"{self.name}_cycles")
+        return (self.name,)
+
+
+def _at_least(low: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low}, got {v}"
+
+
+def _between(low: int, high: int, why: str) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be {low}..{high} ({why}), got {v}"
+
+
+def _positive_multiple(quantum: int, why: str) -> Callable[[Any], str | None]:
+    def check(v: int) -> str | None:
+        if v <= 0:
+            return f"must be positive, got {v}"
+        if v % quantum:
+            return f"must be a multiple of {quantum} ({why}), got {v}"
+        return None
+
+    return check
+
+
+def _positive(v: float) -> str | None:
+    return None if v > 0 else f"must be positive, got {v}"
+
+
+def _all_at_least_one(v: tuple[int, ...]) -> str | None:
+    return None if all(x >= 1 for x in v) else f"every entry must be at least 1, got {list(v)}"
+
+
+_SCHEMA = (
+    _Key("chip", "clock_hz", "clock_hz", "float", _positive),
+    _Key("chip", "cores_per_chip", "cores_per_chip", "int", _at_least(1)),
+    _Key("chip", "hbm_bytes", "hbm_bytes", "int", _positive_multiple(4096, "whole 4 KiB pages")),
+    _Key("chip", "hbm_bw", "hbm_bw_bytes_per_cycle", "bw"),
+    _Key("chip", "sibling_bw", "sibling_bw_bytes_per_cycle", "bw"),
+    _Key("chip", "sibling_latency", "sibling_latency_cycles", "time"),
+    _Key(
+        "core",
+        "vmem_bytes",
+        "vmem_bytes",
+        "int",
+        _positive_multiple(VMEM_TILE_BYTES, "whole (8,128) tiles of 32-bit words"),
+    ),
+    _Key("core", "smem_bytes", "smem_bytes", "int", _positive_multiple(4, "whole 32-bit words")),
+    _Key("core", "vmem_tile", "vmem_tile", "ints", _all_at_least_one, length=2),
+    _Key("core", "sregs", "sregs", "int", _between(2, MAX_SREGS, "s0 reads as zero; encoding limit")),
+    _Key("core", "vregs", "vregs", "int", _between(1, MAX_VREGS, "encoding limit")),
+    _Key("core", "mregs", "mregs", "int", _between(2, MAX_MREGS, "m0 is all true; encoding limit")),
+    _Key("core", "semaphores", "semaphores", "int", _at_least(1)),
+    _Key("core", "mxus_per_core", "mxus_per_core", "int", _at_least(1)),
+    _Key(
+        "core",
+        "mxu_dim",
+        "mxu_dim",
+        "int",
+        _positive_multiple(MXU_DIM_QUANTUM, "the MXU works on whole 128-lane vregs"),
+    ),
+    _Key("core", "mxu_accumulators", "mxu_accumulators", "int", _at_least(1)),
+    _Key("core", "vmem_bw", "vmem_bw_bytes_per_cycle", "bw"),
+    _Key("dma", "engine_bw", "dma_engine_bw_bytes_per_cycle", "bw"),
+    _Key("dma", "max_in_flight", "dma_max_in_flight", "int", _at_least(1)),
+    _Key("dma", "start_latency", "dma_start_latency_cycles", "time"),
+    _Key("ici", "link_bw", "link_bw_bytes_per_cycle", "bw"),
+    _Key("ici", "links_per_neighbor", "links_per_neighbor", "int", _at_least(1)),
+    _Key("ici", "hop_latency", "hop_latency_cycles", "time"),
+    _Key("mesh", "dims", "mesh_dims", "ints", _all_at_least_one, length=3),
+    _Key("mesh", "wrap", "mesh_wrap", "bools", length=3),
+    _Key("launch", "kernel_launch", "kernel_launch_cycles", "time"),
+)
+
+_TOP_KEYS = ("name", "description", "extends")
+_TIMING_FIELDS = ("latency_cycles", "occupancy_cycles")
+_SECTIONS = tuple(dict.fromkeys(k.section for k in _SCHEMA)) + ("timing",)
+_KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    s: tuple(t for k in _SCHEMA if k.section == s for t in k.toml_keys) for s in _SECTIONS
+}
+_KNOWN_KEYS["timing"] = TIMING_CLASSES
+# key -> the keys that give the same quantity in another unit
+_ALTERNATIVES: dict[tuple[str, str], tuple[str, ...]] = {
+    (k.section, t): tuple(o for o in k.toml_keys if o != t) for k in _SCHEMA for t in k.toml_keys
+}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _profiles_dir():
+    return importlib.resources.files(__package__).joinpath("profiles")
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles, sorted."""
+    return sorted(
+        entry.name.removesuffix(".toml")
+        for entry in _profiles_dir().iterdir()
+        if entry.name.endswith(".toml")
+    )
+
+
+def load_profile(name_or_path: str | os.PathLike[str] = DEFAULT_PROFILE) -> HardwareProfile:
+    """A shipped profile by name (see `list_profiles`) or a user's TOML file by path."""
+    raw, file, source = _load_raw(name_or_path, base_dir=Path.cwd(), chain=())
+    return _build(raw, file, source)
+
+
+def _is_path_like(text: str) -> bool:
+    return text.endswith(".toml") or "/" in text or os.sep in text
+
+
+def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, str, str]:
+    """(readable resource, file name for errors, source) for a name or a path."""
+    text = os.fspath(name_or_path)
+    if not isinstance(name_or_path, os.PathLike) and not _is_path_like(text):
+        known = list_profiles()
+        if text in known:
+            resource = _profiles_dir().joinpath(f"{text}.toml")
+            return resource, str(resource), f"builtin:{text}"
+        close = difflib.get_close_matches(text, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(
+            f"unknown hardware profile '{text}'{hint} Known profiles: {', '.join(known)};"
+            " or give a path to a .toml file"
+        )
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return path, str(path), str(path)
+
+
+def _read_toml(resource: Any, file: str) -> dict[str, Any]:
+    try:
+        data = resource.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read profile: {err.strerror or err}", file=file) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"profile is not UTF-8 text: {err}", file=file) from None
+    except tomllib.TOMLDecodeError as err:
+        message = str(err)
+        where = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if where:
+            message = message[: where.start()].strip()
+            file = f"{file}:{where.group(1)}:{where.group(2)}"
+        raise ConfigError(f"invalid TOML: {message}", file=file) from None
+
+
+def _load_raw(
+    name_or_path: str | os.PathLike[str], base_dir: Path, chain: tuple[str, ...]
+) -> tuple[dict[str, Any], str, str]:
+    """The merged TOML tables of a profile (its `extends` chain applied), checked for shape."""
+    resource, file, source = _locate(name_or_path, base_dir)
+    if source in chain:
+        cycle = " -> ".join((*chain, source))
+        raise ConfigError(f"profiles extend each other in a cycle: {cycle}", file=file, key="extends")
+    raw = _read_toml(resource, file)
+    _check_shape(raw, file)
+    if "extends" not in raw:
+        return raw, file, source
+    base_name = raw["extends"]
+    here = Path(file).parent
+    base_raw, base_file, base_source = _load_raw(base_name, here, (*chain, source))
+    # The base is complete on its own: check all of it so its errors name its file.
+    _build(base_raw, base_file, base_source)
+    base_raw = {k: v for k, v in base_raw.items() if k not in _TOP_KEYS}
+    merged = _merge(base_raw, {k: v for k, v in raw.items() if k != "extends"})
+    merged.setdefault("description", f"{base_source} with overrides from {file}")
+    return merged, file, source
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any], section: str = "") -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        for other in _ALTERNATIVES.get((section, key), ()):
+            out.pop(other, None)
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value, key if not section else f"{section}.{key}")
+        else:
+            out[key] = value
+    return out
+
+
+def _suggest(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _check_shape(raw: dict[str, Any], file: str) -> None:
+    """Unknown sections and keys, and sections that are not tables."""
+    for key, value in raw.items():
+        if key in _TOP_KEYS:
+            if not isinstance(value, str):
+                raise ConfigError(f"expected a string, got {_describe(value)}", file=file, key=key)
+            continue
+        if key not in _SECTIONS:
+            raise ConfigError(
+                f"unknown key '{key}'{_suggest(key, _SECTIONS + _TOP_KEYS)}"
+                f" Known sections: {', '.join(_SECTIONS)}",
+                file=file,
+                key=key,
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"expected a table [{key}], got {_describe(value)}", file=file, key=key)
+        known = _KNOWN_KEYS[key]
+        for sub, sub_value in value.items():
+            dotted = f"{key}.{sub}"
+            if sub not in known:
+                elsewhere = [s for s in _SECTIONS if sub in _KNOWN_KEYS[s]]
+                hint = (
+                    f"; it belongs in [{elsewhere[0]}]"
+                    if elsewhere
+                    else _suggest(sub, known)
+                )
+                raise ConfigError(f"unknown key '{sub}'{hint}", file=file, key=dotted)
+            if key == "timing":
+                _check_timing_shape(sub_value, file, dotted)
+
+
+def _check_timing_shape(value: Any, file: str, dotted: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(
+            "expected an inline table { latency_cycles = N, occupancy_cycles = N },"
+            f" got {_describe(value)}",
+            file=file,
+            key=dotted,
+        )
+    for field in value:
+        if field not in _TIMING_FIELDS:
+            raise ConfigError(
+                f"unknown key '{field}'{_suggest(field, _TIMING_FIELDS)}",
+                file=file,
+                key=f"{dotted}.{field}",
+            )
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _describe(value: Any) -> str:
+    kind = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+    return f"{kind} ({value!r})" if not isinstance(value, (dict, list)) else kind
+
+
+def _ceil_cycles(cycles: float) -> int:
+    # Rounded first so that 0.69e-6 s * 2.2e9 Hz = 1518.0000000000002 stays 1518.
+    return math.ceil(round(cycles, 6))
+
+
+def _as_int(value: Any, file: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected an integer, got {_describe(value)}", file=file, key=key)
+    return value
+
+
+def _as_number(value: Any, file: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"expected a number, got {_describe(value)}", file=file, key=key)
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {value}", file=file, key=key)
+    return float(value)
+
+
+def _as_list(value: Any, length: int, item: Callable, file: str, key: str) -> tuple:
+    if not isinstance(value, list):
+        raise ConfigError(f"expected an array of {length}, got {_describe(value)}", file=file, key=key)
+    if len(value) != length:
+        raise ConfigError(f"expected {length} entries, got {len(value)}", file=file, key=key)
+    return tuple(item(v, file, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _as_bool(value: Any, file: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {_describe(value)}", file=file, key=key)
+    return value
+
+
+def _missing(dotted: str, file: str) -> ConfigError:
+    return ConfigError("missing value", file=file, key=dotted)
+
+
+def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> Any:
+    """The converted, checked value of one schema entry."""
+    given = [t for t in spec.toml_keys if t in table]
+    prefix = f"{spec.section}." if spec.section else ""
+    if not given:
+        names = " or ".join(f"{prefix}{t}" for t in spec.toml_keys)
+        raise ConfigError(f"missing value: give {names}", file=file, key=f"{prefix}{spec.toml_keys[0]}")
+    if len(given) > 1:
+        raise ConfigError(
+            f"give either {' or '.join(given)}, not both", file=file, key=f"{prefix}{given[0]}"
+        )
+    toml_key = given[0]
+    dotted = f"{prefix}{toml_key}"
+    value = table[toml_key]
+    if spec.kind == "int":
+        result: Any = _as_int(value, file, dotted)
+    elif spec.kind == "float":
+        result = _as_number(value, file, dotted)
+    elif spec.kind == "ints":
+        result = _as_list(value, spec.length, _as_int, file, dotted)
+    elif spec.kind == "bools":
+        result = _as_list(value, spec.length, _as_bool, file, dotted)
+    elif spec.kind == "bw":
+        amount = _as_number(value, file, dotted)
+        problem = _positive(amount)
+        if problem:
+            raise ConfigError(problem, file=file, key=dotted)
+        result = amount / clock_hz if toml_key.endswith("_per_s") else amount
+    elif spec.kind == "time":
+        if toml_key.endswith("_cycles"):
+            result = _as_int(value, file, dotted)
+        else:
+            result = _ceil_cycles(_as_number(value, file, dotted) * clock_hz)
+        if result < 0:
+            raise ConfigError(f"must not be negative, got {value}", file=file, key=dotted)
+    else:  # pragma: no cover - the schema above names only the kinds handled here
+        raise AssertionError(spec.kind)
+    if spec.check is not None:
+        problem = spec.check(result)
+        if problem:
+            raise ConfigError(problem, file=file, key=dotted)
+    return result
+
+
+def _read_timing(table: dict[str, Any], file: str) -> dict[str, TimingClass]:
+    timing = {}
+    for name in TIMING_CLASSES:
+        entry = table.get(name)
+        if entry is None:
+            raise _missing(f"timing.{name}", file)
+        values = {}
+        for field in _TIMING_FIELDS:
+            dotted = f"timing.{name}.{field}"
+            if field not in entry:
+                raise _missing(dotted, file)
+            values[field] = _as_int(entry[field], file, dotted)
+            if values[field] < 1:
+                raise ConfigError(f"must be at least 1, got {values[field]}", file=file, key=dotted)
+        timing[name] = TimingClass(**values)
+    return timing
+
+
+def _build(raw: dict[str, Any], file: str, source: str) -> HardwareProfile:
+    for section in _SECTIONS:
+        if section not in raw:
+            raise ConfigError(f"missing table [{section}]", file=file, key=section)
+    clock_spec = _SCHEMA[0]
+    clock_hz = _read_key(clock_spec, raw[clock_spec.section], 1.0, file)
+    fields: dict[str, Any] = {}
+    for spec in _SCHEMA:
+        fields[spec.attr] = _read_key(spec, raw[spec.section], clock_hz, file)
+    default_name = source.removeprefix("builtin:") if source.startswith("builtin:") else Path(file).stem
+    return HardwareProfile(
+        name=raw.get("name", default_name),
+        description=raw.get("description", ""),
+        source=source,
+        timing=types.MappingProxyType(_read_timing(raw["timing"], file)),
+        **fields,
+    )
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
+
+
+def _rate_text(bytes_per_s: float) -> str:
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.4g} {unit}"
+    return f"{bytes_per_s:.4g} B/s"
+
+
+def _time_text(seconds: float) -> str:
+    for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("ps", 1e-12)):
+        if seconds >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds:.4g} s"
+
+
+def profile_to_text(p: HardwareProfile) -> str:
+    """A readable listing of a profile with units, for `mkemu hw show`."""
+
+    def bw(bytes_per_cycle: float) -> str:
+        return f"{_rate_text(bytes_per_cycle * p.clock_hz)} = {bytes_per_cycle:.6g} bytes/cycle"
+
+    def cycles(n: int) -> str:
+        return f"{n} cycles ({_time_text(p.cycles_to_seconds(n))})"
+
+    wrap = [axis for axis, w in zip("xyz", p.mesh_wrap) if w]
+    rows: list[tuple[str, str] | str] = [
+        "chip",
+        ("clock", f"{p.clock_hz / 1e9:.4g} GHz (1 cycle = {_time_text(1 / p.clock_hz)})"),
+        ("TensorCores", str(p.cores_per_chip)),
+        ("HBM", _size_text(p.hbm_bytes)),
+        ("HBM bandwidth", bw(p.hbm_bw_bytes_per_cycle)),
+        ("sibling-core path", f"{bw(p.sibling_bw_bytes_per_cycle)}"),
+        ("sibling-core latency", cycles(p.sibling_latency_cycles)),
+        (
+            "peak bf16 (MXU)",
+            f"{p.peak_flops_per_s / 1e12:.4g} TFLOP/s = {p.mxu_flops_per_cycle_per_chip} FLOP/cycle",
+        ),
+        "core",
+        ("VMEM", f"{_size_text(p.vmem_bytes)}, tiles of {p.vmem_tile[0]}x{p.vmem_tile[1]}"),
+        ("VMEM copy bandwidth", bw(p.vmem_bw_bytes_per_cycle)),
+        ("SMEM", _size_text(p.smem_bytes)),
+        ("registers", f"{p.sregs} scalar, {p.vregs} vector, {p.mregs} mask"),
+        ("semaphores", str(p.semaphores)),
+        (
+            "MXUs",
+            f"{p.mxus_per_core} x {p.mxu_dim}x{p.mxu_dim}, {p.mxu_accumulators} accumulators each",
+        ),
+        "dma",
+        ("engine bandwidth", f"{bw(p.dma_engine_bw_bytes_per_cycle)} per core"),
+        ("descriptors in flight", f"{p.dma_max_in_flight} per engine (more wait in a queue)"),
+        ("start latency", cycles(p.dma_start_latency_cycles)),
+        "ici",
+        ("link bandwidth", f"{bw(p.link_bw_bytes_per_cycle)} per link per direction"),
+        ("links per neighbour", str(p.links_per_neighbor)),
+        ("hop latency", cycles(p.hop_latency_cycles)),
+        "mesh",
+        ("default shape", "x".join(map(str, p.mesh_dims))),
+        ("wraps", ", ".join(wrap) if wrap else "none"),
+        "launch",
+        ("kernel launch", cycles(p.kernel_launch_cycles)),
+    ]
+    lines = [f"profile {p.name}  ({p.source})"]
+    if p.description:
+        lines.append(f"  {p.description}")
+    for row in rows:
+        if isinstance(row, str):
+            lines.append(row)
+        else:
+            lines.append(f"  {row[0]:<24}{row[1]}")
+    lines.append(f"timing {'':<18}{'latency':>9}{'occupancy':>11}  (cycles)")
+    for name, t in p.timing.items():
+        lines.append(f"  {name:<24}{t.latency_cycles:>9}{t.occupancy_cycles:>11}")
+    return "\n".join(lines)

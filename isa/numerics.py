@@ -1,0 +1,431 @@
+"""The numeric contract: the one definition of how numbers are rounded and combined.
+
+Both the emulator (vector and matrix instructions) and the independent numpy
+references of kernels call these functions, so they must give the same bits on every
+machine. Everything here is vectorised numpy built only from operations IEEE 754
+defines exactly: + - * / sqrt, comparisons, conversions, ldexp/frexp, rint/trunc
+and integer bit manipulation. No libm transcendental (np.exp, np.log, np.tanh, ...)
+is used, because those differ between libm/SVML builds. Transcendentals are
+evaluated in float64 with a range reduction and a fixed polynomial, then rounded
+once to float32. No fused multiply-add anywhere. See docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import factorial
+
+import numpy as np
+
+__all__ = [
+    "MAX_ULP_ERROR",
+    "bf16_bits_to_f32",
+    "bf16_round",
+    "exp",
+    "exp2",
+    "f32_max",
+    "f32_min",
+    "f32_to_bf16_bits",
+    "f32_to_i32",
+    "i32_div",
+    "i32_rem",
+    "i32_to_f32",
+    "i32_wrap",
+    "log",
+    "log2",
+    "mxu_matmul",
+    "mxu_matmul_numpy",
+    "reciprocal",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sqrt",
+    "tanh",
+    "to_f32",
+    "tree_max_f32",
+    "tree_min_f32",
+    "tree_sum_f32",
+]
+
+# Guaranteed bound, in float32 ulps of the true value, for each function. The tests
+# check it over sweeps and hypothesis; the measured maxima are in docs/numerics.md.
+# 0.5 means correctly rounded.
+MAX_ULP_ERROR: dict[str, float] = {
+    "exp": 1.0,
+    "exp2": 1.0,
+    "log": 1.0,
+    "log2": 1.0,
+    "tanh": 1.0,
+    "sigmoid": 1.0,
+    "silu": 1.0,
+    "rsqrt": 1.0,
+    "reciprocal": 0.5,
+    "sqrt": 0.5,
+}
+
+_F32 = np.float32
+_F64 = np.float64
+
+
+def to_f32(x) -> np.ndarray:
+    """`x` as a float32 array; wider floats are rounded to nearest even (IEEE cast)."""
+    return np.asarray(x).astype(_F32, copy=False)
+
+
+def _f32_bits(x) -> np.ndarray:
+    return np.ascontiguousarray(to_f32(x)).view(np.uint32)
+
+
+# --------------------------------------------------------------------------- bf16
+
+
+def f32_to_bf16_bits(x) -> np.ndarray:
+    """Round float32 to bf16 (round to nearest, ties to even) and return the 16 bits.
+
+    Rounding works on the bit pattern: add 0x7FFF plus the lowest kept bit, then drop
+    the low half. This is RNE for normals and subnormals, and carries the largest
+    finite values over to infinity exactly as RNE does. NaN becomes the quiet NaN
+    0x7FC0 with the input's sign (the same as ml_dtypes).
+    """
+    bits = _f32_bits(x)
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    quiet_nan = (bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)
+    return np.where(is_nan, quiet_nan, rounded).astype(np.uint16)
+
+
+def bf16_bits_to_f32(b) -> np.ndarray:
+    """Widen bf16 bit patterns (uint16) to float32. Exact: the bits become the high half."""
+    b = np.asarray(b)
+    if b.dtype != np.uint16:
+        raise TypeError(f"bf16 bits must be uint16, got {b.dtype}")
+    return (b.astype(np.uint32) << np.uint32(16)).view(_F32)
+
+
+def bf16_round(x) -> np.ndarray:
+    """Round float32 values to the nearest bf16 value (RNE); the result stays float32."""
+    return bf16_bits_to_f32(f32_to_bf16_bits(x))
+
+
+# ------------------------------------------------------------- float64 kernels
+#
+# These work on float64 arrays and are accurate to a few float64 ulps, i.e. about
+# 1e-15 relative: far below half a float32 ulp (6e-8), so rounding their result to
+# float32 gives the correctly rounded value except when the true value lies within
+# ~1e-15 relative of a rounding midpoint.
+
+# Taylor coefficients of (exp(r) - 1) / r = sum_{n>=1} r^(n-1) / n!, n = 1..14.
+# For |r| <= ln2/2 the first omitted term is < 2e-18 relative.
+_EXPM1_COEFFS = tuple(float(Fraction(1, factorial(n))) for n in range(1, 15))
+# Coefficients of atanh(s)/s = sum z^n / (2n+1), z = s^2, n = 0..11 (|s| <= 0.1716).
+_ATANH_COEFFS = tuple(float(Fraction(1, 2 * n + 1)) for n in range(12))
+
+# ln 2 split for Cody-Waite reduction: _LN2_HI has 32 significant bits, so k*_LN2_HI
+# is exact for |k| < 2^21 and x - k*_LN2_HI is exact (Sterbenz).
+_LN2 = float(Fraction(6931471805599453094172321214581765680755, 10**40))
+_LN2_HI = float(np.ldexp(np.floor(np.ldexp(_LN2, 32)), -32))
+_LN2_LO = float(Fraction(6931471805599453094172321214581765680755, 10**40) - Fraction(_LN2_HI))
+_LOG2E = float(1 / Fraction(6931471805599453094172321214581765680755, 10**40))
+_SQRT_HALF = float(np.sqrt(_F64(0.5)))
+
+
+def _horner(r: np.ndarray, coeffs: tuple[float, ...]) -> np.ndarray:
+    """sum coeffs[i] * r**i, by Horner's rule: separate multiply and add, no FMA."""
+    acc = np.full_like(r, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        acc = acc * r + c
+    return acc
+
+
+def _expm1_small(r: np.ndarray) -> np.ndarray:
+    """exp(r) - 1 for |r| <= ln2/2 (accurate relative to the small result)."""
+    return r * _horner(r, _EXPM1_COEFFS)
+
+
+def _exp_f64(t: np.ndarray) -> np.ndarray:
+    """exp(t) for float64 t: t = k ln2 + r, |r| <= ln2/2, exp(t) = 2^k (1 + expm1(r))."""
+    nan = np.isnan(t)
+    tc = np.where(nan, 0.0, np.clip(t, -1500.0, 1500.0))
+    k = np.rint(tc * _LOG2E)
+    r = (tc - k * _LN2_HI) - k * _LN2_LO
+    out = np.ldexp(1.0 + _expm1_small(r), k.astype(np.int32))
+    return np.where(nan, t, out)
+
+
+def _expm1_f64(t: np.ndarray) -> np.ndarray:
+    """exp(t) - 1 for float64 t; the Taylor path near 0 keeps relative accuracy."""
+    small = np.abs(t) <= 0.34
+    return np.where(small, _expm1_small(np.where(small, t, 0.0)), _exp_f64(t) - 1.0)
+
+
+def _log_parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For finite x > 0 (float64): (e, log(m)) with x = m 2^e, m in [sqrt(1/2), sqrt(2))."""
+    m, e = np.frexp(x)
+    low = m < _SQRT_HALF
+    m = np.where(low, m * 2.0, m)
+    e = np.where(low, e - 1, e).astype(_F64)
+    f = m - 1.0  # exact (Sterbenz)
+    s = f / (2.0 + f)  # log(m) = 2 atanh(s)
+    log_m = 2.0 * s * _horner(s * s, _ATANH_COEFFS)
+    return e, log_m
+
+
+def _log_specials(x64: np.ndarray, finite_value: np.ndarray) -> np.ndarray:
+    """Apply log's special cases: NaN and x<0 -> NaN, 0 -> -inf, +inf -> +inf."""
+    out = np.where(x64 == 0.0, -np.inf, finite_value)
+    out = np.where(x64 == np.inf, np.inf, out)
+    return np.where((x64 < 0.0) | np.isnan(x64), np.nan, out)
+
+
+def _sigmoid_f64(x64: np.ndarray) -> np.ndarray:
+    """1/(1+exp(-x)); for x < 0 uses e/(1+e), e = exp(x), so nothing overflows."""
+    e = _exp_f64(-np.abs(x64))
+    pos = 1.0 / (1.0 + e)
+    return np.where(x64 >= 0.0, pos, e * pos)
+
+
+def _round_f32(y64: np.ndarray) -> np.ndarray:
+    return y64.astype(_F32)
+
+
+# ----------------------------------------------------------- transcendentals
+
+
+def exp(x) -> np.ndarray:
+    """e^x. Overflow (x > ~88.72) gives inf, underflow gives subnormals then 0."""
+    with np.errstate(all="ignore"):
+        return _round_f32(_exp_f64(to_f32(x).astype(_F64)))
+
+
+def exp2(x) -> np.ndarray:
+    """2^x; exact for integer x in range. x = k + f, |f| <= 1/2, 2^x = 2^k e^(f ln2)."""
+    with np.errstate(all="ignore"):
+        x64 = to_f32(x).astype(_F64)
+        nan = np.isnan(x64)
+        xc = np.where(nan, 0.0, np.clip(x64, -1500.0, 1500.0))
+        k = np.rint(xc)
+        f = xc - k  # exact
+        y = np.ldexp(1.0 + _expm1_small(f * _LN2), k.astype(np.int32))
+        return _round_f32(np.where(nan, x64, y))
+
+
+def log(x) -> np.ndarray:
+    """Natural log: log(m 2^e) = e ln2 + 2 atanh((m-1)/(m+1)). log(0) = -inf, log(<0) = NaN."""
+    with np.errstate(all="ignore"):
+        x64 = to_f32(x).astype(_F64)
+        e, log_m = _log_parts(x64)
+        return _round_f32(_log_specials(x64, e * _LN2 + log_m))
+
+
+def log2(x) -> np.ndarray:
+    """Base-2 log: e + log(m)/ln2; exact for powers of two."""
+    with np.errstate(all="ignore"):
+        x64 = to_f32(x).astype(_F64)
+        e, log_m = _log_parts(x64)
+        return _round_f32(_log_specials(x64, e + log_m * _LOG2E))
+
+
+def reciprocal(x) -> np.ndarray:
+    """1/x as one IEEE float32 division (correctly rounded); 1/±0 = ±inf."""
+    with np.errstate(all="ignore"):
+        return _F32(1.0) / to_f32(x)
+
+
+def sqrt(x) -> np.ndarray:
+    """IEEE float32 square root (correctly rounded); sqrt(-0) = -0, sqrt(<0) = NaN."""
+    with np.errstate(all="ignore"):
+        return np.sqrt(to_f32(x))
+
+
+def rsqrt(x) -> np.ndarray:
+    """1/sqrt(x): IEEE sqrt and division in float64, then one rounding to float32.
+
+    rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(<0) = NaN, rsqrt(inf) = 0.
+    """
+    with np.errstate(all="ignore"):
+        return _round_f32(1.0 / np.sqrt(to_f32(x).astype(_F64)))
+
+
+def sigmoid(x) -> np.ndarray:
+    """1/(1+e^-x), computed in float64 without overflow, rounded once."""
+    with np.errstate(all="ignore"):
+        return _round_f32(_sigmoid_f64(to_f32(x).astype(_F64)))
+
+
+def silu(x) -> np.ndarray:
+    """x * sigmoid(x) with ONE rounding: the product is formed in float64 from the
+    float64 sigmoid and only then rounded to float32 (not x * float32(sigmoid(x))).
+    silu(-inf) = -0, silu(+inf) = +inf."""
+    with np.errstate(all="ignore"):
+        x64 = to_f32(x).astype(_F64)
+        y = x64 * _sigmoid_f64(x64)
+        return _round_f32(np.where(x64 == -np.inf, -0.0, y))
+
+
+def tanh(x) -> np.ndarray:
+    """tanh(x) = sign(x) * -m/(2+m), m = expm1(-2|x|); odd, tanh(±0) = ±0, saturates to ±1."""
+    with np.errstate(all="ignore"):
+        x64 = to_f32(x).astype(_F64)
+        m = _expm1_f64(-2.0 * np.abs(x64))
+        return _round_f32(np.copysign(-m / (2.0 + m), x64))
+
+
+# ------------------------------------------------------------- fp32 min/max
+
+
+def f32_max(a, b) -> np.ndarray:
+    """Elementwise max with a fixed answer for every input: max(+0,-0) = +0, and if
+    either operand is NaN the result is a NaN (a's if a is NaN, else b's)."""
+    a, b = to_f32(a), to_f32(b)
+    take_a = (a > b) | ((a == b) & ~np.signbit(a)) | np.isnan(a)
+    return np.where(take_a & ~(np.isnan(b) & ~np.isnan(a)), a, b)
+
+
+def f32_min(a, b) -> np.ndarray:
+    """Elementwise min: min(+0,-0) = -0; NaN propagates like `f32_max`."""
+    a, b = to_f32(a), to_f32(b)
+    take_a = (a < b) | ((a == b) & np.signbit(a)) | np.isnan(a)
+    return np.where(take_a & ~(np.isnan(b) & ~np.isnan(a)), a, b)
+
+
+# ------------------------------------------------------------------ integers
+
+_I32_MIN = -(2**31)
+_I32_MAX = 2**31 - 1
+
+
+def i32_wrap(x) -> np.ndarray:
+    """Two's complement wraparound of integers to int32 (keep the low 32 bits)."""
+    x = np.asarray(x, dtype=np.int64)
+    return (x & np.int64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
+
+
+def _check_divisor(b: np.ndarray) -> None:
+    if np.any(b == 0):
+        raise ValueError("integer division by zero: the caller must check divisors and fault first")
+
+
+def i32_div(a, b) -> np.ndarray:
+    """int32 quotient truncated toward zero (C semantics). INT_MIN / -1 wraps to INT_MIN."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    _check_divisor(b)
+    q = np.abs(a) // np.abs(b)
+    return i32_wrap(np.where((a < 0) != (b < 0), -q, q))
+
+
+def i32_rem(a, b) -> np.ndarray:
+    """int32 remainder of truncating division: a - b*trunc(a/b); sign follows a."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    _check_divisor(b)
+    r = np.abs(a) % np.abs(b)
+    return i32_wrap(np.where(a < 0, -r, r))
+
+
+def f32_to_i32(x) -> np.ndarray:
+    """float32 -> int32 truncating toward zero, saturating at the int32 limits; NaN -> 0."""
+    x64 = to_f32(x).astype(_F64)
+    t = np.clip(np.trunc(np.where(np.isnan(x64), 0.0, x64)), _I32_MIN, _I32_MAX)
+    return t.astype(np.int32)
+
+
+def i32_to_f32(x) -> np.ndarray:
+    """int32 -> float32, round to nearest even (exact widening to float64, one rounding)."""
+    return np.asarray(x, dtype=np.int32).astype(_F64).astype(_F32)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _tree(x, axis: int, keepdims: bool, combine) -> np.ndarray:
+    x = np.moveaxis(to_f32(x), axis, 0)
+    n = x.shape[0]
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"tree reduction needs a power-of-two length, axis {axis} has {n}")
+    while n > 1:
+        n //= 2
+        x = combine(x[:n], x[n:])
+    out = x[0]
+    return np.expand_dims(out, axis) if keepdims else out
+
+
+def tree_sum_f32(x, axis: int = -1, keepdims: bool = False) -> np.ndarray:
+    """Sum along `axis` by pairwise halving: while n > 1, x = x[:n/2] + x[n/2:] (float32).
+
+    So element i is first added to element i + n/2, and so on; e.g. for 4 elements
+    ((x0 + x2) + (x1 + x3)). n must be a power of two.
+    """
+    return _tree(x, axis, keepdims, np.add)
+
+
+def tree_max_f32(x, axis: int = -1, keepdims: bool = False) -> np.ndarray:
+    """Max along `axis` in the same halving order as `tree_sum_f32`, with `f32_max`."""
+    return _tree(x, axis, keepdims, f32_max)
+
+
+def tree_min_f32(x, axis: int = -1, keepdims: bool = False) -> np.ndarray:
+    """Min along `axis` in the same halving order as `tree_sum_f32`, with `f32_min`."""
+    return _tree(x, axis, keepdims, f32_min)
+
+
+# --------------------------------------------------------------- matrix unit
+
+
+def _mxu_operands(acc, a, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    acc, a, w = to_f32(acc), to_f32(a), to_f32(w)
+    if acc.ndim != 2 or a.ndim != 2 or w.ndim != 2:
+        raise ValueError(f"mxu_matmul wants 2-D operands, got acc {acc.shape}, a {a.shape}, w {w.shape}")
+    (m, k), (k2, n) = a.shape, w.shape
+    if k != k2 or acc.shape != (m, n):
+        raise ValueError(f"mxu_matmul shapes do not fit: acc {acc.shape}, a {a.shape}, w {w.shape}")
+    return np.array(acc, dtype=_F32, order="C"), np.ascontiguousarray(bf16_round(a)), np.ascontiguousarray(bf16_round(w))
+
+
+def mxu_matmul_numpy(acc, a, w) -> np.ndarray:
+    """The matrix-unit contract written as plain numpy; `mxu_matmul` must equal it bit for bit.
+
+    a and w are rounded to bf16; then for k = 0..K-1 in order:
+    acc = float32(acc + float32(a[:, k] outer w[k, :])). Returns a new array.
+    """
+    out, a16, w16 = _mxu_operands(acc, a, w)
+    with np.errstate(all="ignore"):
+        for k in range(a16.shape[1]):
+            out = out + a16[:, k, None] * w16[None, k, :]
+    return out
+
+
+_mxu_kernel = None
+
+
+def _get_mxu_kernel():
+    """Compile the numba kernel on first use (cached on disk), not at import."""
+    global _mxu_kernel
+    if _mxu_kernel is None:
+        import numba
+
+        @numba.njit(cache=True)
+        def kernel(out, a, w):
+            rows, depth = a.shape
+            cols = w.shape[1]
+            # n innermost: each out[r, n] still sums its products in increasing k,
+            # while the loop over n vectorises. No fastmath, so no FMA/reassociation.
+            for r in range(rows):
+                for k in range(depth):
+                    av = a[r, k]
+                    for n in range(cols):
+                        out[r, n] = out[r, n] + av * w[k, n]
+
+        _mxu_kernel = kernel
+    return _mxu_kernel
+
+
+def mxu_matmul(acc, a, w) -> np.ndarray:
+    """acc (M,N) + bf16(a) (M,K) @ bf16(w) (K,N) with the matrix-unit accumulation order.
+
+    Identical bits to `mxu_matmul_numpy`; products of two bf16 values are exact in
+    float32 unless they fall below the float32 normal range. Returns a new array.
+    """
+    out, a16, w16 = _mxu_operands(acc, a, w)
+    _get_mxu_kernel()(out, a16, w16)
+    return out

@@ -1,0 +1,92 @@
+"""The `Program`: what the assembler and the compiler produce and the emulator runs.
+
+A program is a set of kernels (machine code plus an initial SMEM image and a
+source map), a launch sequence (which kernel runs, in order, with which scalar
+arguments), and the HBM buffers every chip has at the same addresses.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from mkemu.errors import SourceSpan
+
+DTYPES = {"bf16": 2, "f32": 4, "i32": 4}
+BUFFER_KINDS = ("input", "output", "inout", "weight", "scratch")
+HBM_ALIGN_BYTES = 512
+
+
+@attrs.frozen
+class Buffer:
+    """An HBM array. Every chip has it at `offset_bytes` of its own HBM."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str
+    offset_bytes: int
+
+    @property
+    def size_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype]
+
+
+@attrs.frozen(eq=False)
+class Kernel:
+    name: str
+    code: np.ndarray                          # uint64 words
+    smem_init: bytes = b""                    # initial SMEM image from address 0
+    source_map: tuple[SourceSpan | None, ...] = ()   # per instruction, may be empty
+    source_text: dict[str, list[str]] = attrs.Factory(dict)  # file -> lines, for listings
+    labels: dict[str, int] = attrs.Factory(dict)
+    regions: tuple[str, ...] = ()             # region id -> name
+    vmem_bytes: int = 0                       # statically allocated
+    smem_bytes: int = 0
+    allocation: tuple[str, ...] = ()          # human-readable allocation map lines
+
+    def source_of(self, pc: int) -> SourceSpan | None:
+        return self.source_map[pc] if 0 <= pc < len(self.source_map) else None
+
+    def source_line(self, pc: int) -> str | None:
+        span = self.source_of(pc)
+        if span is None:
+            return None
+        lines = self.source_text.get(span.file, [])
+        text = lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
+        return f"{span}: {text}" if text else str(span)
+
+
+@attrs.frozen
+class Launch:
+    kernel: str
+    args: tuple[int, ...] = ()   # scalar arguments, placed in s1, s2, ...
+
+
+@attrs.frozen(eq=False)
+class Program:
+    kernels: dict[str, Kernel]
+    launches: tuple[Launch, ...]
+    buffers: tuple[Buffer, ...] = ()
+    reference: str | None = None      # "file.py:function" naming the numpy reference
+    path: str | None = None
+
+    @property
+    def hbm_bytes(self) -> int:
+        return max((b.offset_bytes + b.size_bytes for b in self.buffers), default=0)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+def layout_buffers(specs: list[tuple[str, str, tuple[int, ...], str]]) -> tuple[Buffer, ...]:
+    """Place (name, dtype, shape, kind) buffers one after another, aligned."""
+    out, offset = [], 0
+    for name, dtype, shape, kind in specs:
+        buf = Buffer(name, dtype, tuple(shape), kind, offset)
+        out.append(buf)
+        offset += -(-buf.size_bytes // HBM_ALIGN_BYTES) * HBM_ALIGN_BYTES
+    return tuple(out)

@@ -1,0 +1,234 @@
+"""The `mkemu` command line: the only place that wires the compiler to the emulator.
+
+Every `MkemuError` is printed as the user's error and exits 1; a usage error
+exits 2. Anything else escaping is a bug in mkemu and shows as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mkemu.errors import ConfigError, MkemuError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except MkemuError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mkemu", description="Cycle-approximate TPU-like emulator "
+                                     "and the .mk kernel language.")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    run = sub.add_parser("run", help="compile (if .mk), run and check a program")
+    run.add_argument("file")
+    _machine_options(run)
+    run.add_argument("--inputs", metavar="NPZ", help="input arrays (default: generated from --seed)")
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                     help="set a program parameter (repeatable)")
+    run.set_defaults(func=cmd_run)
+
+    asm = sub.add_parser("asm", help="print the assembler listing of a program")
+    asm.add_argument("file")
+    asm.add_argument("--hw", default="tpu-v7-like", metavar="NAME|PATH")
+    asm.add_argument("--stats", action="store_true", help="add allocation map, counts and compile time")
+    asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
+    asm.set_defaults(func=cmd_asm)
+
+    hw = sub.add_parser("hw", help="hardware profiles")
+    hw_sub = hw.add_subparsers(metavar="ACTION")
+    hw_list = hw_sub.add_parser("list", help="list the shipped profiles")
+    hw_list.set_defaults(func=cmd_hw_list)
+    hw_show = hw_sub.add_parser("show", help="show one profile")
+    hw_show.add_argument("name", metavar="NAME|PATH")
+    hw_show.set_defaults(func=cmd_hw_show)
+    return parser
+
+
+def _machine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hw", default="tpu-v7-like", metavar="NAME|PATH",
+                   help="hardware profile: a shipped name or a TOML file (default tpu-v7-like)")
+    p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-cycles", type=int, default=10**12)
+    p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"))
+    p.add_argument("--no-check", action="append", default=[], choices=("races", "semaphores"),
+                   help="turn off a runtime check")
+
+
+def _params(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = int(value, 0)
+        except ValueError:
+            raise ConfigError(f"--set wants NAME=INTEGER, got {item!r}", key="--set") from None
+    return out
+
+
+def load_program(path: str, profile, params: dict[str, int]):
+    """Assemble a `.s` file or compile a `.mk` file into a Program."""
+    from mkemu.isa.asm import assemble
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
+    if path.endswith(".mk"):
+        from mkemu.dsl.compiler import compile_file
+
+        return compile_file(path, profile=profile, params=params)
+    if params:
+        raise ConfigError("--set applies to .mk programs only", file=path)
+    return assemble(text, path)
+
+
+def cmd_run(args) -> int:
+    from mkemu.emulator.config import RunConfig
+    from mkemu.emulator.machine import Machine
+    from mkemu.emulator.topology import Mesh, parse_mesh
+    from mkemu.isa.hardware import load_profile
+    from mkemu import runner
+
+    wall0 = time.perf_counter()
+    profile = load_profile(args.hw)
+    mesh = Mesh(parse_mesh(args.mesh) if args.mesh else profile.mesh_dims, profile.mesh_wrap,
+                profile.links_per_neighbor)
+    config = RunConfig(seed=args.seed, max_cycles=args.max_cycles, dma_order=args.dma_order,
+                       checks=frozenset({"races", "semaphores"}) - set(args.no_check))
+    program = load_program(args.file, profile, _params(args.set))
+    machine = Machine(profile, mesh, config)
+    machine.load(program)
+    chips = mesh.num_chips
+    if args.inputs:
+        given = runner.load_inputs(args.inputs, program)
+    else:
+        given = {}
+        for chip in range(chips):
+            for name, array in runner.generate_inputs(program, args.seed + 7919 * chip).items():
+                given[f"{name}@{chip}"] = array
+    inputs = {}
+    for buf in program.buffers:
+        for chip in range(chips):
+            array = given.get(f"{buf.name}@{chip}", given.get(buf.name))
+            if array is None:
+                continue
+            inputs[f"{buf.name}@{chip}"] = array
+            try:
+                machine.write_buffer(chip, buf.name, runner.to_storage(array, buf.dtype))
+            except ValueError as exc:
+                raise ConfigError(str(exc), file=args.inputs, key=buf.name) from None
+    result = machine.run()
+    report = result.to_json()
+    report["chips"] = chips
+    report["cores"] = len(machine.cores)
+    report["hw"] = profile.name
+    reference = runner.load_reference(program)
+    mismatch = None
+    if reference is not None:
+        expected = reference(inputs, chips=chips, cores_per_chip=profile.cores_per_chip)
+        for key, value in expected.items():
+            name, _, chip_text = key.partition("@")
+            for chip in ([int(chip_text)] if chip_text else range(chips)):
+                buf = program.buffer(name)
+                actual = runner.from_storage(machine.read_buffer(chip, name), buf.dtype)
+                mismatch = runner.compare(value, actual, name, chip)
+                if mismatch:
+                    break
+            if mismatch:
+                break
+        report["bit_exact"] = mismatch is None
+    else:
+        report["bit_exact"] = None
+    report["wall_s"] = round(time.perf_counter() - wall0, 3)
+    if args.json:
+        print(json.dumps(report, default=_json_default))
+    else:
+        _print_run(report, mismatch, program)
+    return 0 if report["bit_exact"] in (True, None) else 1
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(type(value).__name__)
+
+
+def _print_run(report: dict, mismatch, program) -> None:
+    if report["bit_exact"] is True:
+        print(f"PASS: outputs bit-exact against {program.reference}")
+    elif mismatch is not None:
+        print(mismatch.render())
+    else:
+        print("(no reference named: outputs not checked)")
+    print(f"chips {report['chips']}, cores {report['cores']} ({report['hw']})")
+    print(f"cycles {report['cycles']:,}  ({report['seconds'] * 1e6:.3f} us emulated)")
+    print(f"instructions {report['instructions']:,}, DMAs {report['dma_count']:,}, "
+          f"HBM bytes {report['hbm_bytes']:,}")
+    busy = ", ".join(f"{k} {v:,}" for k, v in report["unit_busy_cycles"].items() if v)
+    print(f"unit busy cycles (all cores): {busy}")
+    stalls = ", ".join(f"{k} {v:,}" for k, v in report["stall_cycles"].items() if v)
+    print(f"stall cycles (all cores): {stalls or 'none'}")
+    print(f"wall {report['wall_s']:.2f} s")
+
+
+def cmd_asm(args) -> int:
+    from mkemu.isa.hardware import load_profile
+    from mkemu.isa.listing import listing
+
+    profile = load_profile(args.hw)
+    t0 = time.perf_counter()
+    program = load_program(args.file, profile, _params(args.set))
+    compile_s = time.perf_counter() - t0
+    text = listing(program, stats=args.stats, compile_s=compile_s)
+    if args.output:
+        from mkemu.runner import atomic_write
+
+        atomic_write(args.output, text.encode())
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_hw_list(args) -> int:
+    from mkemu.isa.hardware import list_profiles, load_profile
+
+    for name in list_profiles():
+        print(f"{name:16s} {load_profile(name).description}")
+    return 0
+
+
+def cmd_hw_show(args) -> int:
+    from mkemu.isa.hardware import load_profile, profile_to_text
+
+    print(profile_to_text(load_profile(args.name)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

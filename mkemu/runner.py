@@ -1,0 +1,143 @@
+"""Wires a program to the emulator: inputs, the run, and the bit-exact check.
+
+Inputs come from a `.npz` (one array per input buffer, by name, or per chip as
+`name@chip`) or are generated from the seed. If the program names a numpy
+reference (`.reference file.py:function` / `reference "file.py:function";`), the
+function is called with the inputs as a dict of arrays and the mesh shape, and
+must return a dict of expected outputs; the run then compares them bit for bit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from mkemu.errors import ConfigError, MkemuError
+from mkemu.isa.numerics import bf16_round
+from mkemu.isa.program import Program
+
+
+@attrs.frozen
+class Mismatch:
+    buffer: str
+    chip: int
+    index: tuple[int, ...]
+    expected: str
+    actual: str
+    count: int
+
+    def render(self) -> str:
+        return (f"FAIL: {self.buffer} on chip {self.chip} differs at index {list(self.index)}: "
+                f"expected {self.expected}, got {self.actual} ({self.count} element(s) differ)")
+
+
+def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic inputs for every input/inout/weight buffer."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for buf in program.buffers:
+        if buf.kind not in ("input", "inout", "weight"):
+            continue
+        if buf.dtype == "i32":
+            out[buf.name] = rng.integers(-100, 100, size=buf.shape, dtype=np.int32)
+        else:
+            values = rng.standard_normal(buf.shape).astype(np.float32)
+            out[buf.name] = bf16_round(values) if buf.dtype == "bf16" else values
+    return out
+
+
+def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read inputs: {exc}", file=path) from None
+    names = {b.name for b in program.buffers}
+    for key in arrays:
+        if key.split("@")[0] not in names:
+            raise ConfigError(f"no buffer named {key.split('@')[0]!r} in the program "
+                              f"(buffers: {', '.join(sorted(names))})", file=path, key=key)
+    return arrays
+
+
+def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Arrays as they sit in HBM: bf16 as its 16-bit patterns."""
+    from mkemu.isa.numerics import f32_to_bf16_bits
+
+    if dtype == "bf16":
+        return f32_to_bf16_bits(np.asarray(array, np.float32))
+    return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
+
+
+def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    from mkemu.isa.numerics import bf16_bits_to_f32
+
+    return bf16_bits_to_f32(array) if dtype == "bf16" else array
+
+
+def load_reference(program: Program):
+    """The reference function a program names, imported from its file."""
+    if not program.reference:
+        return None
+    file, _, func = program.reference.partition(":")
+    base = Path(program.path).parent if program.path else Path.cwd()
+    path = base / file
+    if not path.is_file():
+        raise ConfigError(f"reference file {file!r} not found next to the program ({path})",
+                          file=program.path)
+    spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except MkemuError:
+        raise
+    except Exception as exc:  # a broken reference file is the user's error, not ours
+        raise ConfigError(f"reference {path} failed to load: {type(exc).__name__}: {exc}",
+                          file=program.path) from None
+    fn = getattr(module, func or "reference", None)
+    if fn is None:
+        raise ConfigError(f"reference file {path} has no function {func!r}", file=program.path)
+    return fn
+
+
+def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int) -> Mismatch | None:
+    """Bit-exact comparison; any NaN equals any NaN (payloads are not part of the contract)."""
+    expected = np.asarray(expected)
+    actual = np.asarray(actual)
+    if expected.shape != actual.shape:
+        return Mismatch(name, chip, (), f"shape {expected.shape}", f"shape {actual.shape}", -1)
+    if expected.dtype.kind == "f":
+        e32, a32 = expected.astype(np.float32), actual.astype(np.float32)
+        same = (e32.view(np.uint32) == a32.view(np.uint32)) | (np.isnan(e32) & np.isnan(a32))
+    else:
+        same = expected == actual
+    if same.all():
+        return None
+    bad = np.argwhere(~same)
+    idx = tuple(int(i) for i in bad[0])
+    return Mismatch(name, chip, idx, _show(expected[idx]), _show(actual[idx]), len(bad))
+
+
+def _show(value) -> str:
+    if isinstance(value, np.floating):
+        return f"{float(value)!r} ({np.float32(value).view(np.uint32):#010x})"
+    return repr(value.item() if hasattr(value, "item") else value)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a file so that a crash leaves either the old file or the new one."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None

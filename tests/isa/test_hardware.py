@@ -1,0 +1,372 @@
+"""Hardware profiles: shipped files load, units convert, every bad input names file and key."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import attrs
+import pytest
+
+from mkemu.errors import ConfigError
+from mkemu.isa import hardware
+from mkemu.isa.hardware import (
+    TIMING_CLASSES,
+    HardwareProfile,
+    TimingClass,
+    list_profiles,
+    load_profile,
+    profile_to_text,
+)
+
+SHIPPED = ("tpu-v7-like", "tpu-v5p-like", "test")
+TEST_TOML = (Path(hardware.__file__).parent / "profiles" / "test.toml").read_text()
+
+
+def write(tmp_path: Path, text: str, name: str = "user.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def edited(old: str, new: str) -> str:
+    """The shipped test profile with one line changed."""
+    assert old in TEST_TOML, old
+    return TEST_TOML.replace(old, new, 1)
+
+
+def config_error(path: Path | str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_profile(path)
+    return info.value
+
+
+# --------------------------------------------------------------------------- shipped
+
+
+def test_list_profiles_names_the_shipped_files():
+    assert list_profiles() == sorted(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_profile_loads_with_every_timing_class(name):
+    p = load_profile(name)
+    assert isinstance(p, HardwareProfile)
+    assert p.name == name
+    assert p.source == f"builtin:{name}"
+    assert tuple(p.timing) == TIMING_CLASSES
+    assert all(isinstance(t, TimingClass) for t in p.timing.values())
+    assert p.vmem_tile == (8, 128)
+    assert (p.sregs, p.vregs, p.mregs) == (32, 32, 8)
+    assert p.mxu_dim % 128 == 0
+    assert len(p.mesh_dims) == 3 and len(p.mesh_wrap) == 3
+    text = profile_to_text(p)
+    assert name in text and "bytes/cycle" in text and "mxu_ldw" in text
+
+
+def test_default_profile_is_tpu_v7_like():
+    assert load_profile().name == "tpu-v7-like"
+
+
+def test_profile_is_frozen():
+    p = load_profile("test")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        p.vmem_bytes = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        p.timing["valu"] = TimingClass(1, 1)  # type: ignore[index]
+
+
+def test_timing_classes_tuple_is_exact():
+    assert TIMING_CLASSES == (
+        "scalar", "scalar_mul", "scalar_div", "branch", "smem", "vextract", "vld", "vst",
+        "valu", "vcvt", "xlu", "eup", "mxu_ldw", "mxu_push", "mxu_mac", "mxu_pop",
+        "dma_issue", "sync", "misc",
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_v7_peak_bf16_is_within_10_percent_of_2307_tflops():
+    p = load_profile("tpu-v7-like")
+    assert p.peak_flops_per_s == pytest.approx(2307e12, rel=0.10)
+
+
+def test_v7_weight_tile_takes_about_20_ns():
+    p = load_profile("tpu-v7-like")
+    assert p.mxu_dim == 256
+    seconds = p.cycles_to_seconds(p.timing["mxu_ldw"].occupancy_cycles)
+    assert seconds == pytest.approx(20e-9, rel=0.20)
+
+
+def test_v7_one_core_streams_about_3_tb_per_s_and_chip_hbm_is_7_38():
+    p = load_profile("tpu-v7-like")
+    assert p.dma_engine_bw_bytes_per_cycle * p.clock_hz == pytest.approx(3.0e12, rel=1e-9)
+    assert p.hbm_bw_bytes_per_s == pytest.approx(7.38e12, rel=1e-9)
+    assert p.hbm_bytes == 192 << 30
+    assert p.vmem_bytes == 64 << 20 and p.smem_bytes == 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "target_bytes_per_s"), [(256 << 10, 101e9), (16 << 20, 610e9)]
+)
+def test_v7_sibling_copy_matches_measurements_within_25_percent(size_bytes, target_bytes_per_s):
+    p = load_profile("tpu-v7-like")
+    cycles = (
+        p.dma_start_latency_cycles
+        + p.sibling_latency_cycles
+        + size_bytes / min(p.sibling_bw_bytes_per_cycle, p.dma_engine_bw_bytes_per_cycle)
+    )
+    achieved = size_bytes / p.cycles_to_seconds(cycles)
+    assert achieved == pytest.approx(target_bytes_per_s, rel=0.25)
+
+
+def test_v5p_peak_bf16_is_within_10_percent_of_459_tflops():
+    p = load_profile("tpu-v5p-like")
+    assert p.peak_flops_per_s == pytest.approx(459e12, rel=0.10)
+    assert p.hbm_bytes == 95 << 30
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_test_profile_units_by_hand():
+    p = load_profile("test")
+    assert p.clock_hz == 1e9
+    assert p.hbm_bw_bytes_per_cycle == 64.0  # 64e9 B/s / 1e9 Hz
+    assert p.dma_engine_bw_bytes_per_cycle == 32.0
+    assert p.link_bw_bytes_per_cycle == 8.0
+    assert p.sibling_bw_bytes_per_cycle == 16.0
+    assert p.vmem_bw_bytes_per_cycle == 256.0
+    assert p.dma_start_latency_cycles == 10
+    assert p.cycles_to_seconds(1000) == pytest.approx(1e-6)
+    assert p.mxu_flops_per_cycle_per_chip == 2 * 128 * 128 * 2 * 2
+
+
+def test_seconds_round_up_to_whole_cycles(tmp_path):
+    path = write(
+        tmp_path,
+        'extends = "test"\n'
+        "[chip]\nclock_hz = 2.2e9\nhbm_bw_bytes_per_s = 7.38e12\n"
+        "[ici]\nhop_latency_s = 0.69e-6\n"
+        "[dma]\nstart_latency_s = 1.0001e-9\n",
+    )
+    p = load_profile(path)
+    assert p.hbm_bw_bytes_per_cycle == pytest.approx(7.38e12 / 2.2e9)  # 3354.54...
+    assert p.hop_latency_cycles == 1518  # 0.69e-6 * 2.2e9 = 1518.0 exactly, no spurious +1
+    assert p.dma_start_latency_cycles == 3  # 2.2002 cycles round up
+    assert p.seconds_to_cycles(1e-9) == 3  # 2.2 -> 3
+
+
+# --------------------------------------------------------------------------- extends
+
+
+def test_extends_overrides_a_few_values_and_merges_timing_tables(tmp_path):
+    path = write(
+        tmp_path,
+        'extends = "tpu-v7-like"\n'
+        "[core]\nvmem_bytes = 134_217_728\n"
+        "[ici]\nhop_latency_cycles = 100\n"
+        "[timing]\nvalu = { latency_cycles = 5 }\n",
+        name="big-vmem.toml",
+    )
+    base = load_profile("tpu-v7-like")
+    p = load_profile(path)
+    assert p.name == "big-vmem"
+    assert p.source == str(path)
+    assert p.vmem_bytes == 128 << 20
+    assert p.hop_latency_cycles == 100  # the other unit replaces the base's hop_latency_s
+    assert p.timing["valu"] == TimingClass(latency_cycles=5, occupancy_cycles=1)
+    assert p.timing["xlu"] == base.timing["xlu"]
+    assert p.hbm_bw_bytes_per_cycle == base.hbm_bw_bytes_per_cycle
+    assert attrs.evolve(
+        p, name=base.name, description=base.description, source=base.source,
+        vmem_bytes=base.vmem_bytes, hop_latency_cycles=base.hop_latency_cycles,
+        timing=base.timing,
+    ) == base  # fmt: skip
+
+
+def test_extends_a_relative_path_chain(tmp_path):
+    write(tmp_path, 'extends = "test"\nname = "mid"\n[core]\nsemaphores = 3\n', name="mid.toml")
+    top = write(tmp_path, 'extends = "mid.toml"\n[core]\nmregs = 4\n', name="top.toml")
+    p = load_profile(top)
+    assert (p.semaphores, p.mregs, p.name) == (3, 4, "top")
+
+
+def test_extends_cycle_is_an_error(tmp_path):
+    write(tmp_path, 'extends = "b.toml"\n', name="a.toml")
+    write(tmp_path, 'extends = "a.toml"\n', name="b.toml")
+    err = config_error(tmp_path / "a.toml")
+    assert "cycle" in str(err) and err.key == "extends"
+
+
+def test_extends_unknown_base_lists_known_profiles(tmp_path):
+    err = config_error(write(tmp_path, 'extends = "tpu-v9-like"\n'))
+    assert "tpu-v9-like" in str(err) and "tpu-v7-like" in str(err)
+
+
+def test_override_giving_both_units_is_an_error(tmp_path):
+    path = write(tmp_path, edited("hop_latency_cycles = 50", "hop_latency_cycles = 50\nhop_latency_s = 1e-6"))
+    err = config_error(path)
+    assert err.file == str(path) and err.key == "ici.hop_latency_s"
+    assert "not both" in str(err)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_key_suggests_the_closest(tmp_path):
+    path = write(tmp_path, edited("vmem_bytes = ", "vmem_byts = "))
+    err = config_error(path)
+    assert (err.file, err.key) == (str(path), "core.vmem_byts")
+    assert "did you mean 'vmem_bytes'" in str(err)
+    assert str(path) in str(err) and "core.vmem_byts" in str(err)
+
+
+def test_key_in_the_wrong_section_says_where_it_belongs(tmp_path):
+    path = write(tmp_path, 'extends = "test"\n[core]\nhop_latency_cycles = 3\n')
+    err = config_error(path)
+    assert err.key == "core.hop_latency_cycles" and "[ici]" in str(err)
+
+
+def test_unknown_section_and_timing_class_suggest(tmp_path):
+    err = config_error(write(tmp_path, 'extends = "test"\n[dmaa]\nmax_in_flight = 2\n'))
+    assert err.key == "dmaa" and "did you mean 'dma'" in str(err)
+    err = config_error(write(tmp_path, 'extends = "test"\n[timing]\nvalux = { latency_cycles = 1 }\n'))
+    assert err.key == "timing.valux" and "did you mean 'valu'" in str(err)
+    err = config_error(write(tmp_path, 'extends = "test"\n[timing]\nvalu = { latency = 1 }\n'))
+    assert err.key == "timing.valu.latency" and "did you mean 'latency_cycles'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [
+        ("semaphores = 16", 'semaphores = "16"', "core.semaphores", "expected an integer"),
+        ("semaphores = 16", "semaphores = true", "core.semaphores", "expected an integer"),
+        ("semaphores = 16", "semaphores = 16.0", "core.semaphores", "expected an integer"),
+        ("clock_hz = 1e9", 'clock_hz = "fast"', "chip.clock_hz", "expected a number"),
+        ("hbm_bw_bytes_per_s = 64e9", "hbm_bw_bytes_per_s = false", "chip.hbm_bw_bytes_per_s", "expected a number"),
+        ("dims = [2, 1, 1]", "dims = [2, 1]", "mesh.dims", "expected 3 entries"),
+        ("dims = [2, 1, 1]", "dims = 2", "mesh.dims", "expected an array"),
+        ("dims = [2, 1, 1]", 'dims = [2, "1", 1]', "mesh.dims[1]", "expected an integer"),
+        ("wrap = [false, false, false]", "wrap = [0, 0, 0]", "mesh.wrap[0]", "expected true or false"),
+        (
+            "valu       = { latency_cycles = 2,  occupancy_cycles = 1 }",
+            "valu = 2",
+            "timing.valu",
+            "inline table",
+        ),
+        (
+            "valu       = { latency_cycles = 2,  occupancy_cycles = 1 }",
+            'valu = { latency_cycles = "2", occupancy_cycles = 1 }',
+            "timing.valu.latency_cycles",
+            "expected an integer",
+        ),
+        ('name = "test"', "name = 3", "name", "expected a string"),
+    ],
+)
+def test_wrong_type_names_file_and_key(tmp_path, old, new, key, words):
+    path = write(tmp_path, edited(old, new))
+    err = config_error(path)
+    assert (err.file, err.key) == (str(path), key)
+    assert words in str(err)
+
+
+@pytest.mark.parametrize(
+    ("old", "key"),
+    [
+        ("semaphores = 16\n", "core.semaphores"),
+        ("hop_latency_cycles = 50\n", "ici.hop_latency_s"),
+        ("hbm_bw_bytes_per_s = 64e9", "chip.hbm_bw_bytes_per_s"),
+        ("mxu_pop    = { latency_cycles = 2,  occupancy_cycles = 1 }\n", "timing.mxu_pop"),
+        ("[launch]\nkernel_launch_cycles = 1000\n", "launch"),
+    ],
+)
+def test_missing_value_names_file_and_key(tmp_path, old, key):
+    path = write(tmp_path, edited(old, ""))
+    err = config_error(path)
+    assert (err.file, err.key) == (str(path), key)
+    assert "missing" in str(err)
+
+
+def test_missing_timing_field(tmp_path):
+    path = write(tmp_path, edited(", occupancy_cycles = 8 }", " }"))
+    err = config_error(path)
+    assert err.key == "timing.mxu_mac.occupancy_cycles" and "missing" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [
+        ("mxu_dim = 128", "mxu_dim = 192", "core.mxu_dim", "multiple of 128"),
+        ("mxu_dim = 128", "mxu_dim = 0", "core.mxu_dim", "positive"),
+        ("vmem_bytes = 4_194_304", "vmem_bytes = 4_194_000", "core.vmem_bytes", "multiple of 4096"),
+        ("vmem_bytes = 4_194_304", "vmem_bytes = -4096", "core.vmem_bytes", "positive"),
+        ("hbm_bytes = 67_108_864", "hbm_bytes = 0", "chip.hbm_bytes", "positive"),
+        ("smem_bytes = 65_536", "smem_bytes = 65_535", "core.smem_bytes", "multiple of 4"),
+        ("hbm_bw_bytes_per_s = 64e9", "hbm_bw_bytes_per_s = 0", "chip.hbm_bw_bytes_per_s", "positive"),
+        ("clock_hz = 1e9", "clock_hz = -1e9", "chip.clock_hz", "positive"),
+        ("clock_hz = 1e9", "clock_hz = nan", "chip.clock_hz", "finite"),
+        ("cores_per_chip = 2", "cores_per_chip = 0", "chip.cores_per_chip", "at least 1"),
+        ("dims = [2, 1, 1]", "dims = [2, 0, 1]", "mesh.dims", "at least 1"),
+        ("sregs = 32", "sregs = 64", "core.sregs", "2..32"),
+        ("mregs = 8", "mregs = 9", "core.mregs", "2..8"),
+        ("max_in_flight = 4", "max_in_flight = 0", "dma.max_in_flight", "at least 1"),
+        ("hop_latency_cycles = 50", "hop_latency_cycles = -1", "ici.hop_latency_cycles", "negative"),
+        (
+            "vld        = { latency_cycles = 2,  occupancy_cycles = 1 }",
+            "vld = { latency_cycles = 0, occupancy_cycles = 1 }",
+            "timing.vld.latency_cycles",
+            "at least 1",
+        ),
+        (
+            "vld        = { latency_cycles = 2,  occupancy_cycles = 1 }",
+            "vld = { latency_cycles = 2, occupancy_cycles = 0 }",
+            "timing.vld.occupancy_cycles",
+            "at least 1",
+        ),
+    ],
+)
+def test_impossible_value_names_file_and_key(tmp_path, old, new, key, words):
+    path = write(tmp_path, edited(old, new))
+    err = config_error(path)
+    assert (err.file, err.key) == (str(path), key)
+    assert words in str(err)
+    assert str(path) in str(err) and key in str(err)
+
+
+def test_bad_toml_syntax_reports_line_and_column(tmp_path):
+    path = write(tmp_path, 'name = "x"\n[chip]\nclock_hz = = 1e9\n')
+    err = config_error(path)
+    assert err.file == f"{path}:3:12"
+    assert "invalid TOML" in str(err)
+
+
+def test_unreadable_file(tmp_path):
+    err = config_error(tmp_path / "nope.toml")
+    assert err.file == str(tmp_path / "nope.toml") and "cannot read" in str(err)
+
+
+def test_unknown_profile_name_lists_known_ones():
+    with pytest.raises(ConfigError) as info:
+        load_profile("tpu-v7")
+    text = str(info.value)
+    assert "unknown hardware profile 'tpu-v7'" in text
+    assert "did you mean 'tpu-v7-like'" in text
+    for name in SHIPPED:
+        assert name in text
+
+
+def test_error_in_a_user_base_names_the_base_file(tmp_path):
+    base = write(tmp_path, edited("semaphores = 16", "semaphores = 0"), name="base.toml")
+    top = write(tmp_path, 'extends = "base.toml"\n[core]\nmregs = 4\n', name="top.toml")
+    err = config_error(top)
+    assert (err.file, err.key) == (str(base), "core.semaphores")
+
+
+def test_path_object_and_relative_path(tmp_path, monkeypatch):
+    path = write(tmp_path, 'extends = "test"\n', name="mine.toml")
+    assert load_profile(path).name == "mine"
+    monkeypatch.chdir(tmp_path)
+    assert load_profile("mine.toml").source == str(tmp_path / "mine.toml")
+    assert not math.isnan(load_profile("mine.toml").clock_hz)
