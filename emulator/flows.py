@@ -327,7 +327,11 @@ class FlowNetwork:
         heapq.heappush(self._heap, (t + flow.rem / rate, flow.seq, flow.version))
 
     def _component(self, seeds: Sequence[int]) -> tuple[list[_Resource], list[_Flow]]:
-        """Resources and active flows connected to the seed resources through shared flows."""
+        """Resources and active flows connected to the seed resources through shared flows.
+
+        The order of the result does not matter: `_water_fill` breaks every tie by
+        resource id or start order.
+        """
         resources = self._resources
         seen_res: dict[int, None] = {}
         seen_flows: dict[int, _Flow] = {}
@@ -340,34 +344,36 @@ class FlowNetwork:
             for seq, flow in resources[r].flows.items():
                 if seq not in seen_flows:
                     seen_flows[seq] = flow
-                    stack.extend(x for x in flow.resources if x not in seen_res)
-        return [resources[r] for r in sorted(seen_res)], [seen_flows[s] for s in sorted(seen_flows)]
+                    stack.extend(flow.resources)
+        return [resources[r] for r in seen_res], list(seen_flows.values())
 
     def _rebalance(self, seeds: Sequence[int], t: float) -> None:
         """Recompute max-min fair rates of everything connected to `seeds`, at time t."""
-        comp_res, comp_flows = self._component(seeds)
-        # Flows within float noise of their end finish now rather than linger at a
-        # new rate for a vanishing number of bytes.
-        lingering = []
-        for flow in comp_flows:
-            flow.settle(t)
-            if flow.nearly_done():
-                lingering.append(flow)
-        if lingering:
+        seeds = tuple(seeds)
+        while True:
+            comp_res, comp_flows = self._component(seeds)
+            rates, left = _water_fill(comp_res, comp_flows)
+            # A flow within float noise of its end finishes now rather than linger
+            # at a new rate for a vanishing number of bytes; that frees bandwidth,
+            # so divide again.
+            lingering = []
+            for flow, rate in zip(comp_flows, rates):
+                if rate != flow.rate:
+                    flow.settle(t)
+                    if flow.nearly_done():
+                        lingering.append(flow)
+            if not lingering:
+                break
             for flow in lingering:
                 self._end(flow, t)
-            comp_res, comp_flows = self._component(seeds + tuple(r for f in lingering for r in f.resources))
-        new_rates = _water_fill(comp_res, comp_flows)
+                seeds += flow.resources
         for res in comp_res:
             res.settled_bytes += res.sum_rate * (t - res.t_ref)
             res.t_ref = t
-            res.sum_rate = 0.0
-        for flow in comp_flows:
-            rate = new_rates[flow.seq]
+            res.sum_rate = res.capacity - left[res.rid] if res.flows else 0.0
+        for flow, rate in zip(comp_flows, rates):
             if rate != flow.rate:
                 self._set_rate(flow, rate, t)
-            for r in flow.resources:
-                self._resources[r].sum_rate += rate
 
     def _compact_heap(self) -> None:
         live = []
@@ -379,56 +385,68 @@ class FlowNetwork:
         self._heap = live
 
 
-def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> dict[int, float]:
-    """Max-min fair rates (by flow seq) of `flows`, which use only `resources`.
+def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[float], dict[int, float]]:
+    """Max-min fair rates of `flows` (same order), which use only `resources`.
 
-    Progressive filling with a heap of each resource's saturation level
-    (capacity left / unfrozen flows crossing it). Freezing a flow at a level no
-    higher than a resource's saturation level never lowers that level, so the
-    heap needs no decrease-key, only lazy deletion of stale entries.
-    Cost is O(D log D) for D flow-resource incidences.
+    Also returns the capacity left on each resource (by id). Progressive filling
+    with a heap of each resource's saturation level (capacity left / unfrozen flows
+    crossing it). Freezing flows at a level no higher than a resource's saturation
+    level never lowers that level, so the heap needs no decrease-key: an entry is
+    stale when it no longer equals the level recomputed from `left` and `count`.
+    Ties go to the lower resource id, then start order. Cost O(D log D) for D
+    flow-resource incidences.
     """
-    rates: dict[int, float] = {}
+    position = {flow.seq: i for i, flow in enumerate(flows)}
+    rates: list[float | None] = [None] * len(flows)
     left: dict[int, float] = {}
-    unfrozen: dict[int, int] = {}
-    version: dict[int, int] = {}
-    heap: list[tuple[float, int, int]] = []
+    count: dict[int, int] = {}
+    heap: list[tuple[float, int]] = []
     for res in resources:
         n = len(res.flows)
+        left[res.rid] = res.capacity
+        count[res.rid] = n
         if n:
-            left[res.rid] = res.capacity
-            unfrozen[res.rid] = n
-            version[res.rid] = 0
-            heap.append((res.capacity / n, res.rid, 0))
+            heap.append((res.capacity / n, res.rid))
     heapq.heapify(heap)
-    caps = sorted((f.cap, f.seq, f) for f in flows if f.cap is not None)
+    by_rid = {res.rid: res for res in resources}
+    caps = sorted((flow.cap, flow.seq, i) for i, flow in enumerate(flows) if flow.cap is not None)
     cap_i = 0
     todo = len(flows)
-    by_rid = {res.rid: res for res in resources}
-
-    def freeze(flow: _Flow, rate: float) -> None:
-        rates[flow.seq] = rate
-        for r in flow.resources:
-            left[r] -= rate
-            unfrozen[r] -= 1
-            version[r] += 1
-            if unfrozen[r]:
-                heapq.heappush(heap, (max(left[r], 0.0) / unfrozen[r], r, version[r]))
+    inf = math.inf
+    heappop, heappush = heapq.heappop, heapq.heappush
 
     while todo:
-        while cap_i < len(caps) and caps[cap_i][1] in rates:
+        while cap_i < len(caps) and rates[caps[cap_i][2]] is not None:
             cap_i += 1
-        while heap and heap[0][2] != version[heap[0][1]]:
-            heapq.heappop(heap)
-        cap_level = caps[cap_i][0] if cap_i < len(caps) else math.inf
-        res_level = heap[0][0] if heap else math.inf
+        while heap:
+            level, r = heap[0]
+            n = count[r]
+            if n and level == max(left[r], 0.0) / n:
+                break
+            heappop(heap)
+        cap_level = caps[cap_i][0] if cap_i < len(caps) else inf
+        res_level = heap[0][0] if heap else inf
         if cap_level <= res_level:
-            freeze(caps[cap_i][2], cap_level)
-            todo -= 1
-            continue
-        level, r, _ = heapq.heappop(heap)
-        for seq, flow in by_rid[r].flows.items():
-            if seq not in rates:
-                freeze(flow, level)
-                todo -= 1
-    return rates
+            i = caps[cap_i][2]
+            frozen = [flows[i]]
+            rates[i] = cap_level
+            level = cap_level
+        else:
+            level, r = heappop(heap)
+            frozen = []
+            for seq, flow in by_rid[r].flows.items():
+                i = position[seq]
+                if rates[i] is None:
+                    rates[i] = level
+                    frozen.append(flow)
+        todo -= len(frozen)
+        touched: dict[int, None] = {}
+        for flow in frozen:
+            for r in flow.resources:
+                left[r] -= level
+                count[r] -= 1
+                touched[r] = None
+        for r in touched:
+            if count[r]:
+                heappush(heap, (max(left[r], 0.0) / count[r], r))
+    return rates, left
