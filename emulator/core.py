@@ -370,6 +370,10 @@ def _mxu_pop(core, op):
     core.vf[vd] = core.mx_acc[x, acc][:, chunk * LANES:(chunk + 1) * LANES]
 
 
+def _illegal(core, op):
+    raise Trap("illegal-instruction", op.values["problem"])
+
+
 def _mark_push(core, op):
     region, sa = op.args
     core.regions.append((region, core.s[sa], core.t))
@@ -388,5 +392,5 @@ HANDLERS = {
     "mrows": _mrows, "viota": _viota, "vreduce": _vreduce, "vbcastidx": _vbcastidx,
     "vrot": _vrot, "vextract": _vextract, "vinsert": _vinsert, "mxu_ldw": _mxu_ldw,
     "mxu_push": _mxu_push, "mxu_mac": _mxu_mac, "mxu_pop": _mxu_pop,
-    "mark_push": _mark_push, "mark_pop": _mark_pop,
+    "mark_push": _mark_push, "mark_pop": _mark_pop, "illegal": _illegal,
 }

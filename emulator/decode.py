@@ -4,13 +4,16 @@ Decoding happens once per kernel (all cores of an SPMD launch share the result):
 each word is decoded through the ISA table, its register reads and writes become
 scoreboard indices, its unit and timing class become a unit index, a latency and
 an occupancy from the hardware profile, and its semantics become a handler.
+
+A word that is not a valid instruction for this machine does not stop the load:
+it becomes an `illegal` op that faults when executed, as on hardware, so the fault
+names the core, cycle and pc that reached it (and unreachable data words are fine).
 """
 
 from __future__ import annotations
 
 import attrs
 
-from mkemu.errors import EmulatorFault
 from mkemu.isa.asm import EncodingError, decode, format_instr
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Kernel
@@ -55,22 +58,32 @@ def scoreboard_size(profile: HardwareProfile) -> int:
     return SB_MXU + profile.mxus_per_core * (2 + profile.mxu_accumulators)
 
 
+# The row an illegal word decodes to; its handler (effect "illegal") faults.
+ILLEGAL = Instr(mnemonic=".word", opcode=-1, operands=(), syntax="", unit="scalar",
+                timing=None, effect="illegal")
+
+
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> list[Op]:
     units = {name: i for i, name in enumerate(unit_names(profile))}
     ops = []
-    for pc, word in enumerate(kernel.code):
+    for word in kernel.code:
+        word = int(word)
         try:
-            instr, values = decode(int(word))
+            instr, values = decode(word)
         except EncodingError as exc:
-            raise EmulatorFault("illegal-instruction", str(exc), pc=pc,
-                                source=kernel.source_line(pc)) from None
+            ops.append(_illegal(word, str(exc), f".word {word:#018x}", units))
+            continue
         problem = _check_ranges(instr, values, profile)
         if problem:
-            raise EmulatorFault("illegal-instruction", problem, pc=pc,
-                                instruction=format_instr(instr, values),
-                                source=kernel.source_line(pc))
+            ops.append(_illegal(word, problem, format_instr(instr, values), units))
+            continue
         ops.append(_make_op(instr, values, profile, units))
     return ops
+
+
+def _illegal(word: int, problem: str, text: str, units: dict) -> Op:
+    return Op(instr=ILLEGAL, values={"problem": problem}, args=(word,), unit=units["scalar"],
+              latency=0, occupancy=1, srcs=(), dsts=(), is_global=False, text=text)
 
 
 def _check_ranges(instr: Instr, values: dict, profile: HardwareProfile) -> str | None:
@@ -94,6 +107,8 @@ def _make_op(instr: Instr, values: dict, profile: HardwareProfile, units: dict) 
             continue
         (dsts if op.access == "w" else srcs).append(base + values[op.name])
     effect = instr.effect
+    if effect == "vinsert":
+        srcs.append(SB_V + values["vd"])   # writes one element: the rest of vd is read
     if effect.startswith("mxu_"):
         x = values["x"]
         if effect == "mxu_ldw":
@@ -111,6 +126,9 @@ def _make_op(instr: Instr, values: dict, profile: HardwareProfile, units: dict) 
         unit = units[instr.unit]
     # Writes to s0 are dropped and m0 is constant: neither is a real dependency.
     dsts = [d for d in dsts if d not in (SB_S, SB_M)]
+    # In-order issue also waits for an earlier, slower write to the same register
+    # (write-after-write), so a result can never be overtaken.
+    srcs += [d for d in dsts if d not in srcs]
     if instr.timing is None:
         latency = occupancy = 0
     else:

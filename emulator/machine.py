@@ -76,7 +76,7 @@ class RunResult:
 
 class Machine:
     def __init__(self, profile: HardwareProfile, mesh: Mesh | None = None,
-                 config: RunConfig | None = None):
+                 config: RunConfig | None = None, trace=None):
         self.profile = profile
         self.mesh = mesh or Mesh(profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
         self.config = config or RunConfig()
@@ -97,6 +97,7 @@ class Machine:
                     core.check_vmem = core.check_vmem_span = _no_check
                 self.cores.append(core)
         self.net = FlowNetwork()
+        self.hbm_shared = p.cores_per_chip * p.dma_engine_bw_bytes_per_cycle > p.hbm_bw_bytes_per_cycle
         self.hbm_res = [self.net.add_resource(f"chip{c} HBM", p.hbm_bw_bytes_per_cycle)
                         for c in range(self.mesh.num_chips)]
         self.sibling_res = [self.net.add_resource(f"chip{c} core-to-core", p.sibling_bw_bytes_per_cycle)
@@ -112,19 +113,18 @@ class Machine:
         self.link_bytes = 0
         self.dma_count = 0
         self.launch_cycles: list[int] = []
+        # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
+        self.trace = trace
 
     # -- loading and data ----------------------------------------------------
 
     def load(self, program: Program) -> None:
         self.program = program
+        if self.trace is not None:
+            self.trace.attach(self)
         self.decoded = {}
         for name, kernel in program.kernels.items():
-            try:
-                self.decoded[name] = decode_kernel(kernel, self.profile)
-            except EmulatorFault as fault:
-                fault.message = f"kernel {name}: {fault.message}"
-                raise EmulatorFault(fault.kind, fault.message, pc=fault.pc,
-                                    instruction=fault.instruction, source=fault.source) from None
+            self.decoded[name] = decode_kernel(kernel, self.profile)
             for op in self.decoded[name]:
                 op.run = HANDLERS.get(op.instr.effect)
         if program.hbm_bytes > self.profile.hbm_bytes:
@@ -172,6 +172,8 @@ class Machine:
             core.end_time = None
             self._push(start, RESUME, core)
         self.now = start
+        if self.trace is not None:
+            self.trace.on_launch(self, launch, start)
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)
             if t > self.config.max_cycles:
@@ -193,6 +195,8 @@ class Machine:
         if waiting:
             raise self._deadlock(waiting)
         self.now = max([self.now] + [c.end_time for c in self.cores])
+        if self.trace is not None:
+            self.trace.on_launch_end(self)
         if "semaphores" in self.config.checks:
             for core in self.cores:
                 left = [(i, v) for i, v in enumerate(core.sems) if v]
@@ -248,6 +252,9 @@ class Machine:
                 self._check_sem(target, sem)
                 delay = self._path_latency(core, target)
                 self._push(t + delay, SIGNAL, (target, sem, value))
+            if self.trace is not None:
+                self.trace.on_signal(core, target if effect == "signal_remote" else core, sem, value, t,
+                                     t + delay if effect == "signal_remote" else t)
             return False
         if effect == "wait":
             sem, value = s[op.args[0]], s[op.args[1]]
@@ -255,6 +262,8 @@ class Machine:
             if core.sems[sem] >= value:
                 core.sems[sem] -= value
                 self._retire_dmas(core, sem)
+                if self.trace is not None:
+                    self.trace.on_wait(core, 0, sem, value, t, t)
                 return False
             core.waiting = (sem, value, t, op)
             return True
@@ -290,6 +299,8 @@ class Machine:
             core.sems[sem] -= waiting[1]
             core.stalls["semaphore"] += t - waiting[2]
             core.waiting = None
+            if self.trace is not None:
+                self.trace.on_wait(core, 0, sem, waiting[1], waiting[2], t)
             self._retire_dmas(core, sem)
             core.t = max(core.t, t)
             core.pc += 1
@@ -310,6 +321,8 @@ class Machine:
                 continue
             other.stalls["barrier"] += t - since
             other.waiting = None
+            if self.trace is not None:
+                self.trace.on_wait(other, 1, BARRIER_SCOPES.index(scope), 0, since, t)
             other.t = max(other.t, t)
             other.pc += 1
             self._push(t, RESUME, other)
@@ -364,23 +377,17 @@ class Machine:
         dst_mem = self._memory(target, dst_space)
         src_addr, dst_addr = s[src], s[dst]
         data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
+        if src_space == "vmem" and core.in_flight:
+            # The source bytes are read now: reading another DMA's unfinished destination is a race.
+            lo, hi = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
+            self._race(core, lo, hi, write=False)
         dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
         if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
             raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
                                         f"is outside {dst_space.upper()} of {dst_mem.size} bytes"
                                         + (f" on chip {target.chip} core {target.index}" if remote else ""))
         size = inner * n1 * n2
-        resources = [self.engine_res[core.gid]]
-        if src_space == "hbm":
-            resources.append(self.hbm_res[core.chip])
-        if target.chip != core.chip:
-            resources += self.links.path_resources(core.chip, target.chip)
-            if dst_space == "hbm":
-                resources.append(self.hbm_res[target.chip])
-        elif target is not core:
-            resources.append(self.sibling_res[core.chip])
-        if dst_space == "hbm" and target.chip == core.chip and src_space != "hbm":
-            resources.append(self.hbm_res[core.chip])
+        resources = self._dma_resources(core, target, src_space, dst_space)
         latency = self.profile.dma_start_latency_cycles + self._path_latency(core, target)
         self.dma_count += 1
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
@@ -395,6 +402,8 @@ class Machine:
         if target.chip != core.chip:
             self.link_bytes += size * self.mesh.hops(core.chip, target.chip)
         self.dmas[dma.seq] = dma
+        if self.trace is not None:
+            self.trace.on_dma_issue(dma)
         if "races" in self.config.checks:
             if dst_space == "vmem":
                 target.in_flight.append(("dst", dma))
@@ -407,6 +416,23 @@ class Machine:
         else:
             self.engine_queue[core.gid].append(dma)
 
+    def _dma_resources(self, core: Core, target: Core, src_space: str, dst_space: str) -> list[int]:
+        """The flow resources a DMA crosses.
+
+        A chip's HBM is a resource only where its DMA engines together could
+        outrun it; otherwise it can never be the bottleneck and leaving it out keeps
+        the flows of different cores independent (much cheaper to re-divide). Remote
+        writes into HBM are limited by the links long before the remote HBM.
+        """
+        resources = [self.engine_res[core.gid]]
+        if self.hbm_shared and "hbm" in (src_space, dst_space):
+            resources.append(self.hbm_res[core.chip])
+        if target.chip != core.chip:
+            resources += self.links.path_resources(core.chip, target.chip)
+        elif target is not core:
+            resources.append(self.sibling_res[core.chip])
+        return resources
+
     def _memory(self, core: Core, space: str) -> np.ndarray:
         if space == "hbm":
             return self.hbm[core.chip]
@@ -416,6 +442,9 @@ class Machine:
         dma.begun_at = t
         self.net.start(dma.seq, dma.size_bytes, dma.resources, t)
         self._schedule_flows()
+        if self.trace is not None:
+            self.trace.on_dma_begin(dma, t)
+            self.trace.on_rates(self.net, t)
 
     def _schedule_flows(self) -> None:
         self.flow_version += 1
@@ -427,6 +456,8 @@ class Machine:
         for key in self.net.pop_completed(t):
             dma = self.dmas.pop(key)
             dma.done_at = t
+            if self.trace is not None:
+                self.trace.on_dma_done(dma, t)
             inner, n1, ds1, n2, ds2 = dma.shape
             write_block(self._memory(dma.dst_core, dma.dst_space), dma.dst_space.upper(),
                         dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
@@ -441,6 +472,8 @@ class Machine:
             if dma.rsem is not None:
                 self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t)
         self._schedule_flows()
+        if self.trace is not None:
+            self.trace.on_rates(self.net, t)
 
     def _retire_dmas(self, core: Core, sem: int) -> None:
         """A successful wait on `sem` ends the race window of the DMAs it counted."""

@@ -102,7 +102,7 @@ def _syntax_regex(instr: Instr) -> re.Pattern:
 
 
 def _literal(text: str) -> str:
-    return "".join(r"\s*" if ch == " " else re.escape(ch) + r"\s*" for ch in text)
+    return "".join(r"\s*" if ch == " " else r"\s*" + re.escape(ch) + r"\s*" for ch in text)
 
 
 _REGEX = {m: _syntax_regex(ins) for m, ins in TABLE.items()}
@@ -112,7 +112,7 @@ _ORDER = {m: re.findall(r"\{(\w+)\}", ins.syntax) for m, ins in TABLE.items()}
 def parse_instr(text: str, symbols: dict[str, int] | None = None) -> tuple[Instr, dict[str, int]]:
     """Parse one instruction's text. Raises EncodingError with a readable message."""
     text = text.strip()
-    mnemonic, _, rest = text.partition(" ")
+    mnemonic, rest = (re.split(r"\s+", text, maxsplit=1) + [""])[:2]
     instr = TABLE.get(mnemonic)
     if instr is None:
         close = _closest(mnemonic)

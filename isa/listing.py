@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mkemu.isa.asm import decode, format_instr
+from mkemu.isa.asm import EncodingError, decode, format_instr
+from mkemu.isa.encoding import OPCODE_SHIFT
+from mkemu.isa.table import BY_OPCODE
 from mkemu.isa.program import Program
 
 
@@ -24,8 +26,11 @@ def listing(program: Program, stats: bool = False, compile_s: float | None = Non
                 last = key
             if pc in labels:
                 out.append(f"{labels[pc]}:")
-            instr, values = decode(int(word))
-            out.append(f"  {pc:06x}:  {int(word):016x}  {format_instr(instr, values)}")
+            try:
+                text = format_instr(*decode(int(word)))
+            except EncodingError:
+                text = f".word {int(word):#018x}  ; not an instruction"
+            out.append(f"  {pc:06x}:  {int(word):016x}  {text}")
         out.append("")
     if stats:
         out.extend(_stats(program, compile_s))
@@ -37,7 +42,8 @@ def _stats(program: Program, compile_s: float | None) -> list[str]:
     if compile_s is not None:
         out.append(f"  compile time: {compile_s * 1000:.1f} ms")
     for kernel in program.kernels.values():
-        units = Counter(decode(int(w))[0].unit for w in kernel.code)
+        units = Counter(BY_OPCODE[int(w) >> OPCODE_SHIFT].unit if int(w) >> OPCODE_SHIFT in BY_OPCODE
+                        else "illegal" for w in kernel.code)
         counts = ", ".join(f"{u} {n}" for u, n in sorted(units.items()))
         out.append(f"  kernel {kernel.name}: {len(kernel.code)} instructions ({counts})")
         out.append(f"    VMEM {kernel.vmem_bytes:,} bytes, SMEM {kernel.smem_bytes:,} bytes")

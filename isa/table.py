@@ -146,12 +146,13 @@ def _v_sra(a, b):
 
 
 def _tree_i32(combine):
+    """An int32 reduction along `axis` (axis removed, like `numerics.tree_sum_f32`)."""
     def reduce(x, axis):
         while x.shape[axis] > 1:
             half = x.shape[axis] // 2
             lo, hi = np.split(x, [half], axis=axis)
             x = combine(lo, hi)
-        return x
+        return np.squeeze(x, axis)
     return reduce
 
 
@@ -171,7 +172,7 @@ VALU_I32 = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply,
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
     "shl": _v_shl, "shr": _v_shr, "sra": _v_sra,
-    "max": nx.f32_max, "min": nx.f32_min,
+    "max": np.maximum, "min": np.minimum,
 }
 COMPARES = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="set a program parameter (repeatable)")
+    run.add_argument("--trace", metavar="PATH", help="record a trace to PATH (read it with `mkemu trace`)")
     run.set_defaults(func=cmd_run)
 
     asm = sub.add_parser("asm", help="print the assembler listing of a program")
@@ -57,6 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
     asm.set_defaults(func=cmd_asm)
 
+    trace = sub.add_parser("trace", help="summarise a trace; `trace diff A B` compares two",
+                           description="mkemu trace PATH [options] | mkemu trace diff A B [options]")
+    trace.add_argument("path", metavar="PATH", help="a trace written by `mkemu run --trace` (or `diff`)")
+    trace.add_argument("others", nargs="*", metavar="B", help=argparse.SUPPRESS)
+    trace.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    trace.add_argument("--chip", type=int, action="append", metavar="N", help="only chip N (repeatable)")
+    trace.add_argument("--core", type=int, action="append", metavar="N", help="only core N of each chip (repeatable)")
+    trace.add_argument("--region", metavar="NAME", help="only cycles inside region NAME, NAME[INDEX] or kernel:NAME")
+    trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
+    trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
+    trace.add_argument("--top", type=int, default=5, metavar="N", help="how many HBM bubbles to list (default 5)")
+    trace.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace-event JSON for Perfetto UI")
+    trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG)")
+    trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs matplotlib)")
+    trace.set_defaults(func=cmd_trace)
+
     hw = sub.add_parser("hw", help="hardware profiles")
     hw_sub = hw.add_subparsers(metavar="ACTION")
     hw_list = hw_sub.add_parser("list", help="list the shipped profiles")
@@ -64,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     hw_show = hw_sub.add_parser("show", help="show one profile")
     hw_show.add_argument("name", metavar="NAME|PATH")
     hw_show.set_defaults(func=cmd_hw_show)
+
+    model = sub.add_parser("model", help="model configs (Kimi K3 shapes)")
+    model_sub = model.add_subparsers(metavar="ACTION")
+    model_list = model_sub.add_parser("list", help="list the shipped model configs")
+    model_list.set_defaults(func=cmd_model_list)
+    model_show = model_sub.add_parser("show", help="config, parameter counts and bytes per token")
+    model_show.add_argument("name", metavar="NAME|PATH")
+    model_show.set_defaults(func=cmd_model_show)
     return parser
 
 
@@ -122,7 +147,12 @@ def cmd_run(args) -> int:
     config = RunConfig(seed=args.seed, max_cycles=args.max_cycles, dma_order=args.dma_order,
                        checks=frozenset({"races", "semaphores"}) - set(args.no_check))
     program = load_program(args.file, profile, _params(args.set))
-    machine = Machine(profile, mesh, config)
+    recorder = None
+    if args.trace:
+        from mkemu.emulator.trace import Recorder
+
+        recorder = Recorder()
+    machine = Machine(profile, mesh, config, trace=recorder)
     machine.load(program)
     chips = mesh.num_chips
     if args.inputs:
@@ -144,6 +174,8 @@ def cmd_run(args) -> int:
             except ValueError as exc:
                 raise ConfigError(str(exc), file=args.inputs, key=buf.name) from None
     result = machine.run()
+    if recorder is not None:
+        runner.atomic_write(args.trace, recorder.to_bytes())
     report = result.to_json()
     report["chips"] = chips
     report["cores"] = len(machine.cores)
@@ -197,6 +229,47 @@ def _print_run(report: dict, mismatch, program) -> None:
     print(f"wall {report['wall_s']:.2f} s")
 
 
+def cmd_trace(args) -> int:
+    from mkemu.runner import atomic_write
+    from mkemu.tools import trace_diff, trace_summary
+    from mkemu.tools.trace_reader import read_trace
+
+    filters = dict(chips=args.chip, cores=args.core, region=args.region, start=args.start, end=args.end)
+    if args.path == "diff":
+        if len(args.others) != 2:
+            raise ConfigError("trace diff wants two traces: mkemu trace diff A B", key="diff")
+        d = trace_diff.diff(read_trace(args.others[0]), read_trace(args.others[1]), **filters)
+        if args.json:
+            print(json.dumps(d, default=_json_default))
+        else:
+            sys.stdout.write(trace_diff.render_text(d))
+        return 0
+    if args.others:
+        raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")
+    trace = read_trace(args.path)
+    if args.perfetto:
+        from mkemu.tools.perfetto import to_perfetto
+
+        atomic_write(args.perfetto, json.dumps(to_perfetto(trace), separators=(",", ":")).encode())
+    if args.html:
+        from mkemu.tools.plot import to_html
+
+        atomic_write(args.html, to_html(trace).encode())
+    if args.plot:
+        from mkemu.tools.plot import to_png
+
+        try:
+            atomic_write(args.plot, to_png(trace))
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib, which is not installed; use --html OUT.html "
+                              "(a self-contained timeline page) instead", key="--plot") from None
+    if args.json:
+        print(json.dumps(trace_summary.summarize(trace, top=args.top, **filters), default=_json_default))
+    elif not (args.perfetto or args.html or args.plot):
+        sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=args.top, **filters)))
+    return 0
+
+
 def cmd_asm(args) -> int:
     from mkemu.isa.hardware import load_profile
     from mkemu.isa.listing import listing
@@ -227,6 +300,21 @@ def cmd_hw_show(args) -> int:
     from mkemu.isa.hardware import load_profile, profile_to_text
 
     print(profile_to_text(load_profile(args.name)))
+    return 0
+
+
+def cmd_model_list(args) -> int:
+    from mkemu.programs.k3.config import list_configs, load_config
+
+    for name in list_configs():
+        print(f"{name:10s} {load_config(name).description}")
+    return 0
+
+
+def cmd_model_show(args) -> int:
+    from mkemu.programs.k3.config import config_to_text, load_config
+
+    print(config_to_text(load_config(args.name)))
     return 0
 
 

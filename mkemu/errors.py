@@ -122,3 +122,15 @@ class EmulatorFault(MkemuError):
             lines.append(f"  source: {self.source}")
         lines.extend(f"  {d}" for d in self.details)
         return "\n".join(lines)
+
+
+class TraceError(MkemuError):
+    """A trace file that cannot be read: not a trace, a newer format, truncated or corrupted."""
+
+    def __init__(self, message: str, *, file: str | None = None):
+        self.message = message
+        self.file = file
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return f"{self.file}: error: {self.message}" if self.file else f"error: {self.message}"

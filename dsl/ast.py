@@ -1,0 +1,370 @@
+"""Syntax tree of a .mk file, exactly as written: no name resolution, no folding.
+
+Every node is a small frozen attrs class carrying the `SourceSpan` it came from.
+Declarations also keep `name_span` so an error about a name can point at the name.
+The checked, resolved form that the back end consumes lives in `mkemu.dsl.ir`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from mkemu.errors import SourceSpan
+
+# ----------------------------------------------------------------- expressions
+
+
+@attrs.frozen
+class Name:
+    name: str
+    span: SourceSpan
+
+
+@attrs.frozen
+class IntLit:
+    value: int
+    span: SourceSpan
+
+
+@attrs.frozen
+class FloatLit:
+    value: float
+    span: SourceSpan
+
+
+@attrs.frozen
+class Binary:
+    """`left op right`; op is the source text (`+`, `<=`, `&&`, `<<`, ...)."""
+
+    op: str
+    left: "Expr"
+    right: "Expr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Unary:
+    op: str  # "-" or "!"
+    operand: "Expr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Keyword:
+    """A keyword argument `name=value` (only `axis=` is used by builtins)."""
+
+    name: str
+    value: "Expr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Remote:
+    """`value @ target` in a call argument: the thing named lives on core `target`."""
+
+    value: "Expr"
+    target: "Expr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Call:
+    func: str
+    args: tuple["Expr | Remote", ...]
+    keywords: tuple[Keyword, ...]
+    span: SourceSpan
+    func_span: SourceSpan
+
+
+@attrs.frozen
+class Slice:
+    """`start:stop` with either end optional (None means 0 / the dimension size)."""
+
+    start: "Expr | None"
+    stop: "Expr | None"
+    span: SourceSpan
+
+
+@attrs.frozen
+class SizedSlice:
+    """`start +: length`: any start, a compile-time length."""
+
+    start: "Expr"
+    length: "Expr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Index:
+    """`base[i0, i1, ...]`; each item is an expression (a point) or a slice."""
+
+    base: "Expr"
+    items: tuple["Expr | Slice | SizedSlice", ...]
+    span: SourceSpan
+
+
+Expr = Name | IntLit | FloatLit | Binary | Unary | Call | Index
+
+# ------------------------------------------------------------------------ types
+
+
+@attrs.frozen
+class MemType:
+    """`hbm f32[L, D, D]`, `vmem bf16[2][256, 1024]` (slots=(2,)), `smem i32[16]`.
+
+    `slots` holds the first bracket of a buffer array as written; the checker
+    insists on exactly one entry.
+    """
+
+    space: str
+    dtype: str
+    dims: tuple[Expr, ...]
+    slots: tuple[Expr, ...] | None
+    span: SourceSpan
+
+
+@attrs.frozen
+class SemType:
+    """`sem` or `sem[N]` (an array of N semaphores; one entry, checked later)."""
+
+    count: tuple[Expr, ...] | None
+    span: SourceSpan
+
+
+@attrs.frozen
+class ScalarType:
+    """A scalar parameter type; only `i32` is valid (checked, not parsed)."""
+
+    name: str
+    span: SourceSpan
+
+
+Type = MemType | SemType | ScalarType
+
+
+@attrs.frozen
+class Param:
+    name: str
+    type: Type
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+# ------------------------------------------------------------------- statements
+
+
+@attrs.frozen
+class BufferDecl:
+    """`vmem x: f32[8, 128];`, `vmem w: bf16[2][256, 256];`, `smem idx: i32[16];`."""
+
+    space: str
+    name: str
+    dtype: str
+    dims: tuple[Expr, ...]
+    slots: tuple[Expr, ...] | None
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class SemDecl:
+    name: str
+    count: tuple[Expr, ...] | None
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class VarDecl:
+    """`var k: i32 = 0;` (a mutable scalar) or `var acc: f32[8, 256];` (a tile)."""
+
+    name: str
+    dtype: str
+    dims: tuple[Expr, ...] | None
+    init: Expr | None
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class Let:
+    name: str
+    value: Expr
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class Assign:
+    """`target op value;` with op one of `=`, `+=`, `-=`, `*=`, `/=`."""
+
+    target: Expr
+    op: str
+    value: Expr
+    span: SourceSpan
+
+
+@attrs.frozen
+class ExprStmt:
+    expr: Expr
+    span: SourceSpan
+
+
+@attrs.frozen
+class Start:
+    dma: Expr
+    span: SourceSpan
+
+
+@attrs.frozen
+class Wait:
+    """`wait h;` (completion on the issuing side) or `wait recv h;` (arrival)."""
+
+    dma: Expr
+    recv: bool
+    span: SourceSpan
+
+
+@attrs.frozen
+class WaitSem:
+    """`wait(sem, amount);`"""
+
+    sem: Expr
+    amount: Expr
+    span: SourceSpan
+
+
+@attrs.frozen
+class Block:
+    stmts: tuple["Stmt", ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class For:
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr | None
+    body: Block
+    span: SourceSpan
+    var_span: SourceSpan
+
+
+@attrs.frozen
+class If:
+    cond: Expr
+    then: Block
+    orelse: "Block | If | None"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Region:
+    name: str
+    index: Expr | None
+    body: Block
+    span: SourceSpan
+
+
+@attrs.frozen
+class Launch:
+    """`launch k(args);` in the host block (keyword arguments are kept to be rejected)."""
+
+    kernel: str
+    args: tuple["Expr | Keyword | Remote", ...]
+    span: SourceSpan
+    kernel_span: SourceSpan
+
+
+@attrs.frozen
+class IoDecl:
+    """Host only: `input a: f32[8, 128];` or `output y: f32[8, 128];`."""
+
+    kind: str
+    name: str
+    dtype: str
+    dims: tuple[Expr, ...]
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class Assert:
+    """`assert cond, "message";` checked at compile time."""
+
+    cond: Expr
+    message: str | None
+    span: SourceSpan
+
+
+Stmt = (
+    BufferDecl | SemDecl | VarDecl | Let | Assign | ExprStmt | Start | Wait | WaitSem
+    | For | If | Region | Launch | IoDecl | Assert
+)
+
+# ------------------------------------------------------------------------ items
+
+
+@attrs.frozen
+class Import:
+    path: str
+    span: SourceSpan
+
+
+@attrs.frozen
+class ParamDecl:
+    name: str
+    value: Expr
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class ConstDecl:
+    name: str
+    value: Expr
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class Reference:
+    """`reference "file.py:function";` names the numpy reference."""
+
+    target: str
+    span: SourceSpan
+
+
+@attrs.frozen
+class FnDecl:
+    name: str
+    params: tuple[Param, ...]
+    body: Block
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class KernelDecl:
+    name: str
+    params: tuple[Param, ...]
+    body: Block
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
+class HostDecl:
+    body: Block
+    span: SourceSpan
+
+
+Item = Import | ParamDecl | ConstDecl | Reference | FnDecl | KernelDecl | HostDecl | Assert
+
+
+@attrs.frozen
+class Module:
+    file: str
+    items: tuple[Item, ...]
+    span: SourceSpan

@@ -1,0 +1,66 @@
+"""The front end's public API: load, check and elaborate a .mk program.
+
+`load_program(path, params)` returns an `ir.Program` (see `mkemu.dsl.ir`): every
+name resolved, params and consts folded, fn calls inlined, the host launch sequence
+unrolled. It raises `SourceError` listing every syntax or semantic error of the
+program sorted by position, or `ConfigError` for a bad parameter override.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mkemu.dsl import ast, ir
+from mkemu.dsl.check import Elaborator
+from mkemu.dsl.imports import load_files
+from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan
+
+
+def load_program(
+    path: str | os.PathLike, params: dict[str, int] | None = None, *, text: str | None = None
+) -> ir.Program:
+    """Load `path` (or `text`, named `path`) and its imports; check; elaborate.
+
+    `params` overrides `param` declarations by name (model and hardware configs).
+    """
+    loaded = load_files(path, text)
+    diagnostics: list[Diagnostic] = []
+    for error in loaded.parse_errors:
+        diagnostics.extend(error.diagnostics)
+    diagnostics.extend(_diagnostic(span, msg, loaded.sources) for span, msg in loaded.errors)
+    if diagnostics:
+        raise SourceError(diagnostics)
+    modules = [f.module for f in loaded.files if f.module is not None]
+    overrides = dict(params or {})
+    declared = {
+        item.name: item
+        for m in modules
+        for item in m.items
+        if isinstance(item, (ast.ParamDecl, ast.ConstDecl))
+    }
+    for name, value in overrides.items():
+        decl = declared.get(name)
+        if decl is None:
+            known = ", ".join(sorted(n for n, d in declared.items() if isinstance(d, ast.ParamDecl)))
+            raise ConfigError(
+                f"unknown program parameter '{name}' (the program's params: {known or 'none'})",
+                file=str(path), key=name,
+            )
+        if isinstance(decl, ast.ConstDecl):
+            raise ConfigError(f"'{name}' is a const, not a param; it cannot be set from outside",
+                              file=str(path), key=name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"param '{name}' must be an integer, got {value!r}", file=str(path), key=name)
+    elaborator = Elaborator(modules, loaded.sources, overrides)
+    program = elaborator.program(str(path), Path(path).resolve().parent)
+    errors = elaborator.diagnostics()
+    if errors:
+        raise SourceError([_diagnostic(span, msg, loaded.sources) for span, msg in errors])
+    return program
+
+
+def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:
+    lines = sources.get(span.file, "").splitlines()
+    line = lines[span.line - 1] if 1 <= span.line <= len(lines) else None
+    return Diagnostic(span, message, line)

@@ -1,0 +1,94 @@
+"""Loading a .mk file and everything it imports.
+
+`import "x.mk";` is resolved relative to the importing file. Each file is parsed
+once however often it is imported (diamonds are fine); an import cycle is an error
+at the import that closes it, naming the whole chain; a missing file is an error at
+its import statement. Syntax errors of all files are collected together.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from mkemu.dsl import ast
+from mkemu.dsl.parser import parse
+from mkemu.errors import SourceError, SourceSpan
+
+
+@attrs.frozen
+class LoadedFile:
+    name: str  # the file name used in spans
+    path: Path
+    text: str
+    module: ast.Module | None  # None when it did not parse
+
+
+@attrs.define
+class LoadResult:
+    files: list[LoadedFile]  # imported files before their importers; main file last
+    errors: list[tuple[SourceSpan, str]]
+    parse_errors: list[SourceError]
+    sources: dict[str, str]
+
+
+def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadResult:
+    """Read and parse `main` and its imports. `main_text` overrides reading main."""
+    result = LoadResult([], [], [], {})
+    main_name = str(main)
+    loaded: dict[Path, LoadedFile] = {}
+
+    def visit(path: Path, name: str, text: str, stack: list[Path]) -> None:
+        result.sources[name] = text
+        try:
+            module = parse(text, name)
+        except SourceError as e:
+            result.parse_errors.append(e)
+            module = None
+        entry = LoadedFile(name, path, text, module)
+        loaded[path] = entry
+        if module is None:
+            result.files.append(entry)
+            return
+        for item in module.items:
+            if not isinstance(item, ast.Import):
+                continue
+            target = (path.parent / item.path).resolve()
+            target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
+            if target in stack:
+                chain = stack[stack.index(target):] + [target]
+                names = " -> ".join(_display(p, loaded) for p in chain)
+                result.errors.append((item.span, f"import cycle: {names}"))
+                continue
+            if target in loaded:
+                continue
+            try:
+                target_text = target.read_text()
+            except FileNotFoundError:
+                result.errors.append(
+                    (item.span, f"cannot find imported file '{item.path}' (looked for {target})")
+                )
+                continue
+            except OSError as e:
+                result.errors.append((item.span, f"cannot read imported file '{item.path}': {e.strerror}"))
+                continue
+            visit(target, target_name, target_text, stack + [target])
+        result.files.append(entry)  # after its imports: definitions in import order
+
+    main_path = Path(main).resolve()
+    if main_text is None:
+        try:
+            main_text = main_path.read_text()
+        except OSError as e:
+            from mkemu.errors import ConfigError
+
+            raise ConfigError(f"cannot read program: {e.strerror}", file=main_name) from None
+    visit(main_path, main_name, main_text, [main_path])
+    return result
+
+
+def _display(path: Path, loaded: dict[Path, LoadedFile]) -> str:
+    entry = loaded.get(path)
+    return entry.name if entry else str(path)

@@ -1,0 +1,526 @@
+"""The checked program: what the front end hands to the back end.
+
+Everything here is resolved: names point at entity objects (`Buffer`, `Semaphore`,
+`ScalarVar`, `TileValue`), params and consts are folded to ints, fn calls are inlined
+(their locals renamed `fn#N.name`), statically-decided `if`s are reduced to the taken
+branch, every slice is a `Ref` with one offset expression and one static size per
+dimension of its buffer, and every tile expression carries its dtype and 2-D shape.
+
+Entities compare by identity (two buffers with the same name in different inlined
+calls are different buffers). Every node carries the `SourceSpan` of the source text
+it came from (inside an fn body for inlined code), for the back end's source map.
+
+Scalars are int32. Tile dtypes are `bf16`, `f32`, `i32` and `bool` (masks); a `bf16`
+tile holds bf16-exact values (the registers hold f32). Tiles are always 2-D.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from mkemu.errors import SourceSpan
+
+DTYPE_BYTES = {"bf16": 2, "f32": 4, "i32": 4}
+
+# ------------------------------------------------------------------- entities
+
+
+@attrs.frozen(eq=False)
+class Buffer:
+    """A memory region. space: hbm | vmem | smem | var (a compiler-placed tile).
+
+    `slots` is None for a single buffer, N for an array of N equal buffers (`w[2]`).
+    role: "param" (kernel HBM parameter), "local" (kernel/fn local),
+    "input" / "output" / "scratch" (host-level HBM arrays).
+    """
+
+    name: str
+    space: str
+    dtype: str
+    shape: tuple[int, ...]
+    slots: int | None
+    span: SourceSpan
+    role: str = "local"
+
+    @property
+    def slot_bytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+    @property
+    def size_bytes(self) -> int:
+        return self.slot_bytes * (self.slots or 1)
+
+
+@attrs.frozen(eq=False)
+class Semaphore:
+    """A semaphore, or an array of `count` semaphores (count None: a single one)."""
+
+    name: str
+    count: int | None
+    span: SourceSpan
+
+
+@attrs.frozen(eq=False)
+class ScalarVar:
+    """An int32 scalar variable. kind: param | let | var (mutable) | loop."""
+
+    name: str
+    kind: str
+    span: SourceSpan
+
+
+@attrs.frozen(eq=False)
+class TileValue:
+    """An immutable tile bound by `let`; the back end decides where it lives."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+# --------------------------------------------------------- scalar expressions
+
+
+@attrs.frozen
+class Const:
+    value: int
+    span: SourceSpan
+
+
+@attrs.frozen
+class FloatConst:
+    """A float literal not yet given a tile (only inside the front end and Literal)."""
+
+    value: float
+    span: SourceSpan
+
+
+@attrs.frozen
+class ScalarRead:
+    var: ScalarVar
+    span: SourceSpan
+
+
+@attrs.frozen
+class ScalarOp:
+    """op: + - * / % << >> & | ^ == != < <= > >= && || (binary), neg ! (unary),
+    min max (binary). Division and remainder truncate toward zero (C semantics)."""
+
+    op: str
+    args: tuple["ScalarExpr", ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class SmemLoad:
+    """Read one int32 from SMEM; `ref` has every dimension indexed."""
+
+    ref: "Ref"
+    span: SourceSpan
+
+
+@attrs.frozen
+class TileToScalar:
+    """`scalar(t)`: move the single element of an i32 [1, 1] tile into a scalar."""
+
+    tile: "TileExpr"
+    span: SourceSpan
+
+
+@attrs.frozen
+class Spmd:
+    """chip_id() core_id() num_chips() num_cores() mesh_dim(axis) chip_coord(axis)
+    peer(axis, offset) global_core(chip, core). `peer` and `global_core` give a global
+    core id (chip * cores + core); axis arguments are compile-time ints 0..2."""
+
+    name: str
+    args: tuple["ScalarExpr", ...]
+    span: SourceSpan
+
+
+ScalarExpr = Const | ScalarRead | ScalarOp | SmemLoad | TileToScalar | Spmd
+SCALAR_NODES = (Const, ScalarRead, ScalarOp, SmemLoad, TileToScalar, Spmd)
+
+# ----------------------------------------------------------------- references
+
+
+@attrs.frozen
+class Ref:
+    """A view of a buffer: `offsets[d]` and `sizes[d]` for every buffer dimension d.
+
+    sizes[d] None means the dimension is indexed by a point (dropped from the view's
+    shape); otherwise it is a static length. `slot` selects the buffer of an array.
+    Offsets are scalar expressions (Const when static); the front end has checked
+    every static or loop-affine offset against the bounds.
+    """
+
+    buffer: Buffer
+    slot: ScalarExpr | None
+    offsets: tuple[ScalarExpr, ...]
+    sizes: tuple[int | None, ...]
+    span: SourceSpan
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s for s in self.sizes if s is not None)
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+    @property
+    def size_bytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+    @property
+    def tile_shape(self) -> tuple[int, int]:
+        return tile_shape(self.shape)
+
+
+def tile_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The 2-D shape a view has in a tile expression: [] -> [1,1], [n] -> [1,n]."""
+    if len(shape) == 0:
+        return (1, 1)
+    if len(shape) == 1:
+        return (1, shape[0])
+    return (shape[-2], shape[-1])
+
+
+@attrs.frozen
+class SemRef:
+    """One semaphore: `sem`, or element `index` of a semaphore array."""
+
+    sem: Semaphore
+    index: ScalarExpr | None
+    span: SourceSpan
+
+
+# ----------------------------------------------------------- tile expressions
+# Every tile node has `dtype` and `shape` (rows, cols).
+
+
+@attrs.frozen
+class Load:
+    ref: Ref
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class ValueRead:
+    value: TileValue
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Literal:
+    """A constant broadcast to any shape (shape [1, 1] until broadcast)."""
+
+    value: float | int
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Splat:
+    """A runtime int32 scalar as an i32 [1, 1] tile."""
+
+    scalar: ScalarExpr
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Elementwise:
+    """op with broadcasting over args (each of shape equal to `shape` or 1 per dim).
+
+    Binary: + - * / % << >> & | ^ (arithmetic/bitwise), == != < <= > >= (-> bool).
+    Unary: neg ! exp log exp2 log2 sqrt rsqrt recip sigmoid tanh silu abs.
+    Other: max min (2 args), where (cond, a, b).
+    """
+
+    op: str
+    args: tuple["TileExpr", ...]
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Convert:
+    """Conversion to `dtype`: to bf16 rounds to nearest even; to i32 truncates."""
+
+    arg: "TileExpr"
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Reduce:
+    """op: sum max min argmax along `axis`, keeping the dimension (size 1)."""
+
+    op: str
+    arg: "TileExpr"
+    axis: int
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Matmul:
+    """lhs [M, K] x rhs [K, N] -> f32 [M, N]; operands both bf16 or both f32."""
+
+    lhs: "TileExpr"
+    rhs: "TileExpr"
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Transpose:
+    arg: "TileExpr"
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Iota:
+    """i32 indices along `axis`: shape [n, 1] (axis 0) or [1, n] (axis 1)."""
+
+    axis: int
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+@attrs.frozen
+class TileSlice:
+    """A static window of a tile value: rows starts[0].., cols starts[1].."""
+
+    arg: "TileExpr"
+    starts: tuple[int, int]
+    dtype: str
+    shape: tuple[int, int]
+    span: SourceSpan
+
+
+TileExpr = (
+    Load | ValueRead | Literal | Splat | Elementwise | Convert | Reduce | Matmul
+    | Transpose | Iota | TileSlice
+)
+TILE_NODES = (
+    Load, ValueRead, Literal, Splat, Elementwise, Convert, Reduce, Matmul, Transpose,
+    Iota, TileSlice,
+)
+
+# ------------------------------------------------------------------ statements
+
+
+@attrs.frozen
+class Dma:
+    """A copy description. Local: `sem` counts the bytes landing in dst.
+
+    Remote (`target` set: a global core id): dst is the buffer of the same name on
+    core `target`; `sem` is the local send semaphore, `recv_sem` the receiving
+    core's semaphore (the same semaphore entity, on the other core).
+    """
+
+    src: Ref
+    dst: Ref
+    sem: SemRef
+    target: ScalarExpr | None
+    recv_sem: SemRef | None
+    size_bytes: int
+    span: SourceSpan
+
+
+@attrs.frozen
+class LetScalar:
+    var: ScalarVar
+    value: ScalarExpr
+    span: SourceSpan
+
+
+@attrs.frozen
+class SetScalar:
+    """Assignment to a `var` scalar (also its initialiser)."""
+
+    var: ScalarVar
+    value: ScalarExpr
+    span: SourceSpan
+
+
+@attrs.frozen
+class LetTile:
+    value: TileValue
+    expr: TileExpr
+    span: SourceSpan
+
+
+@attrs.frozen
+class StoreTile:
+    """ref = value (op None) or ref = ref op value (op + - * /); value broadcasts to
+    `ref.tile_shape` and has the buffer's dtype."""
+
+    ref: Ref
+    value: TileExpr
+    op: str | None
+    span: SourceSpan
+
+
+@attrs.frozen
+class StoreSmem:
+    ref: Ref
+    value: ScalarExpr
+    span: SourceSpan
+
+
+@attrs.frozen
+class DmaStart:
+    dma: Dma
+    span: SourceSpan
+
+
+@attrs.frozen
+class DmaWait:
+    """side: "local" (a local copy landed), "send" (a remote copy left this core),
+    "recv" (the bytes of the matching remote copy arrived here, on dma.recv_sem)."""
+
+    dma: Dma
+    side: str
+    span: SourceSpan
+
+
+@attrs.frozen
+class Signal:
+    """Add `amount` to a semaphore, on core `target` if set (else locally)."""
+
+    sem: SemRef
+    amount: ScalarExpr
+    target: ScalarExpr | None
+    span: SourceSpan
+
+
+@attrs.frozen
+class SemWait:
+    """Block until the semaphore holds at least `amount`, then subtract it."""
+
+    sem: SemRef
+    amount: ScalarExpr
+    span: SourceSpan
+
+
+@attrs.frozen
+class Barrier:
+    """All cores of all chips (axis None) or of the chips along one mesh axis."""
+
+    axis: int | None
+    span: SourceSpan
+
+
+@attrs.frozen
+class For:
+    """for var in start..stop step step (step a positive compile-time int)."""
+
+    var: ScalarVar
+    start: ScalarExpr
+    stop: ScalarExpr
+    step: int
+    body: tuple["Stmt", ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class If:
+    cond: ScalarExpr
+    then: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Region:
+    name: str
+    index: ScalarExpr | None
+    body: tuple["Stmt", ...]
+    span: SourceSpan
+
+
+Stmt = (
+    LetScalar | SetScalar | LetTile | StoreTile | StoreSmem | DmaStart | DmaWait
+    | Signal | SemWait | Barrier | For | If | Region
+)
+
+# --------------------------------------------------------------------- program
+
+
+@attrs.frozen(eq=False)
+class Kernel:
+    """One kernel with fn calls inlined. `buffers` lists every local buffer (vmem,
+    smem, var), including those of inlined fns; `sems` every semaphore."""
+
+    name: str
+    params: tuple[Buffer | ScalarVar, ...]
+    buffers: tuple[Buffer, ...]
+    sems: tuple[Semaphore, ...]
+    body: tuple[Stmt, ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Launch:
+    """Run `kernel` on every core; args follow kernel.params: a `Ref` with static
+    offsets into a host array for an HBM parameter, an int for a scalar."""
+
+    kernel: Kernel
+    args: tuple[Ref | int, ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class Host:
+    """The launch sequence, host loops unrolled. arrays: role input/output/scratch."""
+
+    arrays: tuple[Buffer, ...]
+    launches: tuple[Launch, ...]
+    span: SourceSpan
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.arrays if b.role == "input")
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.arrays if b.role == "output")
+
+
+@attrs.frozen
+class ReferenceFn:
+    """The numpy reference: `function` in the Python file `path`."""
+
+    path: str
+    function: str
+    span: SourceSpan
+
+
+@attrs.frozen(eq=False)
+class Program:
+    main_file: str
+    params: dict[str, int]
+    consts: dict[str, int]
+    kernels: dict[str, Kernel]
+    host: Host | None
+    reference: ReferenceFn | None
+    sources: dict[str, str]

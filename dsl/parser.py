@@ -1,0 +1,352 @@
+"""Parsing .mk text into `mkemu.dsl.ast` nodes.
+
+The Lark LALR parser is built once per process, on first use, from `grammar.lark`.
+Every Lark exception becomes a `SourceError` with file, line, column, the source
+line, carets and the expected tokens spelled as a reader would write them.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import lark
+from lark import Token, Transformer, v_args
+from lark.lexer import PatternStr
+
+from mkemu.dsl import ast
+from mkemu.errors import Diagnostic, SourceError, SourceSpan
+
+GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
+
+# Human names for the regex terminals; string terminals are shown quoted.
+_TERMINAL_NAMES = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "STRING": "a string",
+    "RECV": "'recv'",
+    "$END": "end of file",
+}
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    return lark.Lark(
+        GRAMMAR_PATH.read_text(),
+        parser="lalr",
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
+
+
+@functools.cache
+def _terminal_display() -> dict[str, str]:
+    names = dict(_TERMINAL_NAMES)
+    for term in _parser().terminals:
+        if term.name not in names and isinstance(term.pattern, PatternStr):
+            names[term.name] = f"'{term.pattern.value}'"
+    return names
+
+
+def describe_terminal(name: str) -> str:
+    return _terminal_display().get(name, name.lower())
+
+
+_EXPR_START = {"'('", "'-'", "'!'", "a name", "an integer", "a number"}
+_STMT_KEYWORDS = {
+    "'assert'", "'for'", "'hbm'", "'if'", "'input'", "'launch'", "'let'", "'output'",
+    "'region'", "'sem'", "'smem'", "'start'", "'var'", "'vmem'", "'wait'",
+}
+_BINARY_OPS = {
+    "'!='", "'%'", "'&&'", "'&'", "'*'", "'+'", "'-'", "'/'", "'<'", "'<<'", "'<='",
+    "'=='", "'>'", "'>='", "'>>'", "'^'", "'|'", "'||'",
+}
+_ASSIGN_OPS = {"'='", "'+='", "'-='", "'*='", "'/='"}
+
+
+def _expected_text(expected) -> str:
+    """Spell the expected terminals for a reader, folding big families into one word."""
+    shown = {describe_terminal(t) for t in expected}
+    groups = []
+    if {"'let'", "'for'"} <= shown:
+        shown -= _STMT_KEYWORDS | _EXPR_START
+        groups.append("a statement")
+    elif {"'('", "a name", "an integer"} <= shown:
+        shown -= _EXPR_START
+        groups.append("an expression")
+    if len(shown & _BINARY_OPS) >= 4:
+        shown -= _BINARY_OPS
+        groups.append("an operator")
+    if len(shown & _ASSIGN_OPS) >= 3:
+        shown -= _ASSIGN_OPS
+        groups.append("an assignment")
+    items = sorted(shown) + groups
+    if not items:
+        return ""
+    if len(items) == 1:
+        return f"expected {items[0]}"
+    return "expected one of: " + ", ".join(items)
+
+
+def _source_line(text: str, line: int) -> str | None:
+    lines = text.splitlines()
+    return lines[line - 1] if 1 <= line <= len(lines) else None
+
+
+def _syntax_error(text: str, filename: str, line: int, column: int, width: int, msg: str):
+    span = SourceSpan(filename, line, column, line, column + max(width, 1))
+    return SourceError([Diagnostic(span, msg, _source_line(text, line))])
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    lines = text.splitlines() or [""]
+    # Point just past the last non-blank character: that is where something is missing.
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            return i + 1, len(lines[i].rstrip()) + 1
+    return 1, 1
+
+
+def _accepted(e: lark.exceptions.UnexpectedToken) -> set[str]:
+    """The terminals that really could come next (LALR's state lists more)."""
+    try:
+        return set(e.interactive_parser.accepts()) - {"$END"} or set(e.expected)
+    except Exception:  # noqa: BLE001 - accepts() replays the parser; fall back on failure
+        return set(e.expected)
+
+
+def parse(text: str, filename: str = "<string>") -> ast.Module:
+    """Parse one .mk file. Raises `SourceError` on any syntax error."""
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedCharacters as e:
+        char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        shown = repr(char) if char else "end of file"
+        raise _syntax_error(
+            text, filename, e.line, e.column, 1, f"unexpected character {shown}"
+        ) from None
+    except lark.exceptions.UnexpectedEOF as e:
+        line, col = _end_position(text)
+        msg = "unexpected end of file"
+        if e.expected:
+            msg += "; " + _expected_text(set(e.expected))
+        raise _syntax_error(text, filename, line, col, 1, msg) from None
+    except lark.exceptions.UnexpectedToken as e:
+        tok = e.token
+        if tok.type == "$END":
+            line, col = _end_position(text)
+            msg, width = "unexpected end of file", 1
+        else:
+            line, col = tok.line, tok.column
+            width = len(str(tok))
+            if tok.type == "NAME":
+                msg = f"unexpected name '{tok}'"
+            elif tok.type in ("INT", "FLOAT", "STRING"):
+                kind = {"INT": "integer", "FLOAT": "number", "STRING": "string"}[tok.type]
+                msg = f"unexpected {kind} {tok}"
+            else:
+                msg = f"unexpected '{tok}'"
+        expected = _expected_text(_accepted(e))
+        if expected:
+            msg += "; " + expected
+        raise _syntax_error(text, filename, line, col, width, msg) from None
+    except lark.exceptions.LarkError as e:  # pragma: no cover - any other Lark failure
+        raise _syntax_error(text, filename, 1, 1, 1, f"cannot parse: {e}") from None
+    return _Builder(filename, text).transform(tree)
+
+
+# ---------------------------------------------------------------- tree -> AST
+
+
+@v_args(meta=True)
+class _Builder(Transformer):
+    def __init__(self, filename: str, text: str):
+        super().__init__()
+        self.filename = filename
+        self.text = text
+
+    # -- helpers
+    def _span(self, meta) -> SourceSpan:
+        if getattr(meta, "empty", True):
+            return SourceSpan(self.filename, 1, 1)
+        return SourceSpan(self.filename, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _tspan(self, tok: Token) -> SourceSpan:
+        return SourceSpan(self.filename, tok.line, tok.column, tok.end_line, tok.end_column)
+
+    @staticmethod
+    def _string(tok: Token) -> str:
+        return str(tok)[1:-1]
+
+    @staticmethod
+    def _nonnull(items):
+        return tuple(x for x in items if x is not None)
+
+    # -- items
+    def start(self, meta, items):
+        return ast.Module(self.filename, tuple(items), self._span(meta))
+
+    def import_decl(self, meta, c):
+        return ast.Import(self._string(c[0]), self._span(meta))
+
+    def param_decl(self, meta, c):
+        return ast.ParamDecl(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
+
+    def const_decl(self, meta, c):
+        return ast.ConstDecl(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
+
+    def reference_decl(self, meta, c):
+        return ast.Reference(self._string(c[0]), self._span(meta))
+
+    def fn_decl(self, meta, c):
+        return ast.FnDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+
+    def kernel_decl(self, meta, c):
+        return ast.KernelDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+
+    def host_decl(self, meta, c):
+        return ast.HostDecl(c[0], self._span(meta))
+
+    def params(self, meta, c):
+        return self._nonnull(c)
+
+    def param(self, meta, c):
+        return ast.Param(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
+
+    # -- types
+    def space(self, meta, c):
+        return str(c[0])
+
+    def dims(self, meta, c):
+        return tuple(c)
+
+    def mem_type(self, meta, c):
+        space, dtype, first = c[0], str(c[1]), c[2]
+        second = c[3] if len(c) > 3 else None
+        if second is None:
+            return ast.MemType(space, dtype, first, None, self._span(meta))
+        return ast.MemType(space, dtype, second, first, self._span(meta))
+
+    def sem_type(self, meta, c):
+        return ast.SemType(c[0] if c else None, self._span(meta))
+
+    def scalar_type(self, meta, c):
+        return ast.ScalarType(str(c[0]), self._span(meta))
+
+    # -- statements
+    def block(self, meta, c):
+        return ast.Block(tuple(c), self._span(meta))
+
+    def buffer_decl(self, meta, c):
+        space, name, dtype, first = c[0], c[1], str(c[2]), c[3]
+        second = c[4] if len(c) > 4 else None
+        span = self._span(meta)
+        if second is None:
+            return ast.BufferDecl(space, str(name), dtype, first, None, span, self._tspan(name))
+        return ast.BufferDecl(space, str(name), dtype, second, first, span, self._tspan(name))
+
+    def sem_decl(self, meta, c):
+        count = c[1] if len(c) > 1 else None
+        return ast.SemDecl(str(c[0]), count, self._span(meta), self._tspan(c[0]))
+
+    def var_decl(self, meta, c):
+        name, dtype = c[0], str(c[1])
+        dims = c[2] if len(c) > 3 else None
+        init = c[-1]
+        return ast.VarDecl(str(name), dtype, dims, init, self._span(meta), self._tspan(name))
+
+    def let_stmt(self, meta, c):
+        return ast.Let(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
+
+    def assign_stmt(self, meta, c):
+        return ast.Assign(c[0], str(c[1]), c[2], self._span(meta))
+
+    def expr_stmt(self, meta, c):
+        return ast.ExprStmt(c[0], self._span(meta))
+
+    def start_stmt(self, meta, c):
+        return ast.Start(c[0], self._span(meta))
+
+    def wait_stmt(self, meta, c):
+        recv = len(c) == 2
+        return ast.Wait(c[-1], recv, self._span(meta))
+
+    def wait_sem_stmt(self, meta, c):
+        return ast.WaitSem(c[0], c[1], self._span(meta))
+
+    def for_stmt(self, meta, c):
+        var, start, stop, step, body = c
+        return ast.For(str(var), start, stop, step, body, self._span(meta), self._tspan(var))
+
+    def if_stmt(self, meta, c):
+        return ast.If(c[0], c[1], c[2] if len(c) > 2 else None, self._span(meta))
+
+    def region_stmt(self, meta, c):
+        return ast.Region(self._string(c[0]), c[1], c[2], self._span(meta))
+
+    def launch_stmt(self, meta, c):
+        args, keywords = c[1]
+        return ast.Launch(str(c[0]), args + keywords, self._span(meta), self._tspan(c[0]))
+
+    def io_decl(self, meta, c):
+        kind, name, dtype, dims = str(c[0]), c[1], str(c[3]), c[4]
+        return ast.IoDecl(kind, str(name), dtype, dims, self._span(meta), self._tspan(name))
+
+    def assert_stmt(self, meta, c):
+        message = self._string(c[1]) if len(c) > 1 and c[1] is not None else None
+        return ast.Assert(c[0], message, self._span(meta))
+
+    # -- expressions
+    def _op(self, meta, c):
+        return str(c[0])
+
+    assign_op = cmp_op = bor_op = bxor_op = band_op = shift_op = add_op = mul_op = _op
+    unary_op = _op
+
+    def binary(self, meta, c):
+        return ast.Binary(str(c[1]), c[0], c[2], self._span(meta))
+
+    def or_op(self, meta, c):
+        return ast.Binary("||", c[0], c[1], self._span(meta))
+
+    def and_op(self, meta, c):
+        return ast.Binary("&&", c[0], c[1], self._span(meta))
+
+    def unary(self, meta, c):
+        return ast.Unary(str(c[0]), c[1], self._span(meta))
+
+    def index(self, meta, c):
+        return ast.Index(c[0], tuple(c[1:]), self._span(meta))
+
+    def name(self, meta, c):
+        return ast.Name(str(c[0]), self._span(meta))
+
+    def int_lit(self, meta, c):
+        text = str(c[0]).replace("_", "")
+        value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
+        return ast.IntLit(value, self._span(meta))
+
+    def float_lit(self, meta, c):
+        return ast.FloatLit(float(str(c[0])), self._span(meta))
+
+    def call(self, meta, c):
+        name, (args, keywords) = c[0], c[1]
+        return ast.Call(str(name), args, keywords, self._span(meta), self._tspan(name))
+
+    def args(self, meta, c):
+        args = tuple(a for a in c if a is not None and not isinstance(a, ast.Keyword))
+        keywords = tuple(a for a in c if isinstance(a, ast.Keyword))
+        return args, keywords
+
+    def remote(self, meta, c):
+        return ast.Remote(c[0], c[1], self._span(meta))
+
+    def keyword(self, meta, c):
+        return ast.Keyword(str(c[0]), c[1], self._span(meta))
+
+    def slice(self, meta, c):
+        return ast.Slice(c[0], c[1], self._span(meta))
+
+    def sized_slice(self, meta, c):
+        return ast.SizedSlice(c[0], c[1], self._span(meta))

@@ -1,0 +1,81 @@
+"""Deterministic K3 weights: every tensor of `config.tensor_specs`, drawn from a seed.
+
+Tensor i of the spec table is drawn from its own generator,
+`np.random.default_rng([seed, i])`, so one tensor can be regenerated alone and the
+same seed gives the same bits on every machine (numpy's PCG64 and its float32
+normal sampler are platform-independent). Every value is rounded to bf16 and held
+as float32, so any tensor may be stored as bf16 without loss. The scales keep
+activations and logits in a sensible range over many decode steps (tested in
+tests/programs/test_k3_reference.py); the rules are in docs/k3.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.isa import numerics
+
+from .config import ModelConfig, TensorSpec, param_counts, tensor_specs
+
+__all__ = ["MAX_GENERATED_PARAMS", "check_weights", "generate_weights"]
+
+# Above this many elements (4 GiB of float32) weights are not generated: such a
+# config (k3-full) is for timing-only runs.
+MAX_GENERATED_PARAMS = 1 << 30
+
+
+def _draw(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator) -> np.ndarray:
+    normal = lambda: rng.standard_normal(spec.shape, dtype=np.float32)  # noqa: E731
+    if spec.init == "embed":
+        x = normal()
+    elif spec.init == "norm":
+        x = 1.0 + 0.05 * normal()
+    elif spec.init == "proj":
+        x = normal() / np.float32(math.sqrt(spec.fan_in))
+    elif spec.init == "out":
+        # Residual-branch outputs shrink with depth so |h| grows slowly over layers.
+        x = normal() / np.float32(math.sqrt(spec.fan_in * 2 * cfg.n_layers))
+    elif spec.init == "conv":
+        x = normal() / np.float32(math.sqrt(cfg.conv_kernel))
+    elif spec.init == "a_log":
+        # A_log = log(U(1, 16)) / 4, so exp(A_log) is in [1, 2]. numerics.log, not
+        # np.log: libm builds differ in the last bit.
+        x = numerics.log(rng.uniform(1.0, 16.0, spec.shape).astype(np.float32)) / np.float32(4.0)
+    elif spec.init == "dt_bias":
+        # With exp(A_log) ~ 1.5 the decay logit sits near -4.5: g ~ -0.05 .. -0.5, so
+        # KDA keeps a memory of a few to a few tens of tokens.
+        x = -3.0 + 0.5 * normal()
+    elif spec.init == "bias":
+        x = 0.01 * normal()
+    else:
+        raise AssertionError(f"unknown init rule {spec.init!r} for {spec.name}")
+    return numerics.bf16_round(np.asarray(x, dtype=np.float32))
+
+
+def generate_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """All weights of `cfg` as {name: float32 array of bf16 values}, in spec order."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}", key="seed")
+    total = param_counts(cfg).total
+    if total > MAX_GENERATED_PARAMS:
+        raise ConfigError(
+            f"model '{cfg.name}' has {total:,} parameters, more than the {MAX_GENERATED_PARAMS:,} "
+            "weights are generated for; it is for timing-only runs", key="model")
+    return {
+        spec.name: _draw(spec, cfg, np.random.default_rng([seed, i]))
+        for i, spec in enumerate(tensor_specs(cfg))
+    }
+
+
+def check_weights(cfg: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+    """Every tensor present with its shape (e.g. weights loaded from a user's .npz)."""
+    for spec in tensor_specs(cfg):
+        array = weights.get(spec.name)
+        if array is None:
+            raise ConfigError(f"weight tensor missing for model '{cfg.name}'", key=spec.name)
+        if tuple(array.shape) != spec.shape:
+            raise ConfigError(f"shape {tuple(array.shape)} where {spec.shape} was expected",
+                              key=spec.name)

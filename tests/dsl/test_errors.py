@@ -1,0 +1,275 @@
+"""Golden error text (with carets) for every kind of compile error the front end reports."""
+
+import textwrap
+
+import pytest
+
+from mkemu.dsl.frontend import load_program
+from mkemu.errors import ConfigError, SourceError
+
+
+def errors(source: str, tmp_path, monkeypatch, files: dict[str, str] | None = None, params=None) -> str:
+    monkeypatch.chdir(tmp_path)
+    for name, text in (files or {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    (tmp_path / "prog.mk").write_text(textwrap.dedent(source))
+    with pytest.raises(SourceError) as info:
+        load_program("prog.mk", params)
+    return info.value.render()
+
+
+KERNEL = """\
+kernel kern(a: hbm f32[8, 256], w: hbm bf16[256, 256]) {{
+    vmem x: f32[8, 256];
+    vmem wb: bf16[256, 256];
+    sem s;
+{body}
+}}
+"""
+
+
+def kernel_errors(body: str, tmp_path, monkeypatch) -> str:
+    body = textwrap.indent(textwrap.dedent(body), "    ")
+    return errors(KERNEL.format(body=body.rstrip("\n")), tmp_path, monkeypatch)
+
+
+def test_unknown_name(tmp_path, monkeypatch):
+    assert kernel_errors("x = x * scale;", tmp_path, monkeypatch) == (
+        "prog.mk:5:13: error: unknown name 'scale'\n"
+        "      x = x * scale;\n"
+        "              ^^^^^"
+    )
+
+
+def test_unknown_function(tmp_path, monkeypatch):
+    assert kernel_errors("x = gelu(x);", tmp_path, monkeypatch) == (
+        "prog.mk:5:9: error: unknown function 'gelu'\n"
+        "      x = gelu(x);\n"
+        "          ^^^^"
+    )
+
+
+def test_redefinition(tmp_path, monkeypatch):
+    assert kernel_errors("vmem x: f32[8, 8];", tmp_path, monkeypatch) == (
+        "prog.mk:5:10: error: redefinition of 'x' (first defined at prog.mk:2:10)\n"
+        "      vmem x: f32[8, 8];\n"
+        "           ^"
+    )
+
+
+def test_global_redefinition_across_files(tmp_path, monkeypatch):
+    out = errors('import "lib.mk";\nconst D = 2;\n', tmp_path, monkeypatch, {"lib.mk": "param D = 1;\n"})
+    assert out == (
+        "prog.mk:2:7: error: redefinition of 'D' (first defined at lib.mk:1:7)\n"
+        "  const D = 2;\n"
+        "        ^"
+    )
+
+
+def test_wrong_argument_count(tmp_path, monkeypatch):
+    src = "fn f(x: vmem f32[8, 256]) { x = x * 2.0; }\n" + KERNEL.format(body="    f(x, x);\n    x = exp(x, 2);")
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:6:5: error: fn 'f' takes 1 argument, got 2\n"
+        "      f(x, x);\n"
+        "      ^^^^^^^\n"
+        "prog.mk:7:9: error: exp() takes 1 argument, got 2\n"
+        "      x = exp(x, 2);\n"
+        "          ^^^^^^^^^"
+    )
+
+
+def test_wrong_launch_argument_count(tmp_path, monkeypatch):
+    src = KERNEL.format(body="") + "host {\n    input a: f32[8, 256];\n    launch kern(a);\n}\n"
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:9:5: error: kernel 'kern' takes 2 arguments, got 1\n"
+        "      launch kern(a);\n"
+        "      ^^^^^^^^^^^^^^^"
+    )
+
+
+def test_shape_mismatch(tmp_path, monkeypatch):
+    assert kernel_errors("x = x + x[:, 0:128];", tmp_path, monkeypatch) == (
+        "prog.mk:5:9: error: shape mismatch: f32[8, 256] + f32[8, 128] cannot be broadcast together\n"
+        "      x = x + x[:, 0:128];\n"
+        "          ^^^^^^^^^^^^^^^"
+    )
+
+
+def test_broadcasting_is_allowed(tmp_path, monkeypatch):
+    src = KERNEL.format(body="    x = x * sum(x, axis=1) + f32(wb[0:1, :]) + 1.0;\n    start copy(a, x, s);\n    wait copy(a, x, s);")
+    (tmp_path / "prog.mk").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    load_program("prog.mk")
+
+
+def test_shape_mismatch_in_matmul(tmp_path, monkeypatch):
+    assert kernel_errors("x = matmul(bf16(x), wb[0:128, :]);", tmp_path, monkeypatch) == (
+        "prog.mk:5:9: error: shape mismatch: matmul [8, 256] x [128, 256] (inner dimensions differ)\n"
+        "      x = matmul(bf16(x), wb[0:128, :]);\n"
+        "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
+    )
+
+
+def test_dtype_mismatch_matmul(tmp_path, monkeypatch):
+    assert kernel_errors("x = matmul(x, wb);", tmp_path, monkeypatch) == (
+        "prog.mk:5:9: error: dtype mismatch: matmul operands must both be bf16 or both f32, got f32 and bf16\n"
+        "      x = matmul(x, wb);\n"
+        "          ^^^^^^^^^^^^^"
+    )
+
+
+def test_dtype_mismatch_store(tmp_path, monkeypatch):
+    body = "vmem o: i32[8, 256];\no = x;\nwb = x;"
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:6:5: error: dtype mismatch: storing f32 into i32 buffer 'o'; convert explicitly with i32(...)\n"
+        "      o = x;\n"
+        "      ^^^^^^\n"
+        "prog.mk:7:5: error: dtype mismatch: storing f32 into bf16 buffer 'wb'; round explicitly with bf16(...)\n"
+        "      wb = x;\n"
+        "      ^^^^^^^"
+    )
+
+
+def test_dtype_mismatch_bf16_arithmetic(tmp_path, monkeypatch):
+    assert kernel_errors("x = x * wb[0:8, :];", tmp_path, monkeypatch) == (
+        "prog.mk:5:9: error: dtype mismatch: f32[8, 256] * bf16[8, 256]; convert one side with f32(), i32() or bf16()\n"
+        "      x = x * wb[0:8, :];\n"
+        "          ^^^^^^^^^^^^^^"
+    )
+
+
+def test_out_of_range_static_slice(tmp_path, monkeypatch):
+    assert kernel_errors("x = x[:, 200:300] * 2.0;", tmp_path, monkeypatch) == (
+        "prog.mk:5:14: error: slice 200:300 is out of range for dimension 1 of 'x' (size 256)\n"
+        "      x = x[:, 200:300] * 2.0;\n"
+        "               ^^^^^^^"
+    )
+
+
+def test_out_of_range_loop_slice(tmp_path, monkeypatch):
+    body = "for k in 0..3 {\n    x[:, k*128 +: 128] = 1.0;\n}"
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:6:14: error: slice reaching 0..384 is out of range for dimension 1 of 'x' (size 256)\n"
+        "          x[:, k*128 +: 128] = 1.0;\n"
+        "               ^^^^^^^^^^^^"
+    )
+
+
+def test_loop_slice_guarded_by_if_is_fine(tmp_path, monkeypatch):
+    body = "for k in 0..3 {\n    if k < 2 { x[:, k*128 +: 128] = 1.0; }\n}"
+    src = KERNEL.format(body=textwrap.indent(body, "    "))
+    (tmp_path / "prog.mk").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    load_program("prog.mk")
+
+
+def test_slice_length_must_be_static(tmp_path, monkeypatch):
+    body = "for k in 0..2 {\n    x[:, 0:k] = 1.0;\n}"
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:6:14: error: slice length must be known at compile time; write start +: LENGTH\n"
+        "          x[:, 0:k] = 1.0;\n"
+        "               ^^^"
+    )
+
+
+def test_wait_on_semaphore_never_started(tmp_path, monkeypatch):
+    body = "sem t;\nwait(t, 4);\nwait copy(a, x, s);"
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:6:5: error: wait on semaphore 't', but no started DMA or signal ever targets it\n"
+        "      wait(t, 4);\n"
+        "      ^^^^^^^^^^^\n"
+        "prog.mk:7:5: error: wait on semaphore 's', but no started DMA or signal ever targets it\n"
+        "      wait copy(a, x, s);\n"
+        "      ^^^^^^^^^^^^^^^^^^^"
+    )
+
+
+def test_unused_dma(tmp_path, monkeypatch):
+    body = "let h = copy(a, x, s);\nstart copy(w, wb, s);"
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:5:5: error: DMA 'h' is described but never started or waited\n"
+        "      let h = copy(a, x, s);\n"
+        "      ^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:6:5: error: DMA started on semaphore 's' is never waited (every semaphore must be back to 0 when the kernel ends)\n"
+        "      start copy(w, wb, s);\n"
+        "      ^^^^^^^^^^^^^^^^^^^^^"
+    )
+
+
+def test_import_cycle(tmp_path, monkeypatch):
+    files = {"a.mk": 'import "b.mk";\n', "b.mk": 'import "a.mk";\n'}
+    assert errors('import "a.mk";\n', tmp_path, monkeypatch, files) == (
+        'b.mk:1:1: error: import cycle: a.mk -> b.mk -> a.mk\n'
+        '  import "a.mk";\n'
+        '  ^^^^^^^^^^^^^^'
+    )
+
+
+def test_import_of_self(tmp_path, monkeypatch):
+    assert errors('import "prog.mk";\n', tmp_path, monkeypatch) == (
+        'prog.mk:1:1: error: import cycle: prog.mk -> prog.mk\n'
+        '  import "prog.mk";\n'
+        '  ^^^^^^^^^^^^^^^^^'
+    )
+
+
+def test_missing_import(tmp_path, monkeypatch):
+    out = errors('// header\nimport "lib/missing.mk";\n', tmp_path, monkeypatch)
+    first, line, carets = out.split("\n")
+    assert first.startswith("prog.mk:2:1: error: cannot find imported file 'lib/missing.mk' (looked for ")
+    assert line == '  import "lib/missing.mk";'
+    assert carets == "  " + "^" * len('import "lib/missing.mk";')
+
+
+def test_syntax_error_in_imported_file(tmp_path, monkeypatch):
+    out = errors('import "lib.mk";\n', tmp_path, monkeypatch, {"lib.mk": "param D = ;\n"})
+    assert out.startswith("lib.mk:1:11: error: unexpected ';'; expected an expression")
+
+
+def test_all_errors_collected_and_sorted(tmp_path, monkeypatch):
+    body = "x = y;\nvmem x: f32[1, 1];\nx = x[:, 0:300];"
+    out = kernel_errors(body, tmp_path, monkeypatch)
+    heads = [line for line in out.split("\n") if ": error: " in line]
+    assert [h.split(": error: ")[0] for h in heads] == ["prog.mk:5:9", "prog.mk:6:10", "prog.mk:7:14"]
+
+
+def test_error_inside_inlined_fn_names_the_call(tmp_path, monkeypatch):
+    src = (
+        "fn tile(x: vmem f32[8, n], n: i32) { x[:, 0:128] = 1.0; }\n"
+        + KERNEL.format(body="    vmem small: f32[8, 64];\n    tile(small, 64);")
+    )
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:1:43: error: slice 0:128 is out of range for dimension 1 of 'small' (size 64)"
+        " (in fn 'tile' inlined at prog.mk:7:5)\n"
+        "  fn tile(x: vmem f32[8, n], n: i32) { x[:, 0:128] = 1.0; }\n"
+        "                                            ^^^^^"
+    )
+
+
+def test_param_override_and_unknown_override(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.mk").write_text("param D = 128;\nconst N = D / 64;\n")
+    assert load_program("p.mk", {"D": 512}).consts == {"N": 8}
+    with pytest.raises(ConfigError, match="unknown program parameter 'X'"):
+        load_program("p.mk", {"X": 1})
+    with pytest.raises(ConfigError, match="'N' is a const, not a param"):
+        load_program("p.mk", {"N": 1})
+
+
+def test_assert_failure(tmp_path, monkeypatch):
+    assert errors('param D = 100;\nassert D % 128 == 0, "D must be a multiple of 128";\n', tmp_path, monkeypatch) == (
+        "prog.mk:2:1: error: assertion failed: D must be a multiple of 128\n"
+        '  assert D % 128 == 0, "D must be a multiple of 128";\n'
+        "  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
+    )
+
+
+def test_cyclic_consts(tmp_path, monkeypatch):
+    out = errors("const A = B + 1;\nconst B = A;\n", tmp_path, monkeypatch)
+    assert "'A' is defined in terms of itself: A -> B -> A" in out
+
+
+def test_recursive_fn(tmp_path, monkeypatch):
+    src = "fn f(x: vmem f32[8, 256]) { f(x); }\n" + KERNEL.format(body="    f(x);")
+    assert "recursive fn call: f -> f (fns are inlined)" in errors(src, tmp_path, monkeypatch)

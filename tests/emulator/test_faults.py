@@ -1,0 +1,195 @@
+"""Every fault kind: an `EmulatorFault` naming chip, core, cycle, pc, the instruction
+and its source line; through the CLI, a message and a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mkemu.cli import main
+from mkemu.emulator.config import RunConfig
+from mkemu.errors import EmulatorFault
+from mkemu.isa.encoding import OPCODE_SHIFT
+
+DESC = "0 4096 1 0 0 1 0 0"
+BUFS = ".buffer src f32 8x128 input\n"
+
+
+def fault_of(emu, body, *, smem=DESC, solo=True, config=None, patch=None) -> EmulatorFault:
+    source = emu.kernel(body, buffers=BUFS, smem=smem, solo=solo)
+    machine = emu.machine(source, config=config)
+    if patch:
+        patch(machine.program)
+        machine.load(machine.program)
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    return info.value
+
+
+def assert_names_everything(fault: EmulatorFault, kind: str, instruction: str, core: int = 0):
+    text = fault.render()
+    assert fault.kind == kind
+    assert f"fault [{kind}] at chip 0, core {core}, cycle " in text
+    assert re.search(r"cycle \d+, pc 0x[0-9a-f]{4}", text)
+    assert f"instruction: {instruction}" in text
+    assert re.search(r"source: test\.s:\d+:\d+: ", text)
+    assert fault.cycle >= 1000            # after the kernel launch
+    return text
+
+
+@pytest.mark.parametrize("body, instruction, message", [
+    ("li s1, 4194300\nli s2, 512\nvld.w v1, 0(s1), s2, m0", "vld.w v1, 0(s1), s2, m0",
+     "outside VMEM of 4194304 bytes"),
+    ("li s1, -512\nli s2, 512\nvst.w v1, 0(s1), s2, m0", "vst.w v1, 0(s1), s2, m0", "outside VMEM"),
+    ("li s2, 4194304\nli s3, 256\nli s4, 8388736\nmxu.ldw x0, -256(s2), s3, s4",
+     "mxu.ldw x0, -256(s2), s3, s4", "outside VMEM"),
+    ("lds s1, 65536(s0)", "lds s1, 65536(s0)", "outside SMEM of 65536 bytes"),
+    ("li s1, -4\nsts s1, 0(s1)", "sts s1, 0(s1)", "outside SMEM"),
+    ("li s1, @src\naddi s1, s1, 64\nli s2, 0\ndma.start vmem[s2], hbm[s1], s0, s0",
+     "dma.start vmem[s2], hbm[s1], s0, s0", "HBM (DMA source) access [64, 4160) is outside HBM"),
+    ("li s1, @src\nli s2, 4194000\ndma.start vmem[s2], hbm[s1], s0, s0",
+     "dma.start vmem[s2], hbm[s1], s0, s0", "DMA destination VMEM [4194000, 4198096) is outside VMEM"),
+    ("li s1, @src\nli s2, 65532\ndma.start vmem[s0], hbm[s1], s2, s0",
+     "dma.start vmem[s0], hbm[s1], s2, s0", "descriptor at SMEM 65532 is outside SMEM"),
+])
+def test_out_of_bounds(emu, body, instruction, message):
+    fault = fault_of(emu, body)
+    assert message in assert_names_everything(fault, "out-of-bounds", instruction)
+
+
+@pytest.mark.parametrize("body, instruction", [
+    ("li s1, 2\nli s2, 512\nvld.w v1, 0(s1), s2, m0", "vld.w v1, 0(s1), s2, m0"),
+    ("li s1, 512\nli s2, 6\nvst.w v1, 0(s1), s2, m0", "vst.w v1, 0(s1), s2, m0"),
+    ("li s2, 256\nvld.bf16 v1, 1(s0), s2, m0", "vld.bf16 v1, 1(s0), s2, m0"),
+    ("lds s1, 6(s0)", "lds s1, 6(s0)"),
+])
+def test_misaligned_access(emu, body, instruction):
+    assert "not" in assert_names_everything(fault_of(emu, body), "misaligned", instruction)
+
+
+def test_illegal_instruction_word_faults_when_reached(emu):
+    def patch(program):
+        program.kernels["main"].code[3] = 0x1FF << OPCODE_SHIFT | 5
+    fault = fault_of(emu, "nop\nnop\n", patch=patch)
+    text = assert_names_everything(fault, "illegal-instruction", f".word {0x1FF << OPCODE_SHIFT | 5:#018x}")
+    assert "pc 0x0003" in text and "opcode 0x1ff" in text
+
+
+def test_illegal_word_never_reached_is_harmless(emu):
+    source = emu.kernel("jmp skip\nnop\nskip:\n")
+    machine = emu.machine(source)
+    machine.program.kernels["main"].code[3] = 0x1FF << OPCODE_SHIFT
+    machine.load(machine.program)
+    machine.run()
+
+
+def test_operand_beyond_this_machine_is_illegal(emu):
+    # x2 fits the 2-bit field but the test profile has two matrix units.
+    fault = fault_of(emu, "mxu.push x2, v0, 0")
+    assert "this machine has 2" in assert_names_everything(fault, "illegal-instruction", "mxu.push x2, v0, 0")
+
+
+def test_semaphore_left_nonzero_at_halt(emu):
+    fault = fault_of(emu, "li s1, 3\nli s2, 5\nsem.signal s1, s2")
+    text = fault.render()
+    assert fault.kind == "semaphore-nonzero"
+    assert "chip 0, core 0, cycle" in text and "semaphore 3 = 5" in text
+
+
+def test_dma_never_waited_for_leaves_its_semaphore_nonzero(emu):
+    fault = fault_of(emu, "li s1, @src\nli s2, 2\ndma.start vmem[s0], hbm[s1], s0, s2")
+    assert fault.kind == "semaphore-nonzero" and "semaphore 2 = 4096" in fault.render()
+
+
+def test_deadlock_names_the_waiting_core_and_semaphore(emu):
+    fault = fault_of(emu, "li s1, 3\nli s2, 1\nsem.wait s1, s2")
+    text = assert_names_everything(fault, "deadlock", "sem.wait s1, s2")
+    assert "chip 0 core 0 pc 0x0004 `sem.wait s1, s2` waits for semaphore 3 to reach 1 (it is 0)" in text
+
+
+def test_deadlock_between_two_cores_lists_both(emu):
+    fault = fault_of(emu, "rdsr s1, core\nli s2, 1\nsem.wait s1, s2", solo=False)
+    assert fault.kind == "deadlock"
+    assert "2 core(s) wait forever" in fault.message
+    assert "chip 0 core 0" in fault.details[0] and "semaphore 0" in fault.details[0]
+    assert "chip 0 core 1" in fault.details[1] and "semaphore 1" in fault.details[1]
+
+
+def test_max_cycle_guard_stops_an_infinite_loop(emu):
+    fault = fault_of(emu, "spin:\naddi s1, s1, 1\njmp spin", config=RunConfig(max_cycles=20_000))
+    text = fault.render()
+    assert fault.kind == "max-cycles" and "20000" in text
+    assert "chip 0, core 0, cycle" in text and "instruction: " in text
+
+
+def test_max_cycle_guard_while_waiting_for_a_slow_dma(emu):
+    fault = fault_of(emu, "li s1, @src\ndma.start vmem[s0], hbm[s1], s0, s0\nli s2, 4096\nsem.wait s0, s2",
+                     config=RunConfig(max_cycles=1050))
+    assert fault.kind == "max-cycles"
+
+
+@pytest.mark.parametrize("body, instruction", [
+    ("li s1, 7\ndiv s2, s1, s0", "div s2, s1, s0"),
+    ("li s1, 7\nremi s2, s1, 0", "remi s2, s1, 0"),
+])
+def test_divide_by_zero(emu, body, instruction):
+    assert "by zero" in assert_names_everything(fault_of(emu, body), "divide-by-zero", instruction)
+
+
+def test_race_load_of_a_dma_destination_before_the_wait(emu):
+    body = ("li s1, @src\nli s2, 8192\ndma.start vmem[s2], hbm[s1], s0, s0\nli s3, 512\n"
+            "vld.w v1, 1024(s2), s3, m0\nli s4, 4096\nsem.wait s0, s4")
+    text = assert_names_everything(fault_of(emu, body), "race", "vld.w v1, 1024(s2), s3, m0")
+    assert "destination of a DMA that has not been waited for" in text
+    assert "dma.start vmem[s2], hbm[s1], s0, s0" in text
+    # Without the check the same program runs (and reads whatever is there).
+    ran = emu.run(emu.kernel(body, buffers=BUFS, smem=DESC),
+                  config=RunConfig(checks=frozenset({"semaphores"})))
+    assert ran.result.dma_count == 1
+
+
+def test_race_store_over_the_source_of_a_dma_in_flight(emu):
+    body = ("li s2, 8192\nli s1, @src\ndma.start hbm[s1], vmem[s2], s0, s0\nli s3, 512\n"
+            "vst.w v1, 0(s2), s3, m0\nli s4, 4096\nsem.wait s0, s4")
+    assert "overwrites the source" in assert_names_everything(fault_of(emu, body), "race",
+                                                              "vst.w v1, 0(s2), s3, m0")
+
+
+def test_barrier_a_core_never_reaches(emu):
+    body = "rdsr s1, core\nbne s1, s0, early\nbarrier chip\nearly:\nnop\nnop\nnop\nnop\n"
+    fault = fault_of(emu, body, solo=False)
+    text = fault.render()
+    assert fault.kind == "barrier-not-reached"
+    assert "chip 0, core 1, cycle" in text and "halted without reaching the chip barrier" in text
+    assert "chip 0 core 0 wait" in text and "instruction: halt" in text
+
+
+def test_barrier_reached_after_the_other_core_halted_is_a_deadlock(emu):
+    body = "rdsr s1, core\nbeq s1, s0, late\njmp __end\nlate:\n" + "nop\n" * 8 + "barrier chip\n"
+    fault = fault_of(emu, body, solo=False)
+    assert fault.kind == "deadlock"
+    assert "chip 0 core 0" in fault.details[0] and "waits at the chip barrier" in fault.details[0]
+
+
+@pytest.mark.parametrize("body, kind", [
+    ("li s1, 7\ndiv s2, s1, s0", "divide-by-zero"),
+    ("li s1, 3\nli s2, 1\nsem.wait s1, s2", "deadlock"),
+    ("lds s1, 65536(s0)", "out-of-bounds"),
+    ("li s1, 3\nli s2, 5\nsem.signal s1, s2", "semaphore-nonzero"),
+])
+def test_cli_prints_the_fault_and_exits_non_zero(emu, tmp_path, capsys, body, kind):
+    path = tmp_path / "bad.s"
+    path.write_text(emu.kernel(body, buffers=BUFS, smem=DESC))
+    assert main(["run", str(path), "--hw", "test", "--mesh", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert f"fault [{kind}]" in err
+    assert "Traceback" not in out + err
+
+
+def test_cli_max_cycles_option(emu, tmp_path, capsys):
+    path = tmp_path / "spin.s"
+    path.write_text(emu.kernel("spin:\njmp spin"))
+    assert main(["run", str(path), "--hw", "test", "--mesh", "1", "--max-cycles", "5000"]) == 1
+    out, err = capsys.readouterr()
+    assert "fault [max-cycles]" in err and "Traceback" not in out + err

@@ -1,0 +1,143 @@
+"""The `mkemu` command line: run (text and --json), asm, hw list/show, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mkemu.cli import main
+from mkemu.isa.asm import assemble, decode
+
+EXAMPLE = str(Path(__file__).parent.parent / "programs" / "examples" / "vector_add.s")
+RUN = ["run", EXAMPLE, "--hw", "test", "--mesh", "1"]
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_run_prints_a_summary(capsys):
+    code, out, err = cli(capsys, *RUN)
+    assert code == 0 and err == ""
+    assert out.startswith("PASS: outputs bit-exact against vector_add_ref.py:reference")
+    assert re.search(r"^cycles [\d,]+  \([\d.]+ us emulated\)$", out, re.M)
+    assert re.search(r"^instructions \d+, DMAs 6, HBM bytes 24,576$", out, re.M)
+    assert "unit busy cycles" in out
+
+
+def test_run_json_has_the_documented_keys(capsys):
+    code, out, _ = cli(capsys, *RUN, "--json")
+    assert code == 0
+    report = json.loads(out)
+    for key in ("cycles", "seconds", "instructions", "unit_busy_cycles", "hbm_bytes", "bit_exact"):
+        assert key in report, key
+    assert report["bit_exact"] is True
+    assert report["seconds"] == pytest.approx(report["cycles"] / 1e9)
+    assert report["hbm_bytes"] == 24576 and report["chips"] == 1 and report["cores"] == 2
+    assert set(report["unit_busy_cycles"]) >= {"scalar", "vld", "vst", "valu", "dma", "sync", "mxu0"}
+    assert report["unit_busy_cycles"]["valu"] == 2
+
+
+def test_run_options_change_the_run(capsys, tmp_path):
+    _, out, _ = cli(capsys, *RUN, "--json")
+    base = json.loads(out)
+    _, out, _ = cli(capsys, *RUN, "--json", "--dma-order", "fifo", "--mesh", "2", "--seed", "4")
+    other = json.loads(out)
+    assert other["chips"] == 2 and other["bit_exact"] is True
+    assert other["hbm_bytes"] == 2 * base["hbm_bytes"]
+
+
+def test_run_with_inputs_file(capsys, tmp_path):
+    a = np.arange(1024, dtype=np.float32).reshape(8, 128)
+    np.savez(tmp_path / "in.npz", a=a, b=-a)
+    code, out, _ = cli(capsys, *RUN, "--inputs", str(tmp_path / "in.npz"))
+    assert code == 0 and out.startswith("PASS")
+    np.savez(tmp_path / "bad.npz", nope=a)
+    code, _, err = cli(capsys, *RUN, "--inputs", str(tmp_path / "bad.npz"))
+    assert code == 1 and "no buffer named 'nope'" in err
+
+
+def test_run_with_a_user_profile_extending_test(capsys, tmp_path):
+    profile = tmp_path / "slow.toml"
+    profile.write_text('extends = "test"\nname = "slow"\n[dma]\nstart_latency_cycles = 5000\n')
+    _, out, _ = cli(capsys, *RUN, "--json")
+    fast = json.loads(out)["cycles"]
+    code, out, _ = cli(capsys, *RUN, "--json", "--hw", str(profile))
+    assert code == 0
+    assert json.loads(out)["cycles"] >= fast + 2 * (5000 - 10)
+
+
+def test_asm_prints_address_encoding_and_disassembly(capsys):
+    code, out, _ = cli(capsys, "asm", EXAMPLE)
+    assert code == 0
+    rows = re.findall(r"^  ([0-9a-f]{6}):  ([0-9a-f]{16})  (.+)$", out, re.M)
+    program = assemble(Path(EXAMPLE).read_text(), EXAMPLE)
+    code_words = program.kernels["main"].code
+    assert len(rows) == len(code_words)
+    for (addr, word, text), expected in zip(rows, code_words):
+        assert int(word, 16) == int(expected)
+        assert decode(int(word, 16))[0].mnemonic == text.split()[0]
+    assert f"kernel main: {len(code_words)} instructions" in out
+    assert re.search(r"^; .*vector_add\.s:\d+: vadd\.f32 v2, v0, v1$", out, re.M)
+
+
+def test_asm_stats_and_output_file(capsys, tmp_path):
+    code, out, _ = cli(capsys, "asm", EXAMPLE, "--stats", "-o", str(tmp_path / "l.txt"))
+    assert code == 0 and out == ""
+    text = (tmp_path / "l.txt").read_text()
+    assert "statistics:" in text and "HBM 0x00000000 a f32[8x128] input" in text
+
+
+def test_asm_reports_source_errors(capsys, tmp_path):
+    path = tmp_path / "bad.s"
+    path.write_text(".kernel k\n    vad.f32 v1, v2, v3\n    halt\n")
+    code, _, err = cli(capsys, "asm", str(path))
+    assert code == 1
+    assert f"{path}:2:5: error: unknown instruction 'vad.f32' (did you mean 'vadd.f32'?)" in err
+    assert "    ^" in err
+
+
+def test_hw_list(capsys):
+    code, out, _ = cli(capsys, "hw", "list")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert {"test", "tpu-v7-like", "tpu-v5p-like"} <= set(names)
+
+
+def test_hw_show(capsys):
+    code, out, _ = cli(capsys, "hw", "show", "tpu-v7-like")
+    assert code == 0
+    assert out.startswith("profile tpu-v7-like")
+    assert "HBM bandwidth" in out and "MXUs" in out
+
+
+@pytest.mark.parametrize("argv", [["run", EXAMPLE, "--hw"], ["hw", "show"]])
+def test_hw_errors(capsys, tmp_path, argv):
+    missing = str(tmp_path / "missing.toml")
+    code, _, err = cli(capsys, *argv, missing)
+    assert code == 1
+    assert err.startswith(f"{missing}: error: cannot read profile")
+
+
+def test_bad_profile_contents_name_file_and_key(capsys, tmp_path):
+    path = tmp_path / "typo.toml"
+    path.write_text('extends = "test"\n[dma]\nstart_latncy_cycles = 3\n')
+    code, _, err = cli(capsys, "run", EXAMPLE, "--hw", str(path))
+    assert code == 1
+    assert str(path) in err and "start_latncy_cycles" in err
+    code, _, err = cli(capsys, "hw", "show", "no-such-chip")
+    assert code == 1 and "no-such-chip" in err
+
+
+def test_missing_program_and_usage(capsys):
+    code, _, err = cli(capsys, "run", "/no/such/file.s", "--hw", "test")
+    assert code == 1 and "/no/such/file.s: error: cannot read program" in err
+    assert main([]) == 2
+    capsys.readouterr()
