@@ -69,8 +69,9 @@ class Core:
         self.reset()
         self.ops = ops
         self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)
-        for i, value in enumerate(args, 1):
-            self.s[i] = wrap32(value)
+        # Launch arguments form the SMEM argument block: word i at byte 4*i.
+        if args:
+            self.smem[:4 * len(args)] = np.array([wrap32(v) for v in args], np.int32).view(np.uint8)
         self.t = t
         self.halted = False
 
@@ -309,6 +310,14 @@ def _vrot(core, op):
     core.vu[vd] = np.roll(core.vu[va], amount, axis=op.instr.param)
 
 
+def _vcol(core, op):
+    vd, va, block = op.args
+    if block * ROWS >= LANES:
+        raise Trap("bad-operand", f"vcol block {block} is beyond lane {LANES - 1}")
+    column = core.vu[va, 0, block * ROWS:(block + 1) * ROWS]
+    core.vu[vd] = np.broadcast_to(column[:, None], (ROWS, LANES))
+
+
 def _element(core, index):
     if not 0 <= index < ROWS * LANES:
         raise Trap("bad-operand", f"element index {index} is outside 0..{ROWS * LANES - 1}")
@@ -347,8 +356,14 @@ def _mxu_ldw(core, op):
     raw = core.vmem[idx].view(np.uint16)
     w = core.mx_w[x]
     w[:] = 0
-    w[:rows, :cols] = nx.bf16_bits_to_f32(raw)
-    core.mx_rows[x] = rows
+    if op.instr.param == "t":
+        # Transposed load: memory row j holds weight column j (rows x cols in memory
+        # become a cols x rows tile), e.g. a key cache stored one token per row.
+        w[:cols, :rows] = nx.bf16_bits_to_f32(raw).T
+        core.mx_rows[x] = cols
+    else:
+        w[:rows, :cols] = nx.bf16_bits_to_f32(raw)
+        core.mx_rows[x] = rows
 
 
 def _mxu_push(core, op):
@@ -390,7 +405,7 @@ HANDLERS = {
     "lds": _lds, "sts": _sts, "rdsr": _rdsr, "vld": _vld, "vst": _vst, "valu": _valu,
     "vbcast": _vbcast, "vli": _vli, "vcmp": _vcmp, "vsel": _vsel, "mlogic": _mlogic,
     "mrows": _mrows, "viota": _viota, "vreduce": _vreduce, "vbcastidx": _vbcastidx,
-    "vrot": _vrot, "vextract": _vextract, "vinsert": _vinsert, "mxu_ldw": _mxu_ldw,
+    "vrot": _vrot, "vcol": _vcol, "vextract": _vextract, "vinsert": _vinsert, "mxu_ldw": _mxu_ldw,
     "mxu_push": _mxu_push, "mxu_mac": _mxu_mac, "mxu_pop": _mxu_pop,
     "mark_push": _mark_push, "mark_pop": _mark_pop, "illegal": _illegal,
 }

@@ -12,7 +12,8 @@ The assembly file format (`.s`) adds a few directives:
     .kernel NAME                              start a kernel
     .smem OFFSET WORD ...                     initial SMEM words at a byte offset
     label:                                    a branch target
-    .launch NAME [ARG ...]                    append a launch (default: each kernel once)
+    .launch NAME [ARG ...]                    append a launch (default: each kernel once);
+                                              the args are SMEM words 0, 1, ... at start
 
 Immediates may be numbers, `@buffer` (the buffer's HBM address) or labels.
 """

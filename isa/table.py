@@ -306,6 +306,9 @@ def _declare() -> list[dict]:
         "xlu", "xlu", "vrot", param=1, doc="vd[s, l] = va[s, (l - amount) mod 128].")
     add(g, "vrot.sub", [_v("vd", "w"), _v("va"), _i("amount", UIMM8)], "{vd}, {va}, {amount}",
         "xlu", "xlu", "vrot", param=0, doc="vd[s, l] = va[(s - amount) mod 8, l].")
+    add(g, "vcol", [_v("vd", "w"), _v("va"), _i("block", UIMM8)], "{vd}, {va}, {block}",
+        "xlu", "xlu", "vcol", doc="vd[s, l] = va[0, 8*block + s]: 8 lanes of sublane 0 become a "
+                                  "column, broadcast across lanes (a row vector to column form).")
     add(g, "vextract", [_s("sd", "w"), _v("va"), _s("sb")], "{sd}, {va}, {sb}", "xlu",
         "vextract", "vextract", doc="sd = the 32 bits of element sb (= sublane*128 + lane) of va.")
     add(g, "vinsert", [_v("vd", "w"), _s("sa"), _s("sb")], "{vd}, {sa}, {sb}", "xlu",
@@ -323,6 +326,10 @@ def _declare() -> list[dict]:
         "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "mxu_ldw",
         doc="Load the weight tile: rows k < shape>>16 of shape&0xffff bf16 values from VMEM "
             "byte address sa + off + k*stride; the rest of the D x D tile is zero.")
+    add(g, "mxu.ldwt", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
+        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "mxu_ldw", param="t",
+        doc="Load the transposed weight tile: memory row j (of shape>>16 rows, shape&0xffff "
+            "bf16 values each) becomes weight column j; loaded rows k < shape&0xffff.")
     add(g, "mxu.push", [_i("x", MXU), _v("va"), _i("chunk", UIMM8)], "{x}, {va}, {chunk}",
         "mxu", "mxu_push", "mxu_push",
         doc="Stage va (rounded to bf16) as LHS columns chunk*128 .. chunk*128+127.")

@@ -406,6 +406,15 @@ def test_index_broadcasts_and_rotates(emu, amount):
     assert np.array_equal(v[5], x[(subs - amount) % 8, :])
 
 
+@covers("vcol")
+@pytest.mark.parametrize("block", [0, 3, 15])
+def test_vcol_turns_eight_lanes_of_sublane_zero_into_a_column(emu, block):
+    x = i32_tile(42)
+    ran = emu.run_vec(f"vcol v2, v0, {block}", vregs=[x])
+    column = x[0, 8 * block:8 * block + 8]
+    assert np.array_equal(ran.core.vi[2], np.broadcast_to(column[:, None], (8, 128)))
+
+
 @covers("vextract", "vinsert")
 def test_extract_and_insert_elements(emu):
     x = i32_tile(41)
@@ -450,6 +459,30 @@ def test_matrix_unit_against_the_contract(emu, rows):
     twice = nx.mxu_matmul_numpy(once, lhs[:, :rows], w[:rows])
     assert same_bits(once, ran.core.vf[10])
     assert same_bits(twice, ran.core.vf[11])
+
+
+@covers("mxu.ldwt")
+@pytest.mark.parametrize("tokens", [128, 24])
+def test_transposed_weight_load(emu, tokens):
+    # Memory holds `tokens` rows of 128 bf16 (e.g. a key cache, one token per row);
+    # the transposed load makes row j weight column j, so LHS @ W = LHS @ rows^T.
+    rng = np.random.default_rng(tokens)
+    lhs = rng.standard_normal((8, 128)).astype(np.float32)
+    rows = nx.bf16_round(rng.standard_normal((128, 128)).astype(np.float32))
+    tiles = list(nx.f32_to_bf16_bits(rows).view(np.int32).reshape(8, 8, 128))
+    ran = emu.run_vec(f"""
+        li s2, {emu.STAGE_VMEM + emu.TILE_BYTES}
+        li s3, 256
+        li s4, {(tokens << 16) | 128}
+        mxu.ldwt x0, 0(s2), s3, s4
+        mxu.push x0, v0, 0
+        mxu.mac x0, a0, 1
+        mxu.pop v10, x0, a0, 0
+    """, vregs=[lhs, *tiles])
+    w = np.zeros((128, 128), np.float32)
+    w[:, :tokens] = rows[:tokens].T
+    expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), lhs, w)
+    assert same_bits(expected, ran.core.vf[10])
 
 
 # --- DMA, semaphores, barriers, regions ---------------------------------------------
