@@ -1,0 +1,80 @@
+"""Sets of half-open cycle intervals [start, end), as sorted numpy arrays.
+
+The trace tools measure everything as "how much of this interval lies inside the
+window": a window is a `Spans` (disjoint, sorted) and `Spans.overlap` answers that
+for many intervals at once through the window's cumulative length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Spans:
+    """Disjoint sorted intervals; build with `Spans.union` or `Spans.of`."""
+
+    def __init__(self, starts, ends):
+        self.starts = np.asarray(starts, np.float64)
+        self.ends = np.asarray(ends, np.float64)
+        lengths = self.ends - self.starts
+        self._before = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    @classmethod
+    def of(cls, start: float, end: float) -> Spans:
+        return cls([start], [max(start, end)])
+
+    @classmethod
+    def union(cls, starts, ends) -> Spans:
+        starts = np.asarray(starts, np.float64)
+        ends = np.asarray(ends, np.float64)
+        keep = ends > starts
+        starts, ends = starts[keep], ends[keep]
+        if not starts.size:
+            return cls([], [])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        new = np.ones(starts.size, bool)
+        new[1:] = starts[1:] > reach[:-1]
+        groups = np.cumsum(new) - 1
+        out_ends = np.zeros(new.sum())
+        np.maximum.at(out_ends, groups, reach)
+        return cls(starts[new], out_ends)
+
+    @property
+    def total(self) -> float:
+        return float(self._before[-1])
+
+    def __len__(self) -> int:
+        return self.starts.size
+
+    def cumulative(self, t) -> np.ndarray:
+        """Length of the spans before time t (vectorised over t)."""
+        t = np.asarray(t, np.float64)
+        if not self.starts.size:
+            return np.zeros_like(t)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        ic = np.clip(i, 0, None)
+        inside = np.clip(t - self.starts[ic], 0, self.ends[ic] - self.starts[ic])
+        return np.where(i < 0, 0.0, self._before[ic] + inside)
+
+    def overlap(self, starts, ends) -> np.ndarray:
+        """For each interval, how many of its cycles lie inside these spans."""
+        return self.cumulative(ends) - self.cumulative(starts)
+
+    def intersect(self, other: Spans) -> Spans:
+        points = np.unique(np.concatenate([self.starts, self.ends, other.starts, other.ends]))
+        if points.size < 2:
+            return Spans([], [])
+        a, b = points[:-1], points[1:]
+        keep = (self.overlap(a, b) > 0) & (other.overlap(a, b) > 0)
+        return Spans.union(a[keep], b[keep])
+
+    def gaps(self, within: Spans) -> Spans:
+        """The parts of `within` not covered by these spans."""
+        points = np.unique(np.concatenate([self.starts, self.ends, within.starts, within.ends]))
+        if points.size < 2:
+            return Spans([], [])
+        a, b = points[:-1], points[1:]
+        keep = (within.overlap(a, b) > 0) & (self.overlap(a, b) == 0)
+        return Spans.union(a[keep], b[keep])

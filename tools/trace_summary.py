@@ -1,0 +1,412 @@
+"""`mkemu trace PATH`: where did the cycles go.
+
+`summarize(trace, ...)` computes, over a window (the launches' cycles, narrowed by
+--from/--to and by --region to the cycles the selected cores spent in that
+region) and over the selected chips and cores: per-unit busy fraction per core;
+HBM, link and DMA-engine bandwidth utilisation; stall cycles by reason; a
+per-region table (time, bytes moved, achieved bandwidth, share); the longest
+HBM bubbles with the instruction that was waited on; DMA/compute overlap.
+`render_text` prints it; `--json` prints the same dict.
+
+Bandwidth comes from each DMA's recorded rate segments (rates are piecewise
+constant), scaled so each DMA's segments add up to exactly its bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.tools.intervals import Spans
+from mkemu.tools.trace_reader import Trace
+
+COMPUTE_UNITS = ("valu", "xlu", "eup")   # plus every mxu<i>
+STALL_REASONS = ("unit", "dependency", "dma", "semaphore", "barrier")
+
+
+def selected_cores(trace: Trace, chips=None, cores=None) -> list[int]:
+    out = [c["gid"] for c in trace.cores
+           if (chips is None or c["chip"] in chips) and (cores is None or c["core"] in cores)]
+    if not out:
+        raise ConfigError(f"no core matches --chip {chips} --core {cores} "
+                          f"(the trace has {trace.num_chips} chip(s) of {trace.meta['cores_per_chip']} cores)")
+    return out
+
+
+def region_label(trace: Trace, name_id: int, index: int) -> str:
+    return f"{trace.region_names[name_id]}[{index}]"
+
+
+def window(trace: Trace, gids: list[int], region: str | None = None, start=None, end=None) -> Spans:
+    launches = Spans.union([l["start"] for l in trace.launches], [l["end"] for l in trace.launches])
+    lo = -np.inf if start is None else start
+    hi = np.inf if end is None else end
+    spans = launches.intersect(Spans.of(lo, hi)) if (start is not None or end is not None) else launches
+    if region is not None:
+        s, e = region_intervals(trace, gids, region)
+        if not s.size:
+            names = sorted(set(trace.region_names) | {f"kernel:{l['kernel']}" for l in trace.launches})
+            raise ConfigError(f"no region {region!r} in this trace (regions: {', '.join(names) or 'none'})",
+                              key="--region")
+        spans = spans.intersect(Spans.union(s, e))
+    return spans
+
+
+def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
+    if label.startswith("kernel:"):
+        name = label[len("kernel:"):]
+        ls = [l for l in trace.launches if l["kernel"] == name]
+        return np.array([l["start"] for l in ls], float), np.array([l["end"] for l in ls], float)
+    r = trace.region
+    name, _, index = label.partition("[")
+    if name not in trace.region_names:
+        return np.zeros(0), np.zeros(0)
+    sel = (r["name"] == trace.region_names.index(name)) & np.isin(r["core"], gids)
+    if index:
+        try:
+            sel &= r["index"] == int(index.rstrip("]"))
+        except ValueError:
+            raise ConfigError(f"bad region {label!r}: write NAME or NAME[INDEX]", key="--region") from None
+    return r["start"][sel].astype(float), r["end"][sel].astype(float)
+
+
+def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
+    """One row per (DMA, constant-rate segment): dma row, start, end, bytes."""
+    dma, rate = trace.dma, trace.rate
+    if not rate["dma"].size:
+        return {"row": np.zeros(0, np.int64), "start": np.zeros(0), "end": np.zeros(0), "bytes": np.zeros(0)}
+    row_of = {int(s): i for i, s in enumerate(dma["seq"])}
+    rows = np.array([row_of[int(s)] for s in rate["dma"]], np.int64)
+    order = np.lexsort((np.arange(rows.size), rows))
+    rows, start, r = rows[order], rate["cycle"][order].astype(float), rate["bytes_per_cycle"][order]
+    end = np.empty_like(start)
+    end[:-1] = start[1:]
+    last = np.ones(rows.size, bool)
+    last[:-1] = rows[1:] != rows[:-1]
+    end[last] = dma["done"][rows[last]]
+    end = np.maximum(end, start)
+    raw = r * (end - start)
+    per_dma = np.bincount(rows, raw, minlength=dma["seq"].size)
+    scale = np.divide(dma["size_bytes"], per_dma, out=np.zeros(per_dma.size), where=per_dma > 0)
+    return {"row": rows, "start": start, "end": end, "bytes": raw * scale[rows]}
+
+
+def resource_segments(trace: Trace, segments: dict) -> dict[str, np.ndarray]:
+    """Segments expanded to one row per resource each DMA crossed."""
+    dma = trace.dma
+    counts = dma["res_count"][segments["row"]]
+    seg = np.repeat(np.arange(segments["row"].size), counts)
+    first = np.repeat(dma["res_start"][segments["row"]], counts)
+    within = np.arange(seg.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    res = trace.dma_res["resource"][first + within] if seg.size else np.zeros(0, np.int64)
+    return {"resource": res, "start": segments["start"][seg], "end": segments["end"][seg],
+            "bytes": segments["bytes"][seg], "row": segments["row"][seg]}
+
+
+def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
+    """Bytes per (resource, constant-rate segment) of every DMA.
+
+    Links, DMA engines and the core-to-core path come from the flow resources each
+    DMA crossed. HBM comes from the DMA's memories instead, because the emulator
+    leaves HBM out of a flow where the chip's engines together cannot outrun it: a
+    DMA moves its bytes through its source chip's HBM if it reads HBM and through
+    its destination chip's HBM if it writes HBM (once for a copy within one HBM).
+    """
+    segs = dma_segments(trace)
+    res = resource_segments(trace, segs)
+    hbm_of = {r["chip"]: r["id"] for r in trace.resources if r["kind"] == "hbm"}
+    keep = ~np.isin(res["resource"], list(hbm_of.values()))
+    parts = [{k: v[keep] for k, v in res.items()}]
+    dma, rows = trace.dma, segs["row"]
+    hbm = trace.meta["spaces"].index("hbm")
+    reads = dma["src_space"][rows] == hbm
+    writes = (dma["dst_space"][rows] == hbm) & ~(reads & (dma["src_chip"][rows] == dma["dst_chip"][rows]))
+    lookup = np.full(max(hbm_of, default=-1) + 2, -1, np.int64)
+    for chip, rid in hbm_of.items():
+        lookup[chip] = rid
+    for sel, chips in ((reads, dma["src_chip"][rows]), (writes, dma["dst_chip"][rows])):
+        parts.append({"resource": lookup[chips[sel]], "start": segs["start"][sel], "end": segs["end"][sel],
+                      "bytes": segs["bytes"][sel], "row": rows[sel]})
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _bytes_in(spans: Spans, start, end, nbytes) -> np.ndarray:
+    length = end - start
+    frac = np.divide(spans.overlap(start, end), length, out=np.zeros(length.size), where=length > 0)
+    return nbytes * frac
+
+
+def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
+              start=None, end=None, top: int = 5) -> dict:
+    gids = selected_cores(trace, chips, cores)
+    chip_set = sorted({trace.cores[g]["chip"] for g in gids})
+    win = window(trace, gids, region, start, end)
+    measure = win.total
+    hz = trace.clock_hz
+    instr, dma, wait = trace.instr, trace.dma, trace.wait
+    segs = traffic_segments(trace)
+    out: dict = {
+        "trace": trace.path, "profile": trace.meta.get("profile"), "clock_hz": hz,
+        "emulated_cycles": trace.end_cycle, "emulated_seconds": trace.seconds(trace.end_cycle),
+        "filters": {"chips": chip_set, "cores": sorted({trace.cores[g]["core"] for g in gids}),
+                    "region": region, "from": start, "to": end},
+        "window_cycles": measure,
+        "instructions": int(np.isin(instr["core"], gids).sum()),
+    }
+
+    # Per-unit busy fraction per core.
+    units = [u for u in trace.units if u != "meta"]
+    busy_overlap = win.overlap(instr["issue"], instr["issue"] + instr["occupancy"])
+    per_core = []
+    for g in gids:
+        sel = instr["core"] == g
+        cycles = np.bincount(instr["unit"][sel], busy_overlap[sel], minlength=len(trace.units))
+        per_core.append({"chip": trace.cores[g]["chip"], "core": trace.cores[g]["core"],
+                         "busy": {u: _frac(cycles[i], measure) for i, u in enumerate(trace.units) if u in units},
+                         "busy_cycles": {u: float(cycles[i]) for i, u in enumerate(trace.units) if u in units}})
+    out["units"] = per_core
+
+    # Bandwidth per resource.
+    seg_bytes = _bytes_in(win, segs["start"], segs["end"], segs["bytes"])
+    by_res = np.bincount(segs["resource"].astype(np.int64), seg_bytes, minlength=len(trace.resources))
+    bandwidth = []
+    for res in trace.resources:
+        if res["chip"] not in chip_set or res["kind"] == "other":
+            continue
+        if res["kind"] == "engine" and res.get("core") not in gids:
+            continue
+        rsel = segs["resource"] == res["id"]
+        active = Spans.union(segs["start"][rsel], segs["end"][rsel]).intersect(win).total
+        nbytes = float(by_res[res["id"]])
+        if res["kind"] in ("link", "sibling") and nbytes == 0:
+            continue
+        bandwidth.append({"resource": res["name"], "kind": res["kind"], "chip": res["chip"],
+                          "bytes": nbytes, "utilisation": _frac(nbytes, res["bw_bytes_per_cycle"] * measure),
+                          "active": _frac(active, measure),
+                          "achieved_gb_per_s": _frac(nbytes, measure) * hz / 1e9,
+                          "peak_gb_per_s": res["bw_bytes_per_cycle"] * hz / 1e9})
+    out["bandwidth"] = bandwidth
+
+    # Stalls by reason.
+    csel = np.isin(instr["core"], gids)
+    dep_end = instr["issue"]
+    dep_start = dep_end - instr["stall_dep"]
+    unit_start = dep_start - instr["stall_unit"]
+    stalls = {r: 0.0 for r in STALL_REASONS}
+    stalls["unit"] = float(win.overlap(unit_start[csel], dep_start[csel]).sum())
+    stalls["dependency"] = float(win.overlap(dep_start[csel], dep_end[csel]).sum())
+    reasons = wait_reasons(trace)
+    wsel = np.isin(wait["core"], gids)
+    wcycles = win.overlap(wait["start"], wait["end"])
+    for r in ("dma", "semaphore", "barrier"):
+        stalls[r] = float(wcycles[wsel & (reasons == r)].sum())
+    out["stalls"] = {"cycles": stalls, "fraction": {r: _frac(v, measure * len(gids)) for r, v in stalls.items()}}
+
+    out["regions"] = region_table(trace, gids, win)
+    out["bubbles"] = hbm_bubbles(trace, gids, chip_set, win, segs, reasons, top)
+    out["overlap"] = dma_compute_overlap(trace, gids, win)
+    return out
+
+
+def wait_reasons(trace: Trace) -> np.ndarray:
+    """'dma' for a semaphore wait ended by a DMA landing, else 'semaphore' or 'barrier'."""
+    wait, dma = trace.wait, trace.dma
+    ended = set(zip(dma["src_core"].tolist(), dma["sem"].tolist(), dma["done"].tolist()))
+    remote = dma["rsem"] >= 0
+    ended |= set(zip(dma["dst_core"][remote].tolist(), dma["rsem"][remote].tolist(), dma["done"][remote].tolist()))
+    out = np.empty(wait["core"].size, dtype=object)
+    for i, (c, k, s, e) in enumerate(zip(wait["core"].tolist(), wait["kind"].tolist(),
+                                         wait["sem"].tolist(), wait["end"].tolist())):
+        out[i] = "barrier" if k == 1 else ("dma" if (c, s, e) in ended else "semaphore")
+    return out.astype(str) if out.size else np.zeros(0, "<U9")
+
+
+def region_table(trace: Trace, gids: list[int], win: Spans) -> list[dict]:
+    """One row per kernel, region name, and region name[index] when indices differ."""
+    r, dma = trace.region, trace.dma
+    rsel = np.isin(r["core"], gids)
+    dsel = np.isin(dma["src_core"], gids) & (win.overlap(dma["issued"], dma["issued"] + 1) > 0)
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for i, l in enumerate(trace.launches):
+        key = f"kernel:{l['kernel']}"
+        s, e, c = groups.get(key, (np.zeros(0), np.zeros(0), np.zeros(0, np.int64)))
+        groups[key] = (np.concatenate([s, np.full(len(gids), l["start"], float)]),
+                       np.concatenate([e, np.full(len(gids), l["end"], float)]),
+                       np.concatenate([c, np.array(gids, np.int64)]))
+    names = r["name"][rsel]
+    for nid in np.unique(names):
+        sel = np.flatnonzero(rsel)[names == nid]
+        label = trace.region_names[nid]
+        groups[label] = (r["start"][sel].astype(float), r["end"][sel].astype(float), r["core"][sel])
+        idx = r["index"][sel]
+        if np.unique(idx).size > 1:
+            for value in np.unique(idx):
+                sub = sel[idx == value]
+                groups[f"{label}[{value}]"] = (r["start"][sub].astype(float), r["end"][sub].astype(float),
+                                               r["core"][sub])
+    rows = []
+    measure = win.total
+    for label, (s, e, c) in groups.items():
+        spans = Spans.union(s, e).intersect(win)
+        time = spans.total
+        nbytes = 0
+        for g in np.unique(c):
+            per_core = Spans.union(s[c == g], e[c == g])
+            mine = dsel & (dma["src_core"] == g)
+            inside = per_core.overlap(dma["issued"][mine], dma["issued"][mine] + 1) > 0
+            nbytes += int(dma["size_bytes"][mine][inside].sum())
+        instances = sum(l["kernel"] == label[7:] for l in trace.launches) if label.startswith("kernel:") else s.size
+        rows.append({"region": label, "instances": int(instances), "cycles": time,
+                     "share": _frac(time, measure), "dma_bytes": nbytes,
+                     "gb_per_s": _frac(nbytes, time) * trace.clock_hz / 1e9})
+    return rows
+
+
+def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, reasons, top: int) -> list[dict]:
+    """The longest stretches inside the window where a chip's HBM moved no bytes."""
+    dma = trace.dma
+    found = []
+    for res in trace.resources:
+        if res["kind"] != "hbm" or res["chip"] not in chip_set:
+            continue
+        sel = segs["resource"] == res["id"]
+        busy = Spans.union(segs["start"][sel], segs["end"][sel])
+        idle = busy.gaps(win)
+        for a, b in zip(idle.starts, idle.ends):
+            found.append((b - a, res["chip"], a, b, np.unique(segs["row"][sel])))
+    found.sort(key=lambda f: (-f[0], f[1], f[2]))
+    out = []
+    for length, chip, a, b, rows in found[:top]:
+        entry = {"chip": int(chip), "start": float(a), "end": float(b), "cycles": float(length)}
+        after = rows[dma["begun"][rows] >= b]
+        if after.size:
+            d = after[np.argmin(dma["begun"][after])]
+            launch, pc, core = int(dma["launch"][d]), int(dma["pc"][d]), int(dma["src_core"][d])
+            entry["next_dma"] = {"core": trace.core_name(core), "issued": int(dma["issued"][d]),
+                                 "pc": pc, "instruction": trace.text(launch, pc),
+                                 "source": trace.source(launch, pc)}
+            # What held up the issue of that DMA (the rest of the bubble is its start latency).
+            entry["waited_on"] = _waited_on(trace, core, a, min(b, float(dma["issued"][d])), reasons)
+        out.append(entry)
+    return out
+
+
+def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | None:
+    """What the core that ended the bubble spent most of it waiting for."""
+    instr, wait = trace.instr, trace.wait
+    gap = Spans.of(a, b)
+    best = None
+    sel = np.flatnonzero(instr["core"] == core)
+    if sel.size:
+        end = instr["issue"][sel]
+        stall = gap.overlap(end - instr["stall_dep"][sel] - instr["stall_unit"][sel], end)
+        i = int(np.argmax(stall))
+        if stall[i] > 0:
+            k = sel[i]
+            why = "dependency" if instr["stall_dep"][k] >= instr["stall_unit"][k] else "unit"
+            best = (float(stall[i]), int(instr["launch"][k]), int(instr["pc"][k]), why)
+    wsel = np.flatnonzero(wait["core"] == core)
+    if wsel.size:
+        w = gap.overlap(wait["start"][wsel], wait["end"][wsel])
+        i = int(np.argmax(w))
+        if w[i] > 0 and (best is None or w[i] > best[0]):
+            k = wsel[i]
+            best = (float(w[i]), int(wait["launch"][k]), int(wait["pc"][k]), str(reasons[k]))
+    if best is None:
+        return None
+    cycles, launch, pc, why = best
+    return {"reason": why, "cycles": cycles, "pc": pc, "instruction": trace.text(launch, pc),
+            "source": trace.source(launch, pc)}
+
+
+def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
+    instr, dma = trace.instr, trace.dma
+    compute_ids = [i for i, u in enumerate(trace.units) if u in COMPUTE_UNITS or u.startswith("mxu")]
+    rows = []
+    for g in gids:
+        sel = (instr["core"] == g) & np.isin(instr["unit"], compute_ids) & (instr["occupancy"] > 0)
+        compute = Spans.union(instr["issue"][sel], instr["issue"][sel] + instr["occupancy"][sel]).intersect(win)
+        dsel = (dma["src_core"] == g) & (dma["begun"] >= 0)
+        moving = Spans.union(dma["begun"][dsel], dma["done"][dsel]).intersect(win)
+        both = compute.intersect(moving).total
+        rows.append({"chip": trace.cores[g]["chip"], "core": trace.cores[g]["core"],
+                     "compute_cycles": compute.total, "dma_cycles": moving.total, "both_cycles": both,
+                     "dma_hidden": _frac(both, moving.total), "compute_overlapped": _frac(both, compute.total)})
+    return rows
+
+
+def _frac(a: float, b: float) -> float:
+    return float(a) / float(b) if b else 0.0
+
+
+# --- text -------------------------------------------------------------------
+
+def render_text(s: dict, max_regions: int = 40) -> str:
+    lines = []
+    hz = s["clock_hz"]
+    f = s["filters"]
+    lines.append(f"trace {s['trace']} ({s['profile']}, {hz / 1e9:.4g} GHz)")
+    lines.append(f"emulated time: {s['emulated_cycles']:,} cycles = {_time(s['emulated_seconds'])}")
+    what = [f"chips {','.join(map(str, f['chips']))}", f"cores {','.join(map(str, f['cores']))}"]
+    if f["region"]:
+        what.append(f"region {f['region']}")
+    if f["from"] is not None or f["to"] is not None:
+        what.append(f"cycles [{f['from'] if f['from'] is not None else ''}, {f['to'] if f['to'] is not None else ''})")
+    lines.append(f"window: {s['window_cycles']:,.0f} cycles of kernel time ({'; '.join(what)}), "
+                 f"{s['instructions']:,} instructions")
+    lines.append("")
+    units = [u for u in s["units"][0]["busy"]] if s["units"] else []
+    lines.append("unit busy (% of window)")
+    lines.append(f"  {'core':12s}" + "".join(f"{u:>8s}" for u in units))
+    for row in s["units"]:
+        lines.append(f"  {'chip %d core %d' % (row['chip'], row['core']):12s}"
+                     + "".join(f"{100 * row['busy'][u]:8.1f}" for u in units))
+    lines.append("")
+    lines.append("bandwidth")
+    lines.append(f"  {'resource':34s}{'bytes':>14s}{'GB/s':>10s}{'peak':>10s}{'util %':>8s}{'active %':>9s}")
+    for b in s["bandwidth"]:
+        lines.append(f"  {b['resource']:34s}{b['bytes']:14,.0f}{b['achieved_gb_per_s']:10.2f}"
+                     f"{b['peak_gb_per_s']:10.1f}{100 * b['utilisation']:8.1f}{100 * b['active']:9.1f}")
+    lines.append("")
+    st = s["stalls"]
+    lines.append("stalls (cycles summed over cores, % of core-cycles)")
+    lines.append("  " + ", ".join(f"{r} {st['cycles'][r]:,.0f} ({100 * st['fraction'][r]:.1f}%)"
+                                  for r in STALL_REASONS))
+    lines.append("")
+    lines.append("regions")
+    lines.append(f"  {'region':30s}{'n':>6s}{'cycles':>14s}{'share %':>9s}{'DMA bytes':>14s}{'GB/s':>10s}")
+    regions = sorted(s["regions"], key=lambda r: (not r["region"].startswith("kernel:"), -r["cycles"], r["region"]))
+    for r in regions[:max_regions]:
+        lines.append(f"  {r['region'][:30]:30s}{r['instances']:6d}{r['cycles']:14,.0f}{100 * r['share']:9.1f}"
+                     f"{r['dma_bytes']:14,d}{r['gb_per_s']:10.2f}")
+    if len(regions) > max_regions:
+        lines.append(f"  ... {len(regions) - max_regions} more (use --json or --region)")
+    lines.append("")
+    lines.append("top HBM bubbles (HBM idle)")
+    if not s["bubbles"]:
+        lines.append("  none")
+    for b in s["bubbles"]:
+        lines.append(f"  chip {b['chip']}: {b['cycles']:,.0f} cycles [{b['start']:,.0f}, {b['end']:,.0f})")
+        w = b.get("waited_on")
+        if w:
+            lines.append(f"    waited on ({w['reason']}, {w['cycles']:,.0f} cycles): pc {w['pc']:#06x} "
+                         f"`{w['instruction']}`" + (f"  [{w['source']}]" if w["source"] else ""))
+        n = b.get("next_dma")
+        if n:
+            lines.append(f"    ended by DMA from {n['core']} issued at {n['issued']:,}: pc {n['pc']:#06x} "
+                         f"`{n['instruction']}`" + (f"  [{n['source']}]" if n["source"] else ""))
+    lines.append("")
+    lines.append("DMA/compute overlap")
+    for o in s["overlap"]:
+        lines.append(f"  chip {o['chip']} core {o['core']}: DMA moving {o['dma_cycles']:,.0f} cycles, compute "
+                     f"{o['compute_cycles']:,.0f}, both {o['both_cycles']:,.0f} "
+                     f"({100 * o['dma_hidden']:.1f}% of DMA time hidden under compute)")
+    return "\n".join(lines) + "\n"
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
