@@ -63,6 +63,8 @@ class Core:
         self.ops: list[Op] = []
         self.halted = True
         self.regions: list[tuple[int, int, int]] = []   # (region id, index, start cycle)
+        self.region_cycles: dict[int, int] = {}         # region id -> cycles spent inside
+        self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
         self.in_flight: list = []   # DMAs issued by or landing on this core, for race checks
 
     def start(self, ops: list[Op], smem_init: bytes, args: tuple[int, ...], t: int) -> None:
@@ -397,7 +399,8 @@ def _mark_push(core, op):
 def _mark_pop(core, op):
     if not core.regions:
         raise Trap("bad-region", "mark.pop without a matching mark.push")
-    core.regions.pop()
+    region, _, start = core.regions.pop()
+    core.region_cycles[region] = core.region_cycles.get(region, 0) + core.t - start
 
 
 HANDLERS = {

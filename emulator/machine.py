@@ -69,6 +69,9 @@ class RunResult:
     launch_cycles: tuple[int, ...]
     link_bytes: int
     per_core: tuple[dict, ...]
+    region_cycles: dict[str, int]
+    dma_wait_cycles: dict[str, int]
+    idle_cycles: int
 
     def to_json(self) -> dict:
         return attrs.asdict(self, recurse=True)
@@ -113,6 +116,9 @@ class Machine:
         self.link_bytes = 0
         self.dma_count = 0
         self.launch_cycles: list[int] = []
+        self.region_cycles: dict[str, int] = {}    # summed over cores
+        self.dma_wait_cycles: dict[str, int] = {}  # waits ended by a DMA, by innermost region
+        self.idle_cycles = 0                       # halted cores waiting for the launch to end
         # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
         self.trace = trace
 
@@ -195,6 +201,7 @@ class Machine:
         if waiting:
             raise self._deadlock(waiting)
         self.now = max([self.now] + [c.end_time for c in self.cores])
+        self._fold_region_stats(kernel)
         if self.trace is not None:
             self.trace.on_launch_end(self)
         if "semaphores" in self.config.checks:
@@ -205,6 +212,20 @@ class Machine:
                     raise EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {text} "
                                         "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
                                         chip=core.chip, core=core.index, cycle=core.end_time)
+
+    def _fold_region_stats(self, kernel) -> None:
+        """Add this launch's per-core region times (summed over cores) to the run's."""
+        def name(rid: int) -> str:
+            if rid < 0:
+                return "(outside regions)"
+            return kernel.regions[rid] if rid < len(kernel.regions) else f"region{rid}"
+
+        for core in self.cores:
+            for rid, cycles in core.region_cycles.items():
+                self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
+            for rid, cycles in core.dma_wait_cycles.items():
+                self.dma_wait_cycles[name(rid)] = self.dma_wait_cycles.get(name(rid), 0) + cycles
+            self.idle_cycles += self.now - core.end_time
 
     def _push(self, t: int, kind: int, payload) -> None:
         self.seq += 1
@@ -292,12 +313,15 @@ class Machine:
             return self.profile.sibling_latency_cycles
         return 0
 
-    def _add_sem(self, core: Core, sem: int, value: int, t: int) -> None:
+    def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False) -> None:
         core.sems[sem] += value
         waiting = core.waiting
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:
             core.sems[sem] -= waiting[1]
             core.stalls["semaphore"] += t - waiting[2]
+            if by_dma:
+                region = core.regions[-1][0] if core.regions else -1
+                core.dma_wait_cycles[region] = core.dma_wait_cycles.get(region, 0) + t - waiting[2]
             core.waiting = None
             if self.trace is not None:
                 self.trace.on_wait(core, 0, sem, waiting[1], waiting[2], t)
@@ -468,9 +492,9 @@ class Machine:
                 self._push(max(t, nxt.issued_at + nxt.latency_cycles), DMA_BEGIN, nxt)
             else:
                 self.engine_active[issuer.gid] -= 1
-            self._add_sem(issuer, dma.sem, dma.size_bytes, t)
+            self._add_sem(issuer, dma.sem, dma.size_bytes, t, by_dma=True)
             if dma.rsem is not None:
-                self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t)
+                self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t, by_dma=True)
         self._schedule_flows()
         if self.trace is not None:
             self.trace.on_rates(self.net, t)
@@ -564,7 +588,9 @@ class Machine:
             cycles=self.now, seconds=self.profile.cycles_to_seconds(self.now),
             instructions=sum(c.instructions for c in self.cores), unit_busy_cycles=busy,
             hbm_bytes=self.hbm_bytes, dma_count=self.dma_count, stall_cycles=stalls,
-            launch_cycles=tuple(self.launch_cycles), link_bytes=self.link_bytes, per_core=tuple(per_core))
+            launch_cycles=tuple(self.launch_cycles), link_bytes=self.link_bytes, per_core=tuple(per_core),
+            region_cycles=dict(self.region_cycles), dma_wait_cycles=dict(self.dma_wait_cycles),
+            idle_cycles=self.idle_cycles)
 
 
 def _no_check(*args, **kwargs) -> None:

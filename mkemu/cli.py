@@ -48,7 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="set a program parameter (repeatable)")
     run.add_argument("--trace", metavar="PATH", help="record a trace to PATH (read it with `mkemu trace`)")
+    _driver_options(run)
+    run.add_argument("--dump", metavar="DIR", help="K3: write weights, inputs, reference and emulator "
+                     "outputs as .npz files into DIR")
     run.set_defaults(func=cmd_run)
+
+    compare = sub.add_parser("compare", help="run two programs with the same options, side by side")
+    compare.add_argument("a")
+    compare.add_argument("b")
+    _machine_options(compare)
+    _driver_options(compare)
+    compare.add_argument("--json", action="store_true")
+    compare.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    compare.set_defaults(func=cmd_compare)
 
     asm = sub.add_parser("asm", help="print the assembler listing of a program")
     asm.add_argument("file")
@@ -103,6 +115,16 @@ def _machine_options(p: argparse.ArgumentParser) -> None:
                    help="turn off a runtime check")
 
 
+def _driver_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model runs (programs with a driver, e.g. the K3 programs)")
+    g.add_argument("--model", help="model config: a shipped name (mkemu model list) or a TOML file")
+    g.add_argument("--batch", type=int, help="independent sequences, 1..8 (default 1)")
+    g.add_argument("--prompt-len", type=int, help="prompt tokens fed one by one (default 4)")
+    g.add_argument("--steps", type=int, help="tokens to generate (default 4)")
+    g.add_argument("--check-layers", action="store_true",
+                   help="compare every layer's attention and FFN outputs, naming the first that differs")
+
+
 def _params(items: list[str]) -> dict[str, int]:
     out = {}
     for item in items:
@@ -116,117 +138,50 @@ def _params(items: list[str]) -> dict[str, int]:
     return out
 
 
-def load_program(path: str, profile, params: dict[str, int]):
-    """Assemble a `.s` file or compile a `.mk` file into a Program."""
-    from mkemu.isa.asm import assemble
+def _run_options(args, file: str):
+    from mkemu.run import RunOptions
 
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
-    if path.endswith(".mk"):
-        from mkemu.dsl.compiler import compile_file
+    driver = {"model": args.model, "batch": args.batch, "prompt_len": args.prompt_len,
+              "steps": args.steps, "check_layers": args.check_layers,
+              "dump": getattr(args, "dump", None)}
+    return RunOptions(file=file, hw=args.hw, mesh=args.mesh, seed=args.seed,
+                      max_cycles=args.max_cycles, dma_order=args.dma_order,
+                      no_check=tuple(args.no_check), inputs=getattr(args, "inputs", None),
+                      params=_params(args.set), trace=getattr(args, "trace", None),
+                      driver={k: v for k, v in driver.items() if v not in (None, False)})
 
-        return compile_file(path, profile=profile, params=params)
-    if params:
-        raise ConfigError("--set applies to .mk programs only", file=path)
-    return assemble(text, path)
+
+def _progress(done: int, total: int, figures: dict) -> None:
+    if sys.stderr.isatty():
+        print(f"\rstep {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
 
 
 def cmd_run(args) -> int:
-    from mkemu.emulator.config import RunConfig
-    from mkemu.emulator.machine import Machine
-    from mkemu.emulator.topology import Mesh, parse_mesh
-    from mkemu.isa.hardware import load_profile
-    from mkemu import runner
+    from mkemu.run import execute
 
-    wall0 = time.perf_counter()
-    profile = load_profile(args.hw)
-    mesh = Mesh(parse_mesh(args.mesh) if args.mesh else profile.mesh_dims, profile.mesh_wrap,
-                profile.links_per_neighbor)
-    config = RunConfig(seed=args.seed, max_cycles=args.max_cycles, dma_order=args.dma_order,
-                       checks=frozenset({"races", "semaphores"}) - set(args.no_check))
-    program = load_program(args.file, profile, _params(args.set))
-    recorder = None
-    if args.trace:
-        from mkemu.emulator.trace import Recorder
-
-        recorder = Recorder()
-    machine = Machine(profile, mesh, config, trace=recorder)
-    machine.load(program)
-    chips = mesh.num_chips
-    if args.inputs:
-        given = runner.load_inputs(args.inputs, program)
-    else:
-        given = {}
-        for chip in range(chips):
-            for name, array in runner.generate_inputs(program, args.seed + 7919 * chip).items():
-                given[f"{name}@{chip}"] = array
-    inputs = {}
-    for buf in program.buffers:
-        for chip in range(chips):
-            array = given.get(f"{buf.name}@{chip}", given.get(buf.name))
-            if array is None:
-                continue
-            inputs[f"{buf.name}@{chip}"] = array
-            try:
-                machine.write_buffer(chip, buf.name, runner.to_storage(array, buf.dtype))
-            except ValueError as exc:
-                raise ConfigError(str(exc), file=args.inputs, key=buf.name) from None
-    result = machine.run()
-    if recorder is not None:
-        runner.atomic_write(args.trace, recorder.to_bytes())
-    report = result.to_json()
-    report["chips"] = chips
-    report["cores"] = len(machine.cores)
-    report["hw"] = profile.name
-    reference = runner.load_reference(program)
-    mismatch = None
-    if reference is not None:
-        expected = reference(inputs, chips=chips, cores_per_chip=profile.cores_per_chip)
-        for key, value in expected.items():
-            name, _, chip_text = key.partition("@")
-            for chip in ([int(chip_text)] if chip_text else range(chips)):
-                buf = program.buffer(name)
-                actual = runner.from_storage(machine.read_buffer(chip, name), buf.dtype)
-                mismatch = runner.compare(value, actual, name, chip)
-                if mismatch:
-                    break
-            if mismatch:
-                break
-        report["bit_exact"] = mismatch is None
-    else:
-        report["bit_exact"] = None
-    report["wall_s"] = round(time.perf_counter() - wall0, 3)
+    report, render = execute(_run_options(args, args.file), progress=_progress)
     if args.json:
         print(json.dumps(report, default=_json_default))
     else:
-        _print_run(report, mismatch, program)
+        print(render(report))
     return 0 if report["bit_exact"] in (True, None) else 1
+
+
+def cmd_compare(args) -> int:
+    from mkemu.run import compare_text, execute
+
+    reports = [execute(_run_options(args, file), progress=_progress)[0] for file in (args.a, args.b)]
+    if args.json:
+        print(json.dumps({"a": reports[0], "b": reports[1]}, default=_json_default))
+    else:
+        print(compare_text(*reports))
+    return 0 if all(r["bit_exact"] in (True, None) for r in reports) else 1
 
 
 def _json_default(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(type(value).__name__)
-
-
-def _print_run(report: dict, mismatch, program) -> None:
-    if report["bit_exact"] is True:
-        print(f"PASS: outputs bit-exact against {program.reference}")
-    elif mismatch is not None:
-        print(mismatch.render())
-    else:
-        print("(no reference named: outputs not checked)")
-    print(f"chips {report['chips']}, cores {report['cores']} ({report['hw']})")
-    print(f"cycles {report['cycles']:,}  ({report['seconds'] * 1e6:.3f} us emulated)")
-    print(f"instructions {report['instructions']:,}, DMAs {report['dma_count']:,}, "
-          f"HBM bytes {report['hbm_bytes']:,}")
-    busy = ", ".join(f"{k} {v:,}" for k, v in report["unit_busy_cycles"].items() if v)
-    print(f"unit busy cycles (all cores): {busy}")
-    stalls = ", ".join(f"{k} {v:,}" for k, v in report["stall_cycles"].items() if v)
-    print(f"stall cycles (all cores): {stalls or 'none'}")
-    print(f"wall {report['wall_s']:.2f} s")
 
 
 def cmd_trace(args) -> int:
@@ -276,6 +231,8 @@ def cmd_asm(args) -> int:
 
     profile = load_profile(args.hw)
     t0 = time.perf_counter()
+    from mkemu.run import load_program
+
     program = load_program(args.file, profile, _params(args.set))
     compile_s = time.perf_counter() - t0
     text = listing(program, stats=args.stats, compile_s=compile_s)

@@ -83,25 +83,49 @@ def load_reference(program: Program):
     """The reference function a program names, imported from its file."""
     if not program.reference:
         return None
-    file, _, func = program.reference.partition(":")
-    base = Path(program.path).parent if program.path else Path.cwd()
+    return load_reference_named(program.reference, program.path)
+
+
+def load_reference_named(reference: str, program_path: str | None):
+    """Import `file.py:function` (file relative to the program) and return the function."""
+    file, _, func = reference.partition(":")
+    base = Path(program_path).parent if program_path else Path.cwd()
     path = base / file
     if not path.is_file():
         raise ConfigError(f"reference file {file!r} not found next to the program ({path})",
-                          file=program.path)
-    spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
+                          file=program_path)
+    package = _package_of(path)
     try:
-        spec.loader.exec_module(module)
+        if package:
+            module = importlib.import_module(package)
+        else:
+            spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
     except MkemuError:
         raise
     except Exception as exc:  # a broken reference file is the user's error, not ours
         raise ConfigError(f"reference {path} failed to load: {type(exc).__name__}: {exc}",
-                          file=program.path) from None
+                          file=program_path) from None
     fn = getattr(module, func or "reference", None)
     if fn is None:
-        raise ConfigError(f"reference file {path} has no function {func!r}", file=program.path)
+        raise ConfigError(f"reference file {path} has no function {func!r}", file=program_path)
     return fn
+
+
+def _package_of(path: Path) -> str | None:
+    """The import name of a reference inside the shipped programs package (it may use
+    relative imports), or None for a stand-alone file."""
+    import mkemu.programs
+
+    root = Path(mkemu.programs.__file__).parent.resolve()
+    try:
+        rel = path.resolve().relative_to(root)
+    except ValueError:
+        return None
+    if not all((root / Path(*rel.parts[:i]) / "__init__.py").is_file() for i in range(1, len(rel.parts))):
+        return None
+    return ".".join(("mkemu.programs", *rel.with_suffix("").parts))
 
 
 def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int) -> Mismatch | None:

@@ -1,0 +1,99 @@
+"""A loaded program on a machine: what `mkemu run` and program drivers work with.
+
+A driver (a reference function marked `mkemu_driver = True`, e.g. the K3 decode
+driver) takes over a run: it writes inputs, runs the launch sequence as often as it
+likes (HBM persists between runs, so model state carries over), reads outputs and
+checks them. It sees only this interface, never the emulator's internals, so the
+numpy side stays independent of the emulator.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.runner import from_storage, to_storage
+
+
+@attrs.frozen
+class MachineInfo:
+    """What a driver may know about the machine it runs on."""
+
+    hw: str
+    chips: int
+    cores_per_chip: int
+    mesh: tuple[int, int, int]
+    clock_hz: float
+    hbm_bw_bytes_per_s: float          # per chip
+    dma_engine_bw_bytes_per_s: float   # per core
+    hop_latency_s: float
+    kernel_launch_s: float
+
+    @property
+    def cores(self) -> int:
+        return self.chips * self.cores_per_chip
+
+
+def machine_info(profile, mesh) -> MachineInfo:
+    p = profile
+    return MachineInfo(
+        hw=p.name, chips=mesh.num_chips, cores_per_chip=p.cores_per_chip,
+        mesh=tuple(mesh.dims), clock_hz=p.clock_hz,
+        hbm_bw_bytes_per_s=p.hbm_bw_bytes_per_cycle * p.clock_hz,
+        dma_engine_bw_bytes_per_s=p.dma_engine_bw_bytes_per_cycle * p.clock_hz,
+        hop_latency_s=p.cycles_to_seconds(p.hop_latency_cycles),
+        kernel_launch_s=p.cycles_to_seconds(p.kernel_launch_cycles))
+
+
+class Session:
+    def __init__(self, machine, program, profile):
+        self._machine = machine
+        self.program = program
+        self.info = machine_info(profile, machine.mesh)
+        self.launches_per_run = len(program.launches)
+        self._last = None
+
+    def buffers(self) -> dict[str, tuple[str, tuple[int, ...], str]]:
+        """name -> (dtype, shape, kind) of every HBM buffer."""
+        return {b.name: (b.dtype, b.shape, b.kind) for b in self.program.buffers}
+
+    def write(self, name: str, array, chip: int | None = None) -> None:
+        """Write an HBM buffer (bf16 buffers take float arrays of bf16 values) on one or every chip."""
+        buf = self._buffer(name)
+        data = to_storage(np.asarray(array), buf.dtype)
+        if data.shape != buf.shape:
+            raise ConfigError(f"buffer {name}: got shape {data.shape}, the program declares {buf.shape}",
+                              key=name)
+        for c in range(self.info.chips) if chip is None else [chip]:
+            self._machine.write_buffer(c, name, data)
+
+    def read(self, name: str, chip: int = 0) -> np.ndarray:
+        buf = self._buffer(name)
+        return from_storage(self._machine.read_buffer(chip, name), buf.dtype)
+
+    def run(self) -> dict:
+        """Run the launch sequence once; figures of this run alone (not cumulative)."""
+        result = self._machine.run().to_json()
+        last, self._last = self._last, result
+        if last is None:
+            return result
+        delta = {}
+        for key, value in result.items():
+            before = last.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                delta[key] = value - before
+            elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
+                delta[key] = {k: v - before.get(k, 0) for k, v in value.items()}
+            elif key == "launch_cycles":
+                delta[key] = value[len(before):]
+            else:
+                delta[key] = value
+        return delta
+
+    def _buffer(self, name: str):
+        try:
+            return self.program.buffer(name)
+        except KeyError:
+            known = ", ".join(sorted(b.name for b in self.program.buffers))
+            raise ConfigError(f"the program has no HBM buffer {name!r} (it has: {known})", key=name) from None

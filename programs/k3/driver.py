@@ -1,0 +1,245 @@
+"""The K3 decode driver: runs a K3 program step by step and checks every step's bits.
+
+`mkemu run programs/k3_megakernel.mk` hands the run to `drive`: it generates the
+model's weights from the seed, writes them (and the layer plan) into every chip's
+HBM, feeds a prompt token by token and then generates greedily, running the
+program's launch sequence once per decode step. After each step the program's
+logits must equal the numpy reference's bit for bit; on a mismatch, the per-layer
+debug outputs (`dbg_attn`, `dbg_ffn`) name the first layer and operator that differ.
+
+The driver sees the emulator only through `mkemu.session.Session`; the reference
+is `programs/k3/reference.py`, written from the model math alone.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.runner import atomic_write
+
+from . import reference as ref
+from .config import load_config
+from .weights import generate_weights
+
+COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
+DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
+
+
+def _options(options: dict) -> dict:
+    out = dict(DEFAULTS)
+    out.update({k: v for k, v in options.items() if v is not None})
+    return out
+
+
+def params(options: dict, info) -> dict[str, int]:
+    """Compile-time parameters of a K3 program for this model and machine."""
+    opts = _options(options)
+    cfg = load_config(opts["model"])
+    if not 1 <= opts["batch"] <= ref.MAX_BATCH:
+        raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
+    return {
+        "DIM": cfg.dim, "NLAYERS": cfg.n_layers, "NKDA": len(cfg.kda_layers),
+        "NMLA": len(cfg.mla_layers), "HEADS": cfg.n_heads, "QRANK": cfg.q_rank,
+        "KVRANK": cfg.kv_rank, "DENSE_INTER": cfg.dense_inter, "NEXP": cfg.n_experts,
+        "TOPK": cfg.top_k, "NSHARED": cfg.n_shared, "LATENT": cfg.latent_dim,
+        "EINTER": cfg.expert_inter, "VOCAB": cfg.vocab, "MAXSEQ": cfg.max_seq,
+        "BATCH": opts["batch"], "NCORES": info.cores, "CORES_PER_CHIP": info.cores_per_chip,
+    }
+
+
+def drive(session, options: dict) -> dict:
+    opts = _options(options)
+    cfg = load_config(opts["model"])
+    batch, prompt_len, gen = opts["batch"], opts["prompt_len"], opts["steps"]
+    if prompt_len < 1 or gen < 1:
+        raise ConfigError("--prompt-len and --steps must be at least 1", key="--steps")
+    n_steps = prompt_len + gen - 1
+    if n_steps > cfg.max_seq:
+        raise ConfigError(f"{prompt_len} prompt + {gen} generated tokens need {n_steps} positions; "
+                          f"{cfg.name} has max_seq {cfg.max_seq}", key="--steps")
+    seed = opts.get("seed", 0)
+    weights = generate_weights(cfg, seed)
+    buffers = session.buffers()
+    for name, (dtype, shape, kind) in buffers.items():
+        if kind in ("input", "inout") and name not in weights and name not in ("layer_plan", "tokens", "pos"):
+            raise ConfigError(f"the program wants an input {name!r} that the K3 driver does not provide "
+                              f"(weights are named as in programs/k3/weights.py)", key=name)
+    for name, array in weights.items():
+        if name in buffers:
+            session.write(name, array)
+    plan = np.array([[int(p.attn == "mla"), p.attn_index, int(p.ffn == "moe"), p.ffn_index]
+                     for p in cfg.layer_plan()], np.int32)
+    session.write("layer_plan", plan)
+
+    rng = np.random.default_rng([seed, 1])
+    prompt = rng.integers(0, cfg.vocab, size=(batch, prompt_len))
+    state = ref.init_state(cfg, batch)
+    check_layers = bool(opts.get("check_layers"))
+    tokens = prompt[:, 0]
+    generated, per_step, ref_logits_all, emu_logits_all = [], [], [], []
+    mismatch = None
+    progress = opts.get("progress")
+    for step in range(n_steps):
+        session.write("tokens", tokens.astype(np.int32))
+        session.write("pos", np.array([step], np.int32))
+        figures = session.run()
+        per_step.append(figures)
+        trace = {} if check_layers else None
+        before = state   # decode_step never modifies its input state
+        expected, state = ref.decode_step(cfg, weights, before, tokens, trace=trace)
+        got = session.read("logits", 0)
+        ref_logits_all.append(expected)
+        emu_logits_all.append(got)
+        bad = _first_difference(expected, got)
+        if check_layers:
+            bad = _layer_difference(session, cfg, trace, buffers) or bad
+        elif bad is not None:
+            # Re-run the reference step with its trace to name the first layer that differs.
+            trace = {}
+            ref.decode_step(cfg, weights, before, tokens, trace=trace)
+            bad = _layer_difference(session, cfg, trace, buffers) or bad
+        if bad is not None:
+            mismatch = f"step {step}: {bad}"
+        nxt = ref.next_tokens(expected)
+        if step >= prompt_len - 1:
+            generated.append(nxt)
+        tokens = prompt[:, step + 1] if step + 1 < prompt_len else nxt
+        if progress:
+            progress(step + 1, n_steps, figures)
+        if mismatch:
+            break
+    report = _report(session, cfg, opts, per_step, generated, mismatch)
+    if opts.get("dump"):
+        _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
+        report["dump"] = str(opts["dump"])
+    return report
+
+
+drive.mkemu_driver = True
+drive.params = params
+
+
+def _first_difference(expected: np.ndarray, got: np.ndarray) -> str | None:
+    e = np.asarray(expected, np.float32)
+    g = np.asarray(got, np.float32)
+    same = (e.view(np.uint32) == g.view(np.uint32)) | (np.isnan(e) & np.isnan(g))
+    if same.all():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(~same)[0])
+    return (f"logits differ at {list(idx)}: expected {float(e[idx])!r}, got {float(g[idx])!r} "
+            f"({int((~same).sum())} of {same.size} elements differ)")
+
+
+def _layer_difference(session, cfg, trace: dict, buffers: dict) -> str | None:
+    """The first layer/operator whose debug output differs from the reference's."""
+    if "dbg_attn" not in buffers or "dbg_ffn" not in buffers:
+        return None
+    attn, ffn = session.read("dbg_attn", 0), session.read("dbg_ffn", 0)
+    for layer in range(cfg.n_layers):
+        for op, got in (("attn", attn[layer]), ("ffn", ffn[layer])):
+            expected = trace.get(f"layer{layer}.{op}")
+            if expected is not None:
+                bad = _first_difference(expected, got)
+                if bad:
+                    kind = [p for p in cfg.layer_plan() if p.layer == layer][0]
+                    name = kind.attn if op == "attn" else kind.ffn
+                    return f"first difference in layer {layer}, operator {op} ({name}): {bad.replace('logits ', '')}"
+    return None
+
+
+def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> dict:
+    info = session.info
+    n = len(per_step)
+    cycles = sum(f["cycles"] for f in per_step) / n
+    us = cycles / info.clock_hz * 1e6
+    hbm = sum(f["hbm_bytes"] for f in per_step) / n
+    launches = session.launches_per_run
+    cores = info.cores
+    bw_all = info.chips * min(info.hbm_bw_bytes_per_s, info.cores_per_chip * info.dma_engine_bw_bytes_per_s)
+    floor_us = hbm / bw_all * 1e6 + launches * info.kernel_launch_s * 1e6
+
+    def per_core_us(cyc):
+        return cyc / cores / info.clock_hz * 1e6
+
+    region = _sum_dicts(f["region_cycles"] for f in per_step)
+    dma_wait = _sum_dicts(f["dma_wait_cycles"] for f in per_step)
+    idle = sum(f["idle_cycles"] for f in per_step)
+    collective = sum(v for k, v in region.items() if k in COLLECTIVE_REGIONS)
+    streaming = sum(v for k, v in dma_wait.items() if k not in COLLECTIVE_REGIONS)
+    launch_us = launches * info.kernel_launch_s * 1e6
+    breakdown = {"launch_overhead": launch_us,
+                 "collectives": per_core_us(collective / n),
+                 "weight_streaming": per_core_us(streaming / n),
+                 "idle": per_core_us(idle / n)}
+    breakdown["compute"] = max(us - sum(breakdown.values()), 0.0)
+    tokens = np.stack(generated, axis=1).tolist() if generated else []
+    return {
+        "bit_exact": mismatch is None, "mismatch": mismatch, "model": cfg.name,
+        "tokens": tokens, "chips": info.chips, "cores": cores, "mesh": "x".join(map(str, info.mesh)),
+        "hw": info.hw, "batch": opts["batch"], "prompt_len": opts["prompt_len"], "steps_run": n,
+        "us_per_step": us, "tokens_per_s": 1e6 / us if us else 0.0,
+        "tokens_per_s_aggregate": opts["batch"] * 1e6 / us if us else 0.0,
+        "hbm_bytes_per_step": hbm,
+        "hbm_bw_fraction": hbm / (us * 1e-6) / (info.chips * info.hbm_bw_bytes_per_s) if us else 0.0,
+        "floor_us_per_step": floor_us, "fraction_of_floor": floor_us / us if us else 0.0,
+        "kernels_per_step": launches,
+        "breakdown_us": breakdown,
+        "instructions_per_step": sum(f["instructions"] for f in per_step) / n,
+        "region_us_per_core": {k: per_core_us(v / n) for k, v in sorted(region.items())},
+    }
+
+
+def _sum_dicts(items) -> dict:
+    out: dict = {}
+    for d in items:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create dump directory: {exc.strerror}", file=directory) from None
+    for name, arrays in (("weights.npz", weights),
+                         ("inputs.npz", {"prompt": prompt}),
+                         ("reference.npz", {"logits": np.stack(ref_logits)}),
+                         ("emulator.npz", {"logits": np.stack(emu_logits)})):
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        atomic_write(str(path / name), buf.getvalue())
+
+
+def render(report: dict) -> str:
+    """The readable summary `mkemu run` prints for a K3 program."""
+    status = "PASS (every step's logits bit-exact against the numpy reference)" if report["bit_exact"] \
+        else f"FAIL: {report['mismatch']}"
+    b = report["breakdown_us"]
+    lines = [
+        status,
+        f"model {report['model']}, batch {report['batch']}, prompt {report['prompt_len']} tokens, "
+        f"{report['steps_run']} decode steps",
+        f"generated tokens: {report['tokens']}",
+        f"machine: {report['chips']} chips ({report['mesh']}) x {report['cores'] // report['chips']} cores "
+        f"= {report['cores']} cores of {report['hw']}",
+        f"time per step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} tok/s per "
+        f"sequence, {report['tokens_per_s_aggregate']:.0f} tok/s aggregate",
+        f"HBM bytes per step: {report['hbm_bytes_per_step'] / 1e6:.2f} MB, achieved "
+        f"{report['hbm_bw_fraction'] * 100:.1f}% of peak HBM bandwidth",
+        f"floor (HBM bytes / bandwidth + launch overhead): {report['floor_us_per_step']:.2f} us "
+        f"-> {report['fraction_of_floor'] * 100:.1f}% of the floor reached",
+        f"kernels launched per step: {report['kernels_per_step']}",
+        "time per step, per core: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} us" for k, v in b.items()),
+    ]
+    if "wall_s" in report:
+        lines.append(f"wall {report['wall_s']:.1f} s (compile {report.get('compile_s', 0):.2f} s)")
+    return "\n".join(lines)
+
+
+drive.render = render
