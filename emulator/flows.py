@@ -45,10 +45,12 @@ def completion_cycle(time_cycles: float) -> int:
     """The integer cycle at which an event for a float completion time should fire.
 
     The ceiling of `time_cycles`, except that a value a few ulps above an integer
-    (float noise from summing rates) rounds down to that integer.
+    (float noise from summing rates) rounds down to that integer. The tolerance is
+    in ulps, not relative: late in a long run a real fraction of a cycle can be
+    smaller than any fixed relative tolerance.
     """
     nearest = round(time_cycles)
-    if abs(time_cycles - nearest) <= 1e-9 * max(1.0, abs(time_cycles)):
+    if abs(time_cycles - nearest) <= 64 * math.ulp(max(1.0, abs(time_cycles))):
         return int(nearest)
     return math.ceil(time_cycles)
 

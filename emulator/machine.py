@@ -477,7 +477,13 @@ class Machine:
             self._push(max(completion_cycle(nxt[0]), self.now), FLOWS, self.flow_version)
 
     def _complete_flows(self, t: int) -> None:
-        for key in self.net.pop_completed(t):
+        done = self.net.pop_completed(t)
+        if not done:
+            # The completion lies a hair after t: look again one cycle later, never at t.
+            self.flow_version += 1
+            self._push(t + 1, FLOWS, self.flow_version)
+            return
+        for key in done:
             dma = self.dmas.pop(key)
             dma.done_at = t
             if self.trace is not None:
