@@ -46,11 +46,11 @@ def completion_cycle(time_cycles: float) -> int:
 
     The ceiling of `time_cycles`, except that a value a few ulps above an integer
     (float noise from summing rates) rounds down to that integer. The tolerance is
-    in ulps, not relative: late in a long run a real fraction of a cycle can be
-    smaller than any fixed relative tolerance.
+    a few ulps (at least 1e-9 of a cycle), not relative: late in a long run a real
+    fraction of a cycle can be smaller than a relative tolerance.
     """
     nearest = round(time_cycles)
-    if abs(time_cycles - nearest) <= 64 * math.ulp(max(1.0, abs(time_cycles))):
+    if abs(time_cycles - nearest) <= max(64 * math.ulp(max(1.0, abs(time_cycles))), 1e-9):
         return int(nearest)
     return math.ceil(time_cycles)
 
