@@ -103,8 +103,20 @@ def bf16_bits_to_f32(b) -> np.ndarray:
 
 
 def bf16_round(x) -> np.ndarray:
-    """Round float32 values to the nearest bf16 value (RNE); the result stays float32."""
-    return bf16_bits_to_f32(f32_to_bf16_bits(x))
+    """Round float32 values to the nearest bf16 value (RNE); the result stays float32.
+
+    The same bit arithmetic as `f32_to_bf16_bits`, kept in 32 bits (a hot path: the
+    matrix unit rounds every operand)."""
+    bits = _f32_bits(x)
+    rounded = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded += np.uint32(0x7FFF)
+    rounded += bits
+    rounded &= np.uint32(0xFFFF0000)
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if is_nan.any():
+        quiet = ((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+        rounded = np.where(is_nan, quiet, rounded)
+    return rounded.view(_F32)
 
 
 # ------------------------------------------------------------- float64 kernels
@@ -339,15 +351,16 @@ def i32_to_f32(x) -> np.ndarray:
 
 
 def _tree(x, axis: int, keepdims: bool, combine) -> np.ndarray:
-    x = np.moveaxis(to_f32(x), axis, 0)
-    n = x.shape[0]
+    x = to_f32(x)
+    axis = axis % x.ndim
+    n = x.shape[axis]
     if n < 1 or n & (n - 1):
         raise ValueError(f"tree reduction needs a power-of-two length, axis {axis} has {n}")
+    lead = (slice(None),) * axis
     while n > 1:
         n //= 2
-        x = combine(x[:n], x[n:])
-    out = x[0]
-    return np.expand_dims(out, axis) if keepdims else out
+        x = combine(x[lead + (slice(0, n),)], x[lead + (slice(n, 2 * n),)])
+    return x if keepdims else np.squeeze(x, axis)
 
 
 def tree_sum_f32(x, axis: int = -1, keepdims: bool = False) -> np.ndarray:
