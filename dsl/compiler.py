@@ -1,0 +1,850 @@
+"""The back end: lowers the checked IR (`mkemu.dsl.ir`) to a `mkemu.isa.program.Program`.
+
+`compile_file(path, profile=..., params=...)` runs the front end and this back end.
+One `KernelCompiler` per kernel walks the statements once, emitting instructions
+(built with `isa.asm.encode` from the instruction table) tagged with the source span
+they came from. This module owns the program level (HBM buffers, launches), scalar
+code (registers, SMEM spills, control flow), DMAs, semaphores and static memory
+allocation; tile expressions are lowered by `lower_tile.TileLowering`. The rules
+other code may rely on are in docs/language.md, "Back end rules".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from mkemu.dsl import ir, layout
+from mkemu.dsl.frontend import load_program
+from mkemu.dsl.lower_tile import TileLowering
+from mkemu.errors import Diagnostic, SourceError, SourceSpan
+from mkemu.isa.asm import encode
+from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
+from mkemu.isa.hardware import HardwareProfile, load_profile
+from mkemu.isa.program import Kernel, Launch, Program, layout_buffers
+from mkemu.isa.table import TABLE
+
+# Scalar registers kept free for temporaries: a variable defined while fewer than
+# this many registers are free lives in SMEM instead (loaded at each use).
+RESERVED_TEMPS = 14
+
+SCALAR_RR = {
+    "+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "<<": "shl", ">>": "sra",
+    "&": "and", "|": "or", "^": "xor", "==": "seq", "!=": "sne", "<": "slt", "<=": "sle",
+    "min": "min", "max": "max",
+}
+COMMUTATIVE = {"+", "*", "&", "|", "^", "==", "!=", "min", "max"}
+# Branch taken when the condition is FALSE: (mnemonic, swap operands).
+BRANCH_IF_FALSE = {"<": ("bge", False), ">=": ("blt", False), ">": ("bge", True),
+                   "<=": ("blt", True), "==": ("bne", False), "!=": ("beq", False)}
+SPMD_SPECIAL = {"chip_id": "chip", "core_id": "core", "num_chips": "chips", "num_cores": "cores"}
+
+
+class CompileError(Exception):
+    def __init__(self, span: SourceSpan, message: str):
+        super().__init__(message)
+        self.span = span
+        self.message = message
+
+
+# ------------------------------------------------------------------- entry points
+
+
+def compile_file(path: str | os.PathLike, profile: HardwareProfile | str = "tpu-v7-like",
+                 params: dict[str, int] | None = None) -> Program:
+    program = load_program(path, params)
+    return compile_program(program, profile)
+
+
+def compile_text(text: str, filename: str = "<text>.mk", profile: HardwareProfile | str = "test",
+                 params: dict[str, int] | None = None) -> Program:
+    program = load_program(filename, params, text=text)
+    return compile_program(program, profile)
+
+
+def compile_program(program: ir.Program, profile: HardwareProfile | str) -> Program:
+    if isinstance(profile, str):
+        profile = load_profile(profile)
+    try:
+        kernels = {name: KernelCompiler(program, k, profile).compile()
+                   for name, k in program.kernels.items()}
+        buffers, launches = _host(program)
+    except CompileError as exc:
+        raise SourceError([_diagnostic(exc.span, exc.message, program.sources)]) from None
+    reference = None
+    if program.reference is not None:
+        ref_path = program.reference.path
+        try:
+            ref_path = os.path.relpath(ref_path, Path(program.main_file).resolve().parent)
+        except ValueError:
+            pass
+        reference = f"{ref_path}:{program.reference.function}"
+    return Program(kernels=kernels, launches=launches, buffers=buffers, reference=reference,
+                   path=str(program.main_file))
+
+
+def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:
+    lines = sources.get(span.file, "").splitlines()
+    line = lines[span.line - 1] if 1 <= span.line <= len(lines) else None
+    return Diagnostic(span, message, line)
+
+
+KIND_OF_ROLE = {"input": "input", "output": "output", "scratch": "scratch"}
+
+
+def _host(program: ir.Program):
+    if program.host is None:
+        if len(program.kernels) != 1:
+            k = next(iter(program.kernels.values()), None)
+            span = k.span if k else SourceSpan(program.main_file, 1, 1)
+            raise CompileError(span, f"a program without a host block must have exactly one kernel "
+                                     f"(it has {len(program.kernels)}); add `host {{ ... launch ...; }}`")
+        kernel = next(iter(program.kernels.values()))
+        for p in kernel.params:
+            if not isinstance(p, ir.Buffer):
+                raise CompileError(p.span, f"kernel '{kernel.name}' has a scalar parameter '{p.name}': "
+                                           "a program without a host block passes only HBM arrays")
+        reads, writes = _param_usage(kernel.body)
+        specs = []
+        for p in kernel.params:
+            r, w = p in reads, p in writes
+            kind = "inout" if r and w else "output" if w else "input"
+            specs.append((p.name, p.dtype, tuple(p.shape), kind))
+        buffers = layout_buffers(specs)
+        return buffers, (Launch(kernel.name, tuple(b.offset_bytes for b in buffers)),)
+    host = program.host
+    buffers = layout_buffers([(b.name, b.dtype, tuple(b.shape), KIND_OF_ROLE[b.role]) for b in host.arrays])
+    where = {b.name: pb for b, pb in zip(host.arrays, buffers)}
+    launches = []
+    for launch in host.launches:
+        args = []
+        for arg in launch.args:
+            if isinstance(arg, ir.Ref):
+                addr = where[arg.buffer.name].offset_bytes
+                for off, stride in zip(arg.offsets, layout.buffer_strides(arg.buffer)):
+                    if not isinstance(off, ir.Const):
+                        raise CompileError(arg.span, "a launch argument needs static offsets")
+                    addr += off.value * stride
+                args.append(addr)
+            else:
+                args.append(int(arg))
+        launches.append(Launch(launch.kernel.name, tuple(args)))
+    return buffers, tuple(launches)
+
+
+def _param_usage(body) -> tuple[set, set]:
+    reads, writes = set(), set()
+    for stmt in walk_stmts(body):
+        if isinstance(stmt, ir.DmaStart):
+            reads.add(stmt.dma.src.buffer)
+            writes.add(stmt.dma.dst.buffer)
+    return reads, writes
+
+
+def walk_stmts(body):
+    for s in body:
+        yield s
+        if isinstance(s, ir.For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, ir.If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.orelse)
+        elif isinstance(s, ir.Region):
+            yield from walk_stmts(s.body)
+
+
+# ------------------------------------------------------------------- the kernel
+
+
+class Label:
+    __slots__ = ("name", "pc")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.pc: int | None = None
+
+
+@attrs.define
+class Arena:
+    """The temporaries of one statement: scalar registers and cached constants."""
+
+    temps: set = attrs.Factory(set)
+    consts: dict = attrs.Factory(dict)     # value -> register
+    masks: dict = attrs.Factory(dict)      # (rows, cols) key -> mask register (insertion = age)
+
+
+class KernelCompiler(TileLowering):
+    def __init__(self, program: ir.Program, kernel: ir.Kernel, profile: HardwareProfile):
+        self.program = program
+        self.kernel = kernel
+        self.profile = profile
+        self.code: list[tuple[str, dict, SourceSpan]] = []
+        self.labels: list[Label] = []
+        self.span = kernel.span
+        self.free_sregs = list(range(profile.sregs - 1, 0, -1))    # pop() gives s1 first
+        self.free_vregs = list(range(profile.vregs - 1, -1, -1))
+        self.free_mregs = list(range(profile.mregs - 1, 0, -1))
+        self.arenas: list[Arena] = []
+        self.homes: dict = {}            # ScalarVar -> ("r", reg) | ("m", smem byte address)
+        self.scopes: list[list] = []     # per block: vars to release at its end
+        self.values: dict = {}           # TileValue -> View
+        self.regions: list[str] = []
+        self.n_labels = 0
+        self._layout()
+
+    # -- allocation ----------------------------------------------------------
+
+    def _layout(self) -> None:
+        k, p = self.kernel, self.profile
+        self.param_word = {param: i for i, param in enumerate(k.params)}
+        # VMEM: every vmem buffer and var tile, statically; then a stack of temporaries.
+        self.vmem_addr: dict = {}
+        self.alloc_lines: list[tuple[int, str, int]] = []
+        top = 0
+        for buf in k.buffers:
+            if buf.space in ("vmem", "var"):
+                size = layout.slot_stride(buf) * (buf.slots or 1)
+                self.vmem_addr[buf] = top
+                rows, cols = layout.tile_dims(buf.shape)
+                self.alloc_lines.append((size, f"VMEM {top:#08x} {buf.name} {buf.dtype}[{rows},{cols}] "
+                                               f"x {buf.slots or 1} ({size:,} bytes)", top))
+                top += layout.round_up(size, layout.ALIGN_BYTES)
+        self.vmem_static = top
+        self.vmem_top = top
+        self.vmem_peak = top
+        # SMEM: argument block, DMA descriptors, smem buffers, then spill slots.
+        smem = 4 * len(k.params)
+        self.desc_addr: dict = {}
+        descs = []
+        for stmt in walk_stmts(k.body):
+            if isinstance(stmt, ir.DmaStart):
+                try:
+                    d = layout.dma_descriptor(stmt.dma.src, stmt.dma.dst)
+                except layout.DmaShapeError as exc:
+                    raise CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}") from None
+                if d not in self.desc_addr:
+                    self.desc_addr[d] = smem + 28 * len(descs)
+                    descs.append(d)
+        smem += 28 * len(descs)
+        self.descs = descs
+        self.desc_base = 4 * len(k.params)
+        self.smem_addr: dict = {}
+        for buf in k.buffers:
+            if buf.space == "smem":
+                self.smem_addr[buf] = smem
+                size = layout.slot_stride(buf) * (buf.slots or 1)
+                self.alloc_lines.append((size, f"SMEM {smem:#08x} {buf.name} i32{list(buf.shape)} "
+                                               f"x {buf.slots or 1} ({size:,} bytes)", 1 << 40))
+                smem += size
+        self.smem_top = smem
+        self.free_spills: list[int] = []
+        # Semaphores: static ids, arrays contiguous.
+        self.sem_base: dict = {}
+        n = 0
+        for sem in k.sems:
+            self.sem_base[sem] = n
+            n += sem.count or 1
+        if n > p.semaphores:
+            raise CompileError(k.span, f"kernel '{k.name}' uses {n} semaphores; the profile has {p.semaphores}")
+
+    def vmem_push(self, size: int) -> int:
+        addr = self.vmem_top
+        self.vmem_top += layout.round_up(size, layout.ALIGN_BYTES)
+        self.vmem_peak = max(self.vmem_peak, self.vmem_top)
+        return addr
+
+    def spill_slot(self) -> int:
+        if self.free_spills:
+            return self.free_spills.pop()
+        addr = self.smem_top
+        self.smem_top += 4
+        return addr
+
+    # -- emission ------------------------------------------------------------
+
+    def emit(self, mnemonic: str, **values) -> None:
+        self.code.append((mnemonic, values, self.span))
+
+    def label(self, hint: str) -> Label:
+        self.n_labels += 1
+        lab = Label(f".L{self.n_labels}_{hint}")
+        self.labels.append(lab)
+        return lab
+
+    def place(self, lab: Label) -> None:
+        lab.pc = len(self.code)
+
+    def error(self, message: str, span: SourceSpan | None = None):
+        raise CompileError(span or self.span, message)
+
+    # -- scalar registers ----------------------------------------------------
+
+    def tmp(self) -> int:
+        if not self.free_sregs:
+            self.error("out of scalar registers: simplify this statement or use fewer live variables")
+        r = self.free_sregs.pop()
+        self.arenas[-1].temps.add(r)
+        return r
+
+    def release(self, r: int | None) -> None:
+        if r is None or r == 0:
+            return
+        arena = self.arenas[-1]
+        if r in arena.temps and r not in arena.consts.values():
+            arena.temps.discard(r)
+            self.free_sregs.append(r)
+
+    def is_temp(self, r: int) -> bool:
+        return r in self.arenas[-1].temps and r not in self.arenas[-1].consts.values()
+
+    def const_reg(self, value: int) -> int:
+        """A register holding `value`, cached for the rest of the statement."""
+        value = _wrap32(value)
+        if value == 0:
+            return 0
+        arena = self.arenas[-1]
+        r = arena.consts.get(value)
+        if r is None:
+            r = self.tmp()
+            self.emit("li", sd=r, imm=value)
+            arena.consts[value] = r
+        return r
+
+    def flush_caches(self) -> None:
+        """Forget cached constants and masks (at loop heads: their values differ on the back edge)."""
+        if not self.arenas:
+            return
+        arena = self.arenas[-1]
+        for r in arena.consts.values():
+            arena.temps.discard(r)
+            self.free_sregs.append(r)
+        arena.consts.clear()
+        for m in arena.masks.values():
+            self.free_mregs.append(m)
+        arena.masks.clear()
+
+    def push_arena(self) -> None:
+        if self.arenas:
+            self.flush_caches()
+        self.arenas.append(Arena())
+
+    def pop_arena(self) -> None:
+        self.flush_caches()
+        arena = self.arenas.pop()
+        self.free_sregs.extend(arena.temps)
+
+    # -- variables -----------------------------------------------------------
+
+    def home(self, var: ir.ScalarVar):
+        h = self.homes.get(var)
+        if h is None:
+            if var in self.param_word:
+                return ("m", 4 * self.param_word[var])
+            if len(self.free_sregs) > RESERVED_TEMPS:
+                h = ("r", self.free_sregs.pop())
+            else:
+                h = ("m", self.spill_slot())
+            self.homes[var] = h
+            self.scopes[-1].append(var)
+        return h
+
+    def block(self, body) -> None:
+        self.scopes.append([])
+        saved_top = self.vmem_top
+        for stmt in body:
+            self.stmt(stmt)
+        for var in self.scopes.pop():
+            kind, where = self.homes.pop(var)
+            (self.free_sregs if kind == "r" else self.free_spills).append(where)
+        self.vmem_top = saved_top
+
+    # -- scalar expressions ---------------------------------------------------
+
+    def sval(self, e, want: int | None = None) -> int:
+        """Evaluate scalar `e`; return its register (`want` if given). A returned
+        temporary belongs to the caller (release it when done)."""
+        prev, self.span = self.span, getattr(e, "span", self.span)
+        try:
+            r = self._sval(e, want)
+        finally:
+            self.span = prev
+        if want is not None and r != want:
+            self.emit("add", sd=want, sa=r, sb=0)
+            self.release(r)
+            return want
+        return r
+
+    def _dest(self, want, *inputs) -> int:
+        if want is not None:
+            return want
+        for r in inputs:
+            if self.is_temp(r):
+                return r
+        return self.tmp()
+
+    def _sval(self, e, want):
+        if isinstance(e, ir.Const):
+            v = _wrap32(e.value)
+            if want is None and v == 0:
+                return 0
+            r = want if want is not None else self.tmp()
+            self.emit("li", sd=r, imm=v)
+            return r
+        if isinstance(e, ir.ScalarRead):
+            kind, where = self.home(e.var)
+            if kind == "r":
+                return where
+            r = want if want is not None else self.tmp()
+            self.emit("lds", sd=r, off=where, sa=0)
+            return r
+        if isinstance(e, ir.SmemLoad):
+            reg, off = self.ref_address(e.ref)
+            r = self._dest(want, reg) if reg is not None else (want if want is not None else self.tmp())
+            self.emit("lds", sd=r, off=off, sa=reg or 0)
+            if reg is not None and r != reg:
+                self.release(reg)
+            return r
+        if isinstance(e, ir.Spmd):
+            return self.spmd(e, want)
+        if isinstance(e, ir.TileToScalar):
+            r = want if want is not None else self.tmp()
+            self.tile_to_scalar(e.tile, r)
+            return r
+        if isinstance(e, ir.ScalarOp):
+            return self.scalar_op(e, want)
+        self.error(f"internal: unknown scalar expression {type(e).__name__}")
+
+    def scalar_op(self, e: ir.ScalarOp, want):
+        op, args = e.op, e.args
+        if op in ("neg", "!"):
+            ra = self.sval(args[0])
+            rd = self._dest(want, ra)
+            if op == "neg":
+                self.emit("sub", sd=rd, sa=0, sb=ra)
+            else:
+                self.emit("seqi", sd=rd, sa=ra, imm=0)
+            if rd != ra:
+                self.release(ra)
+            return rd
+        a, b = args
+        if op in ("&&", "||"):
+            ra = self.sval(a)
+            ta = self._dest(None, ra)
+            self.emit("sne", sd=ta, sa=ra, sb=0)
+            rb = self.sval(b)
+            tb = self._dest(None, rb)
+            self.emit("sne", sd=tb, sa=rb, sb=0)
+            rd = self._dest(want, ta, tb)
+            self.emit("and" if op == "&&" else "or", sd=rd, sa=ta, sb=tb)
+            for r in (ta, tb):
+                if r != rd:
+                    self.release(r)
+            return rd
+        if isinstance(a, ir.Const) and not isinstance(b, ir.Const) and op in COMMUTATIVE:
+            a, b = b, a
+        if op in (">", ">=") and not isinstance(b, ir.Const):
+            a, b, op = b, a, "<" if op == ">" else "<="
+        if isinstance(b, ir.Const):
+            imm = _wrap32(b.value)
+            ra = self.sval(a)
+            rd = self._dest(want, ra)
+            if op in (">", ">="):
+                # a > c  <=>  !(a <= c);  a >= c  <=>  !(a < c)
+                self.emit("slei" if op == ">" else "slti", sd=rd, sa=ra, imm=imm)
+                self.emit("xori", sd=rd, sa=rd, imm=1)
+            else:
+                self.emit(SCALAR_RR[op] + "i", sd=rd, sa=ra, imm=imm)
+            if rd != ra:
+                self.release(ra)
+            return rd
+        ra = self.sval(a)
+        rb = self.sval(b)
+        rd = self._dest(want, ra, rb)
+        self.emit(SCALAR_RR[op], sd=rd, sa=ra, sb=rb)
+        for r in (ra, rb):
+            if r != rd:
+                self.release(r)
+        return rd
+
+    def spmd(self, e: ir.Spmd, want):
+        name = e.name
+        rd = want if want is not None else self.tmp()
+        if name in SPMD_SPECIAL:
+            self.emit("rdsr", sd=rd, which=SPECIAL_REGS.index(SPMD_SPECIAL[name]))
+            return rd
+        if name in ("mesh_dim", "chip_coord"):
+            axis = self.static_axis(e.args[0])
+            which = ("mesh_" if name == "mesh_dim" else "chip_") + "xyz"[axis]
+            self.emit("rdsr", sd=rd, which=SPECIAL_REGS.index(which))
+            return rd
+        if name == "global_core":
+            chip = self.sval(e.args[0])
+            core = self.sval(e.args[1])
+            cores = self.tmp()
+            self.emit("rdsr", sd=cores, which=SPECIAL_REGS.index("cores"))
+            self.emit("mul", sd=rd, sa=chip, sb=cores)
+            self.emit("add", sd=rd, sa=rd, sb=core)
+            for r in (chip, core, cores):
+                if r != rd:
+                    self.release(r)
+            return rd
+        if name == "peer":
+            axis = self.static_axis(e.args[0])
+            off = self.sval(e.args[1])
+            c, n, t = self.tmp(), self.tmp(), self.tmp()
+            self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("chip_" + "xyz"[axis]))
+            self.emit("rdsr", sd=n, which=SPECIAL_REGS.index("mesh_" + "xyz"[axis]))
+            # c2 = ((c + off) mod n + n) mod n; delta = c2 - c
+            self.emit("add", sd=t, sa=c, sb=off)
+            self.emit("rem", sd=t, sa=t, sb=n)
+            self.emit("add", sd=t, sa=t, sb=n)
+            self.emit("rem", sd=t, sa=t, sb=n)
+            self.emit("sub", sd=t, sa=t, sb=c)
+            # chip stride along the axis: 1, X, X*Y
+            if axis >= 1:
+                self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("mesh_x"))
+                self.emit("mul", sd=t, sa=t, sb=c)
+            if axis == 2:
+                self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("mesh_y"))
+                self.emit("mul", sd=t, sa=t, sb=c)
+            self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("chip"))
+            self.emit("add", sd=t, sa=t, sb=c)
+            self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("cores"))
+            self.emit("mul", sd=t, sa=t, sb=c)
+            self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("core"))
+            self.emit("add", sd=rd, sa=t, sb=c)
+            for r in (off, c, n, t):
+                if r != rd:
+                    self.release(r)
+            return rd
+        self.error(f"internal: unknown builtin {name}")
+
+    def static_axis(self, e) -> int:
+        if not isinstance(e, ir.Const) or e.value not in (0, 1, 2):
+            self.error("a mesh axis must be a compile-time 0, 1 or 2")
+        return e.value
+
+    # -- addresses -----------------------------------------------------------
+
+    def ref_address(self, ref: ir.Ref) -> tuple[int | None, int]:
+        """The byte address of a view's first element: (register or None, constant)."""
+        buf = ref.buffer
+        reg, const = None, 0
+        if buf.space == "hbm":
+            if buf not in self.param_word:
+                self.error(f"'{buf.name}' is not a parameter of this kernel")
+            reg = self.tmp()
+            self.emit("lds", sd=reg, off=4 * self.param_word[buf], sa=0)
+        elif buf.space == "smem":
+            const = self.smem_addr[buf]
+        else:
+            const = self.vmem_addr[buf]
+        terms: list = []
+        if ref.slot is not None:
+            const += _affine(ref.slot, layout.slot_stride(buf), terms)
+        for expr, stride in zip(ref.offsets, layout.buffer_strides(buf)):
+            const += _affine(expr, stride, terms)
+        for expr, stride in terms:
+            if stride == 0:
+                continue
+            r = self.sval(expr)
+            t = self._dest(None, r)
+            if stride == 1:
+                if t != r:
+                    self.emit("add", sd=t, sa=r, sb=0)
+            elif stride & (stride - 1) == 0 and stride > 0:
+                self.emit("shli", sd=t, sa=r, imm=stride.bit_length() - 1)
+            else:
+                self.emit("muli", sd=t, sa=r, imm=stride)
+            if reg is None:
+                reg = t
+            else:
+                self.emit("add", sd=reg, sa=reg, sb=t)
+                self.release(t)
+        return reg, const
+
+    def addr_reg(self, ref: ir.Ref) -> int:
+        reg, const = self.ref_address(ref)
+        if reg is None:
+            return self.imm_reg(const)
+        if const:
+            self.emit("addi", sd=reg, sa=reg, imm=const)
+        return reg
+
+    def sem_reg(self, sref: ir.SemRef) -> int:
+        base = self.sem_base[sref.sem]
+        if sref.index is None or isinstance(sref.index, ir.Const):
+            return self.imm_reg(base + (sref.index.value if sref.index is not None else 0))
+        r = self.sval(sref.index)
+        t = self._dest(None, r)
+        self.emit("addi", sd=t, sa=r, imm=base)
+        return t
+
+    def imm_reg(self, value: int) -> int:
+        if value == 0:
+            return 0
+        r = self.tmp()
+        self.emit("li", sd=r, imm=_wrap32(value))
+        return r
+
+    # -- statements ----------------------------------------------------------
+
+    def stmt(self, s) -> None:
+        self.span = s.span
+        self.pre = {}
+        self.block_cache = {}
+        self.push_arena()
+        try:
+            getattr(self, "stmt_" + type(s).__name__)(s)
+        finally:
+            self.pop_arena()
+
+    def stmt_LetScalar(self, s: ir.LetScalar) -> None:
+        self.assign(s.var, s.value)
+
+    def stmt_SetScalar(self, s: ir.SetScalar) -> None:
+        self.assign(s.var, s.value)
+
+    def assign(self, var, value) -> None:
+        kind, where = self.home(var)
+        if kind == "r":
+            self.sval(value, want=where)
+        else:
+            r = self.sval(value)
+            self.emit("sts", sb=r, off=where, sa=0)
+
+    def stmt_StoreSmem(self, s: ir.StoreSmem) -> None:
+        val = self.sval(s.value)
+        reg, off = self.ref_address(s.ref)
+        self.emit("sts", sb=val, off=off, sa=reg or 0)
+
+    def stmt_LetTile(self, s: ir.LetTile) -> None:
+        self.let_tile(s.value, s.expr)
+
+    def stmt_StoreTile(self, s: ir.StoreTile) -> None:
+        self.store_tile(s.ref, s.value, s.op)
+
+    def stmt_DmaStart(self, s: ir.DmaStart) -> None:
+        dma = s.dma
+        desc = self.desc_addr[layout.dma_descriptor(dma.src, dma.dst)]
+        src = self.addr_reg(dma.src)
+        dst = self.addr_reg(dma.dst)
+        d = self.imm_reg(desc)
+        sem = self.sem_reg(dma.sem)
+        dsp = SPACES.index(_space(dma.dst.buffer))
+        ssp = SPACES.index(_space(dma.src.buffer))
+        if dma.target is None:
+            self.emit("dma.start", dsp=dsp, dst=dst, ssp=ssp, src=src, desc=d, sem=sem)
+        else:
+            tgt = self.sval(dma.target)
+            rsem = self.sem_reg(dma.recv_sem if dma.recv_sem is not None else dma.sem)
+            self.emit("dma.start.r", dsp=dsp, dst=dst, tgt=tgt, ssp=ssp, src=src, desc=d, sem=sem, rsem=rsem)
+
+    def stmt_DmaWait(self, s: ir.DmaWait) -> None:
+        sref = s.dma.recv_sem if s.side == "recv" else s.dma.sem
+        if sref is None:
+            self.error("wait recv on a copy without a receive semaphore")
+        sem = self.sem_reg(sref)
+        val = self.imm_reg(s.dma.size_bytes)
+        self.emit("sem.wait", sem=sem, val=val)
+
+    def stmt_Signal(self, s: ir.Signal) -> None:
+        sem = self.sem_reg(s.sem)
+        val = self.sval(s.amount)
+        if s.target is None:
+            self.emit("sem.signal", sem=sem, val=val)
+        else:
+            tgt = self.sval(s.target)
+            self.emit("sem.signal.r", sem=sem, val=val, tgt=tgt)
+
+    def stmt_SemWait(self, s: ir.SemWait) -> None:
+        sem = self.sem_reg(s.sem)
+        val = self.sval(s.amount)
+        self.emit("sem.wait", sem=sem, val=val)
+
+    def stmt_Barrier(self, s: ir.Barrier) -> None:
+        scope = "all" if s.axis is None else "xyz"[s.axis]
+        self.emit("barrier", scope=BARRIER_SCOPES.index(scope))
+
+    def stmt_Region(self, s: ir.Region) -> None:
+        if s.name not in self.regions:
+            self.regions.append(s.name)
+        idx = self.sval(s.index) if s.index is not None else 0
+        self.emit("mark.push", region=self.regions.index(s.name), sa=idx)
+        self.release(idx)
+        self.block(s.body)
+        self.span = s.span
+        self.emit("mark.pop")
+
+    def stmt_If(self, s: ir.If) -> None:
+        else_l = self.label("else")
+        self.branch_if_false(s.cond, else_l)
+        self.block(s.then)
+        if s.orelse:
+            end_l = self.label("endif")
+            self.span = s.span
+            self.emit("jmp", target=end_l)
+            self.place(else_l)
+            self.block(s.orelse)
+            self.place(end_l)
+        else:
+            self.place(else_l)
+
+    def branch_if_false(self, cond, target: Label) -> None:
+        if isinstance(cond, ir.ScalarOp) and cond.op in BRANCH_IF_FALSE:
+            mnem, swap = BRANCH_IF_FALSE[cond.op]
+            ra = self.sval(cond.args[0])
+            rb = self.sval(cond.args[1])
+            if swap:
+                ra, rb = rb, ra
+            self.emit(mnem, sa=ra, sb=rb, target=target)
+            self.release(ra)
+            self.release(rb)
+            return
+        r = self.sval(cond)
+        self.emit("beq", sa=r, sb=0, target=target)
+        self.release(r)
+
+    def stmt_For(self, s: ir.For) -> None:
+        var = s.var
+        self.scopes.append([])
+        kind, where = self.home(var)
+        stop_home = None
+        if not isinstance(s.stop, ir.Const):
+            # The bound is evaluated once, at loop entry.
+            if len(self.free_sregs) > RESERVED_TEMPS:
+                stop_home = ("r", self.free_sregs.pop())
+            else:
+                stop_home = ("m", self.spill_slot())
+            if stop_home[0] == "r":
+                self.sval(s.stop, want=stop_home[1])
+            else:
+                r = self.sval(s.stop)
+                self.emit("sts", sb=r, off=stop_home[1], sa=0)
+                self.release(r)
+        self.assign(var, s.start)
+        body_l, end_l = self.label("for_" + var.name), self.label("endfor_" + var.name)
+        self.loop_test(var, s.stop, stop_home, "bge", end_l)
+        self.place(body_l)
+        self.block(s.body)
+        self.span = s.span
+        self.push_arena()
+        try:
+            if kind == "r":
+                self.emit("addi", sd=where, sa=where, imm=s.step)
+            else:
+                t = self.tmp()
+                self.emit("lds", sd=t, off=where, sa=0)
+                self.emit("addi", sd=t, sa=t, imm=s.step)
+                self.emit("sts", sb=t, off=where, sa=0)
+            self.loop_test(var, s.stop, stop_home, "blt", body_l)
+        finally:
+            self.pop_arena()
+        self.place(end_l)
+        for v in self.scopes.pop():
+            k, w = self.homes.pop(v)
+            (self.free_sregs if k == "r" else self.free_spills).append(w)
+        if stop_home is not None:
+            (self.free_sregs if stop_home[0] == "r" else self.free_spills).append(stop_home[1])
+
+    def loop_test(self, var, stop, stop_home, mnem: str, target: Label) -> None:
+        self.push_arena()
+        try:
+            kind, where = self.home(var)
+            rv = where if kind == "r" else self.sval(ir.ScalarRead(var, self.span))
+            if stop_home is None:
+                rs = self.imm_reg(stop.value)
+            elif stop_home[0] == "r":
+                rs = stop_home[1]
+            else:
+                rs = self.tmp()
+                self.emit("lds", sd=rs, off=stop_home[1], sa=0)
+            self.emit(mnem, sa=rv, sb=rs, target=target)
+        finally:
+            self.pop_arena()
+
+    # -- the kernel ------------------------------------------------------------
+
+    def compile(self) -> Kernel:
+        k, p = self.kernel, self.profile
+        self.push_arena()
+        self.block(k.body)
+        self.span = k.span
+        self.emit("halt")
+        self.pop_arena()
+        vmem = self.vmem_peak
+        smem = self.smem_top
+        lines = sorted(self.alloc_lines, key=lambda x: (x[2], x[1]))
+        if self.vmem_peak > self.vmem_static:
+            lines.append((self.vmem_peak - self.vmem_static,
+                          f"VMEM {self.vmem_static:#08x} (temporaries) ({self.vmem_peak - self.vmem_static:,} bytes)",
+                          self.vmem_static))
+        for space, used, cap in (("VMEM", vmem, p.vmem_bytes), ("SMEM", smem, p.smem_bytes)):
+            if used > cap:
+                biggest = sorted(lines, key=lambda x: -x[0])
+                biggest = [l for _, l, _ in biggest if l.startswith(space)][:5]
+                raise CompileError(k.span, f"kernel '{k.name}' needs {used:,} bytes of {space}, "
+                                           f"{used - cap:,} bytes more than the {cap:,} of profile "
+                                           f"'{p.name}'; largest buffers: " + "; ".join(biggest))
+        for lab in self.labels:
+            if lab.pc is None:
+                raise AssertionError(f"label {lab.name} never placed")
+        words = np.empty(len(self.code), dtype=np.uint64)
+        spans = []
+        for i, (mnem, values, span) in enumerate(self.code):
+            vals = {key: (v.pc if isinstance(v, Label) else v) for key, v in values.items()}
+            words[i] = encode(TABLE[mnem], vals)
+            spans.append(span)
+        smem_init = bytearray(self.desc_base + 28 * len(self.descs))
+        for d, addr in self.desc_addr.items():
+            smem_init[addr:addr + 28] = np.array(d, dtype=np.int32).tobytes()
+        desc_line = []
+        if self.descs:
+            desc_line = [f"SMEM {self.desc_base:#08x} DMA descriptors x {len(self.descs)} "
+                         f"({28 * len(self.descs)} bytes)"]
+        alloc = ([f"SMEM {0:#08x} arguments x {len(k.params)} ({4 * len(k.params)} bytes)"]
+                 + desc_line + [l for _, l, _ in lines])
+        if self.smem_top > self.smem_alloc_end():
+            alloc.append(f"SMEM {self.smem_alloc_end():#08x} spilled scalars "
+                         f"({self.smem_top - self.smem_alloc_end()} bytes)")
+        return Kernel(
+            name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
+            source_text={f: t.splitlines() for f, t in self.program.sources.items()},
+            labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
+            vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc))
+
+    def smem_alloc_end(self) -> int:
+        end = self.desc_base + 28 * len(self.descs)
+        for buf, addr in self.smem_addr.items():
+            end = max(end, addr + layout.slot_stride(buf) * (buf.slots or 1))
+        return end
+
+
+def _affine(expr, scale: int, terms: list) -> int:
+    """Split `expr * scale` into a constant (returned) and (expression, factor) terms."""
+    if isinstance(expr, ir.Const):
+        return expr.value * scale
+    if isinstance(expr, ir.ScalarOp) and len(expr.args) == 2:
+        a, b = expr.args
+        if expr.op == "+":
+            return _affine(a, scale, terms) + _affine(b, scale, terms)
+        if expr.op == "-" and isinstance(b, ir.Const):
+            return _affine(a, scale, terms) - b.value * scale
+        if expr.op == "*" and isinstance(b, ir.Const):
+            return _affine(a, scale * b.value, terms)
+        if expr.op == "*" and isinstance(a, ir.Const):
+            return _affine(b, scale * a.value, terms)
+    terms.append((expr, scale))
+    return 0
+
+
+def _space(buf: ir.Buffer) -> str:
+    return {"hbm": "hbm", "vmem": "vmem", "var": "vmem", "smem": "smem"}[buf.space]
+
+
+def _wrap32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >> 31 else v
