@@ -36,6 +36,7 @@ def _parser() -> lark.Lark:
         GRAMMAR_PATH.read_text(),
         parser="lalr",
         propagate_positions=True,
+        cache=True,   # the LALR tables, keyed by grammar and options, in the temp folder
         maybe_placeholders=True,
     )
 
