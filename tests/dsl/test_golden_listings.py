@@ -1,0 +1,38 @@
+"""`mkemu asm` listings of the examples, compared with the files in golden/.
+
+After a deliberate change to the compiler, regenerate them with
+`pytest tests/dsl/test_golden_listings.py --update-golden` and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from mkemu.cli import main
+
+EXAMPLES = Path(__file__).parents[2] / "programs" / "examples"
+GOLDEN = Path(__file__).with_name("golden")
+
+
+@pytest.mark.parametrize("name", ["vector_add", "rmsnorm"])
+def test_listing_matches_golden(capsys, monkeypatch, request, name):
+    if importlib.util.find_spec("mkemu.dsl.compiler") is None:
+        pytest.skip("the compiler back end (mkemu.dsl.compiler) does not exist yet")
+    monkeypatch.chdir(EXAMPLES)  # source lines in the listing then name the file as `NAME.mk`
+    assert main(["asm", f"{name}.mk"]) == 0
+    listing = capsys.readouterr().out
+    golden = GOLDEN / f"{name}.lst"
+    if request.config.getoption("update_golden"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(listing)
+        return
+    assert golden.is_file(), f"{golden} is missing: run pytest with --update-golden"
+    expected = golden.read_text()
+    if listing != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), listing.splitlines(True),
+                                            f"golden/{name}.lst", "mkemu asm", n=2))
+        pytest.fail(f"the listing of {name}.mk changed (--update-golden to accept):\n{diff[:6000]}")
