@@ -62,6 +62,10 @@ class Session:
         """Write an HBM buffer (bf16 buffers take float arrays of bf16 values) on one or every chip."""
         buf = self._buffer(name)
         data = to_storage(np.asarray(array), buf.dtype)
+        if data.shape != buf.shape and data.size == int(np.prod(buf.shape)):
+            # Stacked tensors may be declared with leading dimensions merged (e.g.
+            # [layers, heads, a, b] as [layers*heads, a, b]): same bytes, row-major.
+            data = data.reshape(buf.shape)
         if data.shape != buf.shape:
             raise ConfigError(f"buffer {name}: got shape {data.shape}, the program declares {buf.shape}",
                               key=name)
