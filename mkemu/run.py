@@ -10,6 +10,7 @@ is found. Used by `mkemu run` and `mkemu compare`.
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Callable
@@ -170,7 +171,10 @@ def _run_plain(opts: RunOptions, program, machine, reference) -> dict:
     report["bit_exact"] = None
     report["mismatch"] = None
     if reference is not None:
-        expected = reference(inputs, chips=chips, cores_per_chip=machine.profile.cores_per_chip)
+        kwargs = {"chips": chips, "cores_per_chip": machine.profile.cores_per_chip}
+        if "mesh" in inspect.signature(reference).parameters:
+            kwargs["mesh"] = tuple(machine.mesh.dims)   # reduction orders may follow the mesh
+        expected = reference(inputs, **kwargs)
         mismatch = _check(program, machine, expected, chips)
         report["bit_exact"] = mismatch is None
         report["mismatch"] = mismatch.render() if mismatch else None
