@@ -1,0 +1,187 @@
+// The Kimi-K3 decode maths, shared by programs/k3_megakernel.mk and programs/k3_per_op.mk.
+//
+// Every fn here is the contract of docs/k3.md written in .mk: one f32 operation per
+// rounding point, in the reference's order (programs/k3/reference.py); bf16 only where
+// a value enters the matrix unit or the MLA cache. The fns work on VMEM buffers only;
+// how the data gets there (prefetch, per-op HBM round trips) and how it is shared
+// between cores (programs/k3/shard.mk) is the business of each program.
+//
+// Batch rows are independent; every tile has BATCH rows unless it is per row.
+
+// ------------------------------------------------------------- model shape (k3-mini)
+param DIM = 512;
+param NLAYERS = 8;
+param NKDA = 6;               // KDA layers (every layer but the MLA ones)
+param NMLA = 2;               // gated-MLA layers
+param HEADS = 4;              // heads of 128 (KDA and MLA)
+param QRANK = 256;
+param KVRANK = 256;
+param DENSE_INTER = 1024;
+param NEXP = 32;
+param TOPK = 4;
+param NSHARED = 2;
+param LATENT = 256;
+param EINTER = 256;
+param VOCAB = 4096;
+param MAXSEQ = 32;
+param BATCH = 1;
+// ------------------------------------------------------------------- machine shape
+param NCORES = 16;            // cores in the mesh (chips x cores per chip)
+param CORES_PER_CHIP = 2;
+
+const HD = 128;               // head dim = one KDA state tile = one column block
+const W = HEADS * HD;         // attention width
+const CONVK = 4;              // short-conv kernel
+const NMOE = NLAYERS - 1;     // every layer but layer 0 is MoE
+const NDENSE = 1;             // the dense FFN layer (layer 0)
+const EPAD = (NEXP + 127) / 128 * 128;   // router logits, padded to whole blocks
+const NROWS_EO = (TOPK + NSHARED) * BATCH;
+
+assert DIM % 128 == 0 && QRANK % 128 == 0 && KVRANK % 128 == 0, "dims must be whole 128-column blocks";
+assert DENSE_INTER % 128 == 0 && LATENT % 128 == 0 && EINTER % 128 == 0 && VOCAB % 128 == 0,
+    "dims must be whole 128-column blocks";
+assert NEXP <= 128 || NEXP % 128 == 0, "NEXP must be at most 128 or a multiple of 128";
+assert HEADS <= 128, "the beta projection is one 128-column block: at most 128 heads";
+assert NKDA + NMLA == NLAYERS, "every layer is KDA or MLA";
+assert BATCH >= 1 && BATCH <= 8, "BATCH is 1..8 (one vreg of rows)";
+assert NSHARED >= 1, "the programs assume at least one shared expert";
+assert MAXSEQ & (MAXSEQ - 1) == 0, "MAXSEQ must be a power of two (mla_probs stacks the rows' caches)";
+assert NCORES >= 1 && NCORES % CORES_PER_CHIP == 0, "NCORES = chips x CORES_PER_CHIP";
+
+// ------------------------------------------------------------------------ norms
+
+// y = (x * rsqrt(tsum(x*x) / n + eps)) * w over rows of length n (docs/k3.md RMSNorm).
+fn rmsnorm(x: vmem f32[BATCH, n], w: vmem bf16[1, n], y: vmem f32[BATCH, n], n: i32) {
+    let ss = sum(x * x, axis=1);
+    let r = rsqrt(ss / n + 1e-5);
+    y = (x * r) * f32(w);
+}
+
+// --------------------------------------------------------------------------- KDA
+
+// Short causal conv (kernel 4) of one head's 128 channels: ((w0*s0 + w1*s1) + w2*s2) + w3*u.
+// hist rows s*BATCH + b hold s0, s1, s2 (oldest first); they become (s1, s2, u).
+fn conv4(u: vmem f32[BATCH, 128], hist: vmem f32[3 * BATCH, 128], cw: vmem bf16[4, 128],
+         y: vmem f32[BATCH, 128]) {
+    y = f32(cw[0:1, :]) * hist[0:BATCH, :];
+    y = y + f32(cw[1:2, :]) * hist[BATCH:2 * BATCH, :];
+    y = y + f32(cw[2:3, :]) * hist[2 * BATCH:3 * BATCH, :];
+    y = y + f32(cw[3:4, :]) * u;
+    hist[0:BATCH, :] = hist[BATCH:2 * BATCH, :];
+    hist[BATCH:2 * BATCH, :] = hist[2 * BATCH:3 * BATCH, :];
+    hist[2 * BATCH:3 * BATCH, :] = u;
+}
+
+// After the conv, in place: q = l2norm(silu(q)) * 128^-0.5, k = l2norm(silu(k)), v = silu(v).
+fn kda_qkv_act(q: vmem f32[BATCH, 128], k: vmem f32[BATCH, 128], v: vmem f32[BATCH, 128]) {
+    q = silu(q);
+    q = (q * rsqrt(sum(q * q, axis=1) + 1e-6)) * 0.08838834764831845;
+    k = silu(k);
+    k = k * rsqrt(sum(k * k, axis=1) + 1e-6);
+    v = silu(v);
+}
+
+// Decay logits of one head: g = -5 * sigmoid(exp(A_log) * (graw + dt_bias)). ad rows: A_log, dt_bias.
+fn kda_decay(g: vmem f32[BATCH, 128], ad: vmem bf16[2, 128]) {
+    let t = g + f32(ad[1:2, :]);
+    g = -5.0 * sigmoid(exp(f32(ad[0:1, :])) * t);
+}
+
+// One row of one head: S <- S * exp(g)[:, None]; kS = tsum_K(k * S); S <- S + k (beta (v - kS));
+// o = tsum_K(q * S). S is [K, V] float32; beta = brow[hh] (brow already sigmoided).
+// Three passes over S: S * exp(g) is formed twice, with the same bits both times.
+fn kda_update(S: vmem f32[128, 128], q: vmem f32[1, 128], k: vmem f32[1, 128], v: vmem f32[1, 128],
+              g: vmem f32[1, 128], brow: vmem f32[1, 128], hh: i32, o: vmem f32[1, 128]) {
+    vmem kc: f32[128, 1];
+    vmem eg: f32[128, 1];
+    vmem d: f32[1, 128];
+    let beta = max(where(iota(1, 128) == hh, brow, -inf), axis=1);
+    kc = transpose(k);
+    eg = transpose(exp(g));
+    d = beta * (v - sum(kc * (S * eg), axis=0));
+    S = S * eg + kc * d;
+    o = sum(transpose(q) * S, axis=0);
+}
+
+// Output of one head: rmsnorm(o, onorm) * sigmoid(ograw), into out.
+fn kda_out(o: vmem f32[BATCH, 128], onorm: vmem bf16[1, 128], ograw: vmem f32[BATCH, 128],
+           out: vmem f32[BATCH, 128]) {
+    rmsnorm(o, onorm, o, 128);
+    out = o * sigmoid(ograw);
+}
+
+// --------------------------------------------------------------------------- MLA
+
+// Attention probabilities of every row of one head (absorbed, NoPE): row b attends to
+// its own cache, rows b*MAXSEQ .. b*MAXSEQ + pos of `cache` (the rows' caches stacked):
+// softmax over those positions of (qt . cache^T) * 128^-0.5.
+// All rows go through one matmul against the stacked caches; a row's scores outside its
+// own block are set to -inf like the positions after pos, so its probabilities there are
+// exactly +0. This gives the reference's bits: each score is its own dot product; the max
+// ignores -inf; the padded halving-tree sum of a row of BATCH*MAXSEQ lanes that are +0
+// outside one aligned power-of-two block (MAXSEQ) adds only +0 until the block's lanes
+// pair up exactly as in the tree over that block alone; and ctx = p . cache adds the
+// +0 * c products of the other blocks, which leave an accumulator started at +0 unchanged.
+fn mla_probs(qt: vmem bf16[BATCH, KVRANK], cache: vmem bf16[BATCH * MAXSEQ, KVRANK], pos: i32,
+             p: vmem f32[BATCH, BATCH * MAXSEQ]) {
+    vmem sc: f32[BATCH, BATCH * MAXSEQ];
+    let col = iota(1, BATCH * MAXSEQ);
+    let lo = iota(0, BATCH) * MAXSEQ;
+    sc = matmul(qt, transpose(cache)) * 0.08838834764831845;
+    sc = where((col < lo) | (col > lo + pos), -inf, sc);
+    p = exp(sc - max(sc, axis=1));
+    p = p / sum(p, axis=1);
+}
+
+// --------------------------------------------------------------------------- MoE
+
+// Sigmoid router: top-k of sigmoid(logits) + bias by repeated argmax (lowest index on
+// ties), weights = the chosen sigmoids over their sequential sum.
+fn route(logits: vmem f32[BATCH, NEXP], bias: vmem bf16[1, NEXP], topi: vmem i32[BATCH, TOPK],
+         topw: vmem f32[BATCH, TOPK]) {
+    vmem s: f32[BATCH, NEXP];
+    vmem sel: f32[BATCH, NEXP];
+    vmem ch: f32[BATCH, TOPK];
+    vmem den: f32[BATCH, 1];
+    s = sigmoid(logits);
+    sel = s + f32(bias);
+    for j in 0..TOPK {
+        let m = argmax(sel, axis=1);
+        topi[:, j:j + 1] = m;
+        ch[:, j:j + 1] = max(where(iota(1, NEXP) == m, s, -inf), axis=1);
+        sel = where(iota(1, NEXP) == m, -inf, sel);
+    }
+    den = ch[:, 0:1];
+    for j in 1..TOPK {
+        den = den + ch[:, j:j + 1];
+    }
+    topw = ch / den;
+}
+
+// y = mm(silu(mm(x, w1)) * mm(x, w3), w2): the dense FFN's shape and every expert.
+// w13 holds w1 and w3 side by side ([k, 2n]): both products come out of one matmul
+// (each output column is its own dot product, so the bits are those of two matmuls).
+fn gated_ffn(x: vmem bf16[BATCH, k], w13: vmem bf16[k, 2 * n], w2: vmem bf16[n, m],
+             u: vmem bf16[BATCH, n], y: vmem f32[BATCH, m], k: i32, n: i32, m: i32) {
+    vmem a: f32[BATCH, 2 * n];
+    a = matmul(x, w13);
+    u = bf16(silu(a[:, 0:n]) * a[:, n:2 * n]);
+    y = matmul(u, w2);
+}
+
+// z = (sum_j w_j * routed_j, in selection order) + (sum_s shared_s, in order), each
+// starting from 0 as the reference does. eo rows: routed slot j row b at j*BATCH + b,
+// shared expert s row b at (TOPK + s)*BATCH + b.
+fn moe_combine(eo: vmem f32[NROWS_EO, LATENT], topw: vmem f32[BATCH, TOPK], z: vmem f32[BATCH, LATENT]) {
+    vmem routed: f32[BATCH, LATENT];
+    vmem shared: f32[BATCH, LATENT];
+    routed = 0.0;
+    for j in 0..TOPK {
+        routed = routed + topw[:, j:j + 1] * eo[j * BATCH +: BATCH, :];
+    }
+    shared = 0.0;
+    for s in 0..NSHARED {
+        shared = shared + eo[(TOPK + s) * BATCH +: BATCH, :];
+    }
+    z = routed + shared;
+}
