@@ -64,6 +64,7 @@ class Core:
         self.halted = True
         self.regions: list[tuple[int, int, int]] = []   # (region id, index, start cycle)
         self.region_cycles: dict[int, int] = {}         # region id -> cycles spent inside
+        self.region_entries: dict[int, int] = {}        # region id -> times entered (and left)
         self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
         self.in_flight: list = []   # DMAs issued by or landing on this core, for race checks
 
@@ -401,6 +402,7 @@ def _mark_pop(core, op):
         raise Trap("bad-region", "mark.pop without a matching mark.push")
     region, _, start = core.regions.pop()
     core.region_cycles[region] = core.region_cycles.get(region, 0) + core.t - start
+    core.region_entries[region] = core.region_entries.get(region, 0) + 1
 
 
 HANDLERS = {

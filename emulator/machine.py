@@ -70,6 +70,7 @@ class RunResult:
     link_bytes: int
     per_core: tuple[dict, ...]
     region_cycles: dict[str, int]
+    region_entries: dict[str, int]
     dma_wait_cycles: dict[str, int]
     idle_cycles: int
 
@@ -117,6 +118,7 @@ class Machine:
         self.dma_count = 0
         self.launch_cycles: list[int] = []
         self.region_cycles: dict[str, int] = {}    # summed over cores
+        self.region_entries: dict[str, int] = {}   # summed over cores
         self.dma_wait_cycles: dict[str, int] = {}  # waits ended by a DMA, by innermost region
         self.idle_cycles = 0                       # halted cores waiting for the launch to end
         # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
@@ -223,6 +225,8 @@ class Machine:
         for core in self.cores:
             for rid, cycles in core.region_cycles.items():
                 self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
+            for rid, count in core.region_entries.items():
+                self.region_entries[name(rid)] = self.region_entries.get(name(rid), 0) + count
             for rid, cycles in core.dma_wait_cycles.items():
                 self.dma_wait_cycles[name(rid)] = self.dma_wait_cycles.get(name(rid), 0) + cycles
             self.idle_cycles += self.now - core.end_time
@@ -595,7 +599,8 @@ class Machine:
             instructions=sum(c.instructions for c in self.cores), unit_busy_cycles=busy,
             hbm_bytes=self.hbm_bytes, dma_count=self.dma_count, stall_cycles=stalls,
             launch_cycles=tuple(self.launch_cycles), link_bytes=self.link_bytes, per_core=tuple(per_core),
-            region_cycles=dict(self.region_cycles), dma_wait_cycles=dict(self.dma_wait_cycles),
+            region_cycles=dict(self.region_cycles), region_entries=dict(self.region_entries),
+            dma_wait_cycles=dict(self.dma_wait_cycles),
             idle_cycles=self.idle_cycles)
 
 

@@ -29,6 +29,7 @@ class MachineInfo:
     dma_engine_bw_bytes_per_s: float   # per core
     hop_latency_s: float
     kernel_launch_s: float
+    dma_start_latency_s: float
 
     @property
     def cores(self) -> int:
@@ -43,7 +44,8 @@ def machine_info(profile, mesh) -> MachineInfo:
         hbm_bw_bytes_per_s=p.hbm_bw_bytes_per_cycle * p.clock_hz,
         dma_engine_bw_bytes_per_s=p.dma_engine_bw_bytes_per_cycle * p.clock_hz,
         hop_latency_s=p.cycles_to_seconds(p.hop_latency_cycles),
-        kernel_launch_s=p.cycles_to_seconds(p.kernel_launch_cycles))
+        kernel_launch_s=p.cycles_to_seconds(p.kernel_launch_cycles),
+        dma_start_latency_s=p.cycles_to_seconds(p.dma_start_latency_cycles))
 
 
 class Session:
