@@ -18,7 +18,7 @@ from mkemu.isa import numerics as nx
 from mkemu.isa.hardware import HardwareProfile
 
 from mkemu.emulator.decode import Op, scoreboard_size, unit_names
-from mkemu.emulator.memory import LANES, ROWS, Trap, load_tile, store_tile
+from mkemu.emulator.memory import LANES, ROWS, Trap, _align, load_tile, row_view, store_tile
 
 I32_MASK = 0xFFFFFFFF
 
@@ -48,6 +48,8 @@ class Core:
         self.vi = self.vu.view(np.int32)
         self.m = np.zeros((p.mregs, ROWS, LANES), bool)
         self.m[0] = True
+        # Masks known to be a (rows, lanes) rectangle (set by mrows), else None.
+        self.m_rect: list[tuple[int, int] | None] = [(ROWS, LANES)] + [(0, 0)] * (p.mregs - 1)
         self.vmem = np.zeros(p.vmem_bytes, np.uint8)
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         self.sems = [0] * p.semaphores
@@ -225,7 +227,8 @@ def _vld(core, op):
     addr = core.s[sa] + off
     m = core.mask(mask)
     core.check_vmem(addr, core.s[stride], op.instr.param, m, write=False)
-    core.vu[vd] = load_tile(core.vmem, "VMEM", addr, core.s[stride], op.instr.param, m)
+    core.vu[vd] = load_tile(core.vmem, "VMEM", addr, core.s[stride], op.instr.param, m,
+                            core.m_rect[mask])
 
 
 def _vst(core, op):
@@ -233,7 +236,8 @@ def _vst(core, op):
     addr = core.s[sa] + off
     m = core.mask(mask)
     core.check_vmem(addr, core.s[stride], op.instr.param, m, write=True)
-    store_tile(core.vmem, "VMEM", addr, core.s[stride], op.instr.param, core.vu[va], m)
+    store_tile(core.vmem, "VMEM", addr, core.s[stride], op.instr.param, core.vu[va], m,
+               core.m_rect[mask])
 
 
 _VIEWS = {"f32": "vf", "i32": "vi", "u32": "vu"}
@@ -260,6 +264,7 @@ def _vcmp(core, op):
     md, va, vb = op.args
     if md:
         core.m[md] = ins.fn(view[va], view[vb])
+        core.m_rect[md] = None
 
 
 def _vsel(core, op):
@@ -271,6 +276,7 @@ def _mlogic(core, op):
     md, *srcs = op.args
     if md:
         core.m[md] = op.instr.fn(*(core.m[r] for r in srcs))
+        core.m_rect[md] = None
 
 
 _SUB = np.arange(ROWS)[:, None]
@@ -280,7 +286,9 @@ _LANE = np.arange(LANES)[None, :]
 def _mrows(core, op):
     md, sa, sb = op.args
     if md:
-        core.m[md] = (_SUB < core.s[sa]) & (_LANE < core.s[sb])
+        rows, lanes = min(max(core.s[sa], 0), ROWS), min(max(core.s[sb], 0), LANES)
+        core.m[md] = (_SUB < rows) & (_LANE < lanes)
+        core.m_rect[md] = (rows, lanes)   # memory accesses take the rectangle fast path
 
 
 def _viota(core, op):
@@ -350,22 +358,18 @@ def _mxu_ldw(core, op):
     addr = core.s[sa] + off
     step = core.s[stride]
     core.check_vmem_span(addr, step, rows, cols * 2, write=False)
-    from mkemu.emulator.memory import _align, _check
-
     _align("VMEM", addr, step, 2)
-    lo = min(addr, addr + (rows - 1) * step)
-    _check(core.vmem, "VMEM", lo, max(addr, addr + (rows - 1) * step) + cols * 2)
-    idx = addr + np.arange(rows)[:, None] * step + np.arange(cols * 2)[None, :]
-    raw = core.vmem[idx].view(np.uint16)
+    raw = row_view(core.vmem, "VMEM", addr, step, cols * 2, rows).view(np.uint16)
     w = core.mx_w[x]
-    w[:] = 0
     if op.instr.param == "t":
         # Transposed load: memory row j holds weight column j (rows x cols in memory
         # become a cols x rows tile), e.g. a key cache stored one token per row.
         w[:cols, :rows] = nx.bf16_bits_to_f32(raw).T
+        w[:cols, rows:] = 0
         core.mx_rows[x] = cols
     else:
         w[:rows, :cols] = nx.bf16_bits_to_f32(raw)
+        w[:rows, cols:] = 0
         core.mx_rows[x] = rows
 
 
@@ -380,7 +384,8 @@ def _mxu_mac(core, op):
     if rows == 0:
         raise Trap("bad-operand", f"mxu.mac on x{x} before any weight tile was loaded")
     start = np.zeros_like(core.mx_acc[x, acc]) if zero else core.mx_acc[x, acc]
-    core.mx_acc[x, acc] = nx.mxu_matmul(start, core.mx_lhs[x][:, :rows], core.mx_w[x][:rows])
+    # Both operands are bf16 values already (push rounds, ldw loads bf16).
+    core.mx_acc[x, acc] = nx.mxu_matmul_bf16(start, core.mx_lhs[x][:, :rows], core.mx_w[x][:rows])
 
 
 def _mxu_pop(core, op):

@@ -33,36 +33,44 @@ def _align(name: str, addr: int, stride: int, size: int) -> None:
         raise Trap("misaligned", f"{name} address {addr} / stride {stride} not {size}-byte aligned")
 
 
-def row_view(mem: np.ndarray, name: str, addr: int, stride: int, row_bytes: int) -> np.ndarray:
-    """A (8, row_bytes) uint8 view of 8 rows starting at addr, stride bytes apart."""
+def row_view(mem: np.ndarray, name: str, addr: int, stride: int, row_bytes: int,
+             rows: int = ROWS) -> np.ndarray:
+    """A (rows, row_bytes) uint8 view of `rows` rows starting at addr, stride bytes apart.
+
+    A view into `mem` (writable) unless rows overlap or the stride is negative, in
+    which case it is a gathered copy (read-only use)."""
     if stride >= row_bytes:
-        _check(mem, name, addr, addr + (ROWS - 1) * stride + row_bytes)
-        return mem[addr:addr + ROWS * stride].reshape(ROWS, stride)[:, :row_bytes] \
-            if addr + ROWS * stride <= mem.size else \
-            np.lib.stride_tricks.as_strided(mem[addr:], (ROWS, row_bytes), (stride, 1))
+        _check(mem, name, addr, addr + (rows - 1) * stride + row_bytes)
+        if addr + rows * stride <= mem.size:
+            return mem[addr:addr + rows * stride].reshape(rows, stride)[:, :row_bytes]
+        return np.lib.stride_tricks.as_strided(mem[addr:], (rows, row_bytes), (stride, 1))
     if stride == 0:
         _check(mem, name, addr, addr + row_bytes)
-        return np.broadcast_to(mem[addr:addr + row_bytes], (ROWS, row_bytes))
-    lo = addr + min(0, (ROWS - 1) * stride)
-    hi = addr + max(0, (ROWS - 1) * stride) + row_bytes
+        return np.broadcast_to(mem[addr:addr + row_bytes], (rows, row_bytes))
+    lo = addr + min(0, (rows - 1) * stride)
+    hi = addr + max(0, (rows - 1) * stride) + row_bytes
     _check(mem, name, lo, hi)
-    return mem[_row_index(addr, stride, row_bytes)]
-
-
-def _row_index(addr: int, stride: int, row_bytes: int) -> np.ndarray:
-    return addr + np.arange(ROWS)[:, None] * stride + np.arange(row_bytes)[None, :]
+    return mem[addr + np.arange(rows)[:, None] * stride + np.arange(row_bytes)[None, :]]
 
 
 def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
-              mask: np.ndarray | None) -> np.ndarray:
-    """Load 8x128 elements as uint32 bits ("w": words, "bf16": widened to f32 bits)."""
+              mask: np.ndarray | None, rect: tuple[int, int] | None = None) -> np.ndarray:
+    """Load 8x128 elements as uint32 bits ("w": words, "bf16": widened to f32 bits).
+
+    `rect` (rows, lanes), when the mask is known to be that rectangle, takes the fast
+    path: only those rows and lanes are read, the rest load 0."""
     size = 4 if elem == "w" else 2
     _align(name, addr, stride, size)
+    dtype = np.uint32 if size == 4 else np.uint16
     if mask is None:
-        raw = row_view(mem, name, addr, stride, LANES * size)
-        bits = raw.view(np.uint32 if size == 4 else np.uint16)
+        bits = row_view(mem, name, addr, stride, LANES * size).view(dtype)
+    elif rect is not None:
+        bits = np.zeros((ROWS, LANES), dtype)
+        rows, lanes = rect
+        if rows and lanes:
+            bits[:rows, :lanes] = row_view(mem, name, addr, stride, lanes * size, rows).view(dtype)
     else:
-        bits = np.zeros((ROWS, LANES), np.uint32 if size == 4 else np.uint16)
+        bits = np.zeros((ROWS, LANES), dtype)
         rows, lanes = np.nonzero(mask)
         if rows.size:
             starts = addr + rows * stride + lanes * size
@@ -75,17 +83,23 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
 
 
 def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
-               bits: np.ndarray, mask: np.ndarray | None) -> None:
+               bits: np.ndarray, mask: np.ndarray | None, rect: tuple[int, int] | None = None) -> None:
     """Store 8x128 uint32 bits; "bf16" rounds the f32 values to nearest even."""
     from mkemu.isa.numerics import f32_to_bf16_bits
 
     size = 4 if elem == "w" else 2
     _align(name, addr, stride, size)
-    data = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
-    if mask is None and stride >= LANES * size:
-        view = row_view(mem, name, addr, stride, LANES * size)
-        view.view(data.dtype)[...] = data
+    if mask is None:
+        rect = (ROWS, LANES)
+    if rect is not None and stride >= rect[1] * size:
+        rows, lanes = rect
+        if rows and lanes:
+            part = bits[:rows, :lanes]
+            data = part if size == 4 else f32_to_bf16_bits(part.view(np.float32))
+            view = row_view(mem, name, addr, stride, lanes * size, rows)
+            view.view(data.dtype)[...] = data
         return
+    data = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
     if mask is None:
         mask = np.ones((ROWS, LANES), bool)
     rows, lanes = np.nonzero(mask)
@@ -104,12 +118,24 @@ def block_index(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tu
     return min(offsets), max(offsets) + inner, None
 
 
+def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
+    """A (n2, n1, inner) view of a 3-D block when strides allow one (non-negative,
+    rows and planes not overlapping), else None."""
+    if s1 < inner or s2 < 0 or (n2 > 1 and s2 < (n1 - 1) * s1 + inner):
+        return None
+    span = (n2 - 1) * s2 + (n1 - 1) * s1 + inner
+    return np.lib.stride_tricks.as_strided(mem[addr:addr + span], (n2, n1, inner), (s2, s1, 1))
+
+
 def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
                n2: int, s2: int) -> np.ndarray:
     lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
     _check(mem, name, lo, hi)
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
+    view = _block_view(mem, addr, inner, n1, s1, n2, s2)
+    if view is not None:
+        return view.reshape(-1)   # reshape of a strided view copies
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
            + np.arange(inner)[None, None, :])
     return mem[idx].reshape(-1)
@@ -121,6 +147,10 @@ def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: 
     _check(mem, name, lo, hi)
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         mem[addr:addr + inner * n1 * n2] = data
+        return
+    view = _block_view(mem, addr, inner, n1, s1, n2, s2)
+    if view is not None:
+        view[...] = data.reshape(n2, n1, inner)
         return
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
            + np.arange(inner)[None, None, :])

@@ -442,3 +442,14 @@ def mxu_matmul(acc, a, w) -> np.ndarray:
     out, a16, w16 = _mxu_operands(acc, a, w)
     _get_mxu_kernel()(out, a16, w16)
     return out
+
+
+def mxu_matmul_bf16(acc, a, w) -> np.ndarray:
+    """`mxu_matmul` for operands that already hold bf16 values (no rounding pass).
+
+    Same bits as `mxu_matmul` whenever `a` and `w` are bf16-exact float32 arrays, as
+    they are inside the matrix unit (push rounds, weight loads read bf16)."""
+    out = np.array(acc, dtype=_F32, order="C")
+    _get_mxu_kernel()(out, np.ascontiguousarray(a, dtype=_F32), np.ascontiguousarray(w, dtype=_F32))
+    return out
+
