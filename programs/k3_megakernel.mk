@@ -15,6 +15,18 @@ reference "k3/driver.py:drive";
 // The gather sites rotate over 2 slots by layer parity; a barrier every GROT layers
 // keeps a fast core from writing a slot a slow core still reads (docs/k3_programs.md).
 const GROT = 2;
+// Routed-expert fetches in flight per core (es[li % ES]).
+const ES = 2;
+// Receive semaphores of the gathers that are split (not replicated) in this build, two
+// per site (layer parity), packed into one array r_sp; a replicated site uses none.
+const SPF = max(1 - REP_UP, 1 - REP_D2);
+const OFF_A = 0;
+const OFF_L = OFF_A + 2 * (1 - REP_WO);
+const OFF_R = OFF_L + 2 * (1 - REP_LAT);
+const OFF_F = OFF_R + 2 * (1 - REP_RD);
+const OFF_U = OFF_F + 2 * SPF;
+const OFF_M = OFF_U + (1 - REP_D13);
+const NSP = max(1, OFF_M + (1 - LM_ROOT));
 
 // ------------------------------------------------------------------ DMA helpers
 // mode 0 starts the copy, mode 1 waits for it: a fetch fn is written once and called
@@ -34,16 +46,19 @@ fn cpf(mode: i32, src: hbm f32[r, c], dst: vmem f32[r, c], r: i32, c: i32, s: se
 
 // ------------------------------------------------------------- weight streaming
 
-// Columns of a head owner's fused x-projection of a KDA layer: per local head t the
-// blocks q, k, v, g, og at (5t + n)*128, then the beta block (all heads' beta logits).
-const KWC = (5 * NHL + 1) * HD;
+// Columns of a KDA task holder's fused x-projection: per local task t (head h) the
+// blocks q, k, v, g, og of head h at (5t + n)*128, then the beta block (all heads).
+const KWC = (5 * NTL + 1) * HD;
+// Width of the heads' output buffer (MLA: NHL heads; KDA: NTL tasks).
+const NOL = max(NHL, NTL);
 // ... of an MLA layer: this core's [wdq | wdkv] blocks (all of them if replicated), then
 // per local head its wgate block.
 const MXC = (NLATC + NHL) * HD;
 
-// KDA layer `ai` into slot set `sl` (0/1): this core's heads h = me + t*NCORES (their
-// q/k/v/g/og column blocks, conv taps, decay params, state and conv history), the beta
-// block and onorm (head owners), and wo (its blocks, or all of it if replicated).
+// KDA layer `ai` into slot set `sl` (0/1): for this core's tasks t (task = me + t*NCORES:
+// head h, row group g) head h's q/k/v/g/og column blocks, conv taps and decay params,
+// and the state and conv history of its rows; the beta block and onorm (task holders);
+// wo (this core's blocks, or all of it if replicated).
 fn kda_fetch(mode: i32, ai: i32, sl: i32, me: i32,
              kda_wq: hbm bf16[NKDA, DIM, W], kda_wk: hbm bf16[NKDA, DIM, W], kda_wv: hbm bf16[NKDA, DIM, W],
              kda_conv_q: hbm bf16[NKDA, CONVK, W], kda_conv_k: hbm bf16[NKDA, CONVK, W],
@@ -51,17 +66,19 @@ fn kda_fetch(mode: i32, ai: i32, sl: i32, me: i32,
              kda_a_log: hbm bf16[NKDA, W], kda_dt_bias: hbm bf16[NKDA, W], kda_wb: hbm bf16[NKDA, DIM, 128],
              kda_onorm: hbm bf16[NKDA, HD], kda_wog: hbm bf16[NKDA, DIM, W], kda_wo: hbm bf16[NKDA, W, DIM],
              kda_state: hbm f32[NKDA * BATCH * HEADS, HD, HD], conv_state: hbm f32[NKDA, 9 * BATCH, W],
-             kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NHL][3 * CONVK, HD], kad: vmem bf16[2 * NHL][2, HD],
-             kon: vmem bf16[2][1, HD], kwo: vmem bf16[2][W, NWOC * HD], kS: vmem f32[2 * NHL * BATCH][HD, HD],
-             kC: vmem f32[2 * NHL][9 * BATCH, HD], s: sem) {
-    if me < HEADS {
-        cpb(mode, kda_wb[ai, :, 0:HD], kw[sl][:, 5 * NHL * HD +: HD], DIM, HD, s);
+             kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NTL][3 * CONVK, HD], kad: vmem bf16[2 * NTL][2, HD],
+             kon: vmem bf16[2][1, HD], kwo: vmem bf16[2][W, NWOC * HD], kS: vmem f32[2 * NTL * RB][HD, HD],
+             kC: vmem f32[2 * NTL][9 * RB, HD], s: sem) {
+    if me < NKT {
+        cpb(mode, kda_wb[ai, :, 0:HD], kw[sl][:, 5 * NTL * HD +: HD], DIM, HD, s);
         cpb1(mode, kda_onorm[ai], kon[sl], HD, s);
     }
-    for t in 0..NHL {
-        let h = me + t * NCORES;
-        if h < HEADS {
-            let k = sl * NHL + t;
+    for t in 0..NTL {
+        let task = me + t * NCORES;
+        if task < NKT {
+            let h = task % HEADS;
+            let g = task / HEADS;
+            let k = sl * NTL + t;
             let c = 5 * t * HD;
             cpb(mode, kda_wq[ai, :, h * HD +: HD], kw[sl][:, c +: HD], DIM, HD, s);
             cpb(mode, kda_wk[ai, :, h * HD +: HD], kw[sl][:, c + HD +: HD], DIM, HD, s);
@@ -73,9 +90,9 @@ fn kda_fetch(mode: i32, ai: i32, sl: i32, me: i32,
             cpb(mode, kda_conv_v[ai, :, h * HD +: HD], kcw[k][2 * CONVK:3 * CONVK, :], CONVK, HD, s);
             cpb1(mode, kda_a_log[ai, h * HD +: HD], kad[k][0:1, :], HD, s);
             cpb1(mode, kda_dt_bias[ai, h * HD +: HD], kad[k][1:2, :], HD, s);
-            cpf(mode, conv_state[ai, :, h * HD +: HD], kC[k], 9 * BATCH, HD, s);
-            for b in 0..BATCH {
-                cpf(mode, kda_state[(ai * BATCH + b) * HEADS + h], kS[k * BATCH + b], HD, HD, s);
+            cpf(mode, conv_state[ai, g * 9 * RB +: 9 * RB, h * HD +: HD], kC[k], 9 * RB, HD, s);
+            for bl in 0..RB {
+                cpf(mode, kda_state[(ai * BATCH + g * RB + bl) * HEADS + h], kS[k * RB + bl], HD, HD, s);
             }
         }
     }
@@ -177,62 +194,69 @@ fn dense_fetch(mode: i32, me: i32, dense_w1: hbm bf16[NDENSE, DIM, DENSE_INTER],
     fetch_cols(mode, dense_w2[0], dw2, DENSE_INTER, DIM, ND2C, me, REP_D2, s);
 }
 
+// The LM head: all of it on core 0 (LM_ROOT), or this core's column blocks.
 fn lm_fetch(mode: i32, me: i32, lm_head: hbm bf16[DIM, VOCAB], final_norm: hbm bf16[DIM],
-            lmw: vmem bf16[DIM, NVL * HD], fin: vmem bf16[1, DIM], s: sem) {
-    cpb1(mode, final_norm, fin, DIM, s);
-    fetch_cols(mode, lm_head, lmw, DIM, VOCAB, NVL, me, 0, s);
+            lmw: vmem bf16[DIM, NVC * HD], fin: vmem bf16[1, DIM], s: sem) {
+    if LM_ROOT == 0 || me == 0 {
+        cpb1(mode, final_norm, fin, DIM, s);
+        fetch_cols(mode, lm_head, lmw, DIM, VOCAB, NVC, me, LM_ROOT, s);
+    }
 }
 
 // ------------------------------------------------------------------------ layers
 
-// KDA: one matmul gives this core's heads' q/k/v/g/og and beta -> per head conv, decay,
-// state update, gated norm -> o blocks -> push o to its consumers (attn_finish waits).
+// KDA: one matmul gives this core's tasks' q/k/v/g/og and beta (all rows) -> per task
+// (head h, rows of group g) conv, decay, state update, gated norm -> push the rows of
+// head h's output to its consumers (attn_finish waits).
 fn kda_layer(ai: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
-             kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NHL][3 * CONVK, HD], kad: vmem bf16[2 * NHL][2, HD],
-             kon: vmem bf16[2][1, HD], kS: vmem f32[2 * NHL * BATCH][HD, HD],
-             kC: vmem f32[2 * NHL][9 * BATCH, HD],
+             kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NTL][3 * CONVK, HD], kad: vmem bf16[2 * NTL][2, HD],
+             kon: vmem bf16[2][1, HD], kS: vmem f32[2 * NTL * RB][HD, HD], kC: vmem f32[2 * NTL][9 * RB, HD],
              kda_state: hbm f32[NKDA * BATCH * HEADS, HD, HD], conv_state: hbm f32[NKDA, 9 * BATCH, W],
-             o_src: vmem f32[BATCH, NHL * HD], g_o: vmem f32[BATCH, W], stw: sem, ssend: sem, r_o: sem) {
+             o_src: vmem f32[NOL][BATCH, HD], g_o: vmem f32[BATCH, W], stw: sem, ssend: sem, r_o: sem) {
     vmem pr: f32[BATCH, KWC];
-    vmem qa: f32[BATCH, HD];
-    vmem ka: f32[BATCH, HD];
-    vmem va: f32[BATCH, HD];
-    vmem oh: f32[BATCH, HD];
+    vmem qa: f32[RB, HD];
+    vmem ka: f32[RB, HD];
+    vmem va: f32[RB, HD];
+    vmem oh: f32[RB, HD];
     vmem bl: f32[BATCH, HD];
-    if me < HEADS {
+    if me < NKT {
         pr = matmul(xb, kw[sl]);
-        bl = sigmoid(pr[:, 5 * NHL * HD +: HD]);
-        for t in 0..NHL {
-            let h = me + t * NCORES;
-            if h < HEADS {
-                let k = sl * NHL + t;
+        bl = sigmoid(pr[:, 5 * NTL * HD +: HD]);
+        for t in 0..NTL {
+            let task = me + t * NCORES;
+            if task < NKT {
+                let h = task % HEADS;
+                let r0 = task / HEADS * RB;
+                let k = sl * NTL + t;
                 let c = 5 * t * HD;
-                conv4(pr[:, c +: HD], kC[k][0:3 * BATCH, :], kcw[k][0:CONVK, :], qa);
-                conv4(pr[:, c + HD +: HD], kC[k][3 * BATCH:6 * BATCH, :], kcw[k][CONVK:2 * CONVK, :], ka);
-                conv4(pr[:, c + 2 * HD +: HD], kC[k][6 * BATCH:9 * BATCH, :], kcw[k][2 * CONVK:3 * CONVK, :], va);
-                start copy(kC[k], conv_state[ai, :, h * HD +: HD], stw);
-                kda_qkv_act(qa, ka, va);
-                kda_decay(pr[:, c + 3 * HD +: HD], kad[k]);
-                for b in 0..BATCH {
-                    kda_update(kS[k * BATCH + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
-                               pr[b:b + 1, c + 3 * HD +: HD], bl[b:b + 1, :], h, oh[b:b + 1, :]);
-                    start copy(kS[k * BATCH + b], kda_state[(ai * BATCH + b) * HEADS + h], stw);
+                conv4(pr[r0 +: RB, c +: HD], kC[k][0:3 * RB, :], kcw[k][0:CONVK, :], qa, RB);
+                conv4(pr[r0 +: RB, c + HD +: HD], kC[k][3 * RB:6 * RB, :], kcw[k][CONVK:2 * CONVK, :], ka, RB);
+                conv4(pr[r0 +: RB, c + 2 * HD +: HD], kC[k][6 * RB:9 * RB, :], kcw[k][2 * CONVK:3 * CONVK, :], va, RB);
+                start copy(kC[k], conv_state[ai, r0 * 9 +: 9 * RB, h * HD +: HD], stw);
+                kda_qkv_act(qa, ka, va, RB);
+                kda_decay(pr[r0 +: RB, c + 3 * HD +: HD], kad[k], RB);
+                for b in 0..RB {
+                    kda_update(kS[k * RB + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
+                               pr[r0 + b +: 1, c + 3 * HD +: HD], bl[r0 + b +: 1, :], h, oh[b:b + 1, :]);
+                    start copy(kS[k * RB + b], kda_state[(ai * BATCH + r0 + b) * HEADS + h], stw);
                 }
-                kda_out(oh, kon[sl], pr[:, c + 4 * HD +: HD], o_src[:, t * HD +: HD]);
+                kda_out(oh, kon[sl], pr[r0 +: RB, c + 4 * HD +: HD], o_src[t][0:RB, :], RB);
+                push_all(o_src[t][0:RB, :], g_o[r0 +: RB, h * HD +: HD], RB, HD, me, NT_O, ssend, r_o);
             }
         }
     }
-    region "allgather" {
-        ag_push(o_src, g_o, NHL, HEADS, me, me, NT_O, ssend, r_o);
-    }
 }
 
-// The end of an attention layer (either kind): wait for the heads' outputs, then wo.
-fn attn_finish(me: i32, wo: vmem bf16[W, NWOC * HD], g_o: vmem f32[BATCH, W], gob: vmem bf16[BATCH, W],
-               a_src: vmem f32[BATCH, NWOC * HD], g_attn: vmem f32[BATCH, DIM],
+// The end of an attention layer (either kind): wait for the heads' outputs (this core
+// sent `sent` bytes of them), then wo.
+fn attn_finish(me: i32, sent: i32, wo: vmem bf16[W, NWOC * HD], g_o: vmem f32[BATCH, W],
+               gob: vmem bf16[BATCH, W], a_src: vmem f32[BATCH, NWOC * HD], g_attn: vmem f32[BATCH, DIM],
                ssend: sem, r_o: sem, r_attn: sem) {
     region "allgather" {
-        ag_finish(HEADS, me, me, NT_O, ssend, r_o);
+        wait(ssend, sent);
+        if me < NT_O {
+            wait(r_o, BATCH * W * 4);
+        }
     }
     if me < NT_O {
         gob = bf16(g_o);
@@ -247,7 +271,7 @@ fn mla_heads(mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + K
              mwuq: vmem bf16[2][QRANK, NHL * HD], mwuk: vmem bf16[2 * NHL][HD, KVRANK],
              mwuv: vmem bf16[2 * NHL][KVRANK, HD], mcache: vmem bf16[2][BATCH * MAXSEQ, KVRANK],
              mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK],
-             o_src: vmem f32[BATCH, NHL * HD], stw: sem) {
+             o_src: vmem f32[NOL][BATCH, HD], stw: sem) {
     vmem cq: f32[BATCH, QRANK];
     vmem cqb: bf16[BATCH, QRANK];
     vmem ckf: f32[BATCH, KVRANK];
@@ -270,8 +294,7 @@ fn mla_heads(mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + K
             let k = sl * NHL + t;
             qt = bf16(matmul(bf16(qh[:, t * HD +: HD]), mwuk[k]));
             mla_probs(qt, mcache[sl], pos, pb);
-            o_src[:, t * HD +: HD] = matmul(bf16(matmul(bf16(pb), mcache[sl])), mwuv[k])
-                                     * sigmoid(pr[:, (NLATC + t) * HD +: HD]);
+            o_src[t] = matmul(bf16(matmul(bf16(pb), mcache[sl])), mwuv[k]) * sigmoid(pr[:, (NLATC + t) * HD +: HD]);
         }
     }
 }
@@ -284,7 +307,7 @@ fn mla_layer(mi: i32, sl: i32, me: i32, pos: i32, xb: vmem bf16[BATCH, DIM],
              mwuv: vmem bf16[2 * NHL][KVRANK, HD], mcache: vmem bf16[2][BATCH * MAXSEQ, KVRANK],
              mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK],
              g_lat: vmem f32[BATCH, QRANK + KVRANK],
-             o_src: vmem f32[BATCH, NHL * HD], g_o: vmem f32[BATCH, W],
+             o_src: vmem f32[NOL][BATCH, HD], g_o: vmem f32[BATCH, W],
              stw: sem, ssend: sem, r_lat: sem, r_o: sem) {
     vmem pr: f32[BATCH, MXC];
     if REP_LAT == 1 {
@@ -305,8 +328,11 @@ fn mla_layer(mi: i32, sl: i32, me: i32, pos: i32, xb: vmem bf16[BATCH, DIM],
             mla_heads(mi, sl, me, pos, g_lat, pr, mqn, mkvn, mwuq, mwuk, mwuv, mcache, mla_cache, o_src, stw);
         }
     }
-    region "allgather" {
-        ag_push(o_src, g_o, NHL, HEADS, me, me, NT_O, ssend, r_o);
+    for t in 0..NHL {
+        let h = me + t * NCORES;
+        if h < HEADS {
+            push_all(o_src[t], g_o[:, h * HD +: HD], BATCH, HD, me, NT_O, ssend, r_o);
+        }
     }
 }
 
@@ -325,7 +351,7 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
              e_out: vmem f32[NEL][BATCH, LATENT], s_out: vmem f32[NSL][BATCH, LATENT],
              g_eo: vmem f32[NROWS_EO, LATENT], f_src: vmem f32[BATCH, NUPC * HD], g_f: vmem f32[BATCH, DIM],
              eid: smem i32[BATCH * TOPK], dl: smem i32[BATCH * TOPK], dp: smem i32[BATCH * TOPK],
-             seen: smem i32[NEXP], es: sem[4], ssend: sem, r_rl: sem, r_eo: sem, r_f: sem) {
+             seen: smem i32[NEXP], es: sem[ES], ssend: sem, r_rl: sem, r_eo: sem, r_f: sem) {
     vmem topi: i32[BATCH, TOPK];
     vmem topw: f32[BATCH, TOPK];
     vmem xlb: bf16[BATCH, LATENT];
@@ -358,14 +384,14 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
         }
     }
     region "experts" {
-        // Distinct expert i lives on core i % NCORES; up to 4 fetches in flight (es[li % 4]).
+        // Distinct expert i lives on core i % NCORES; up to 4 fetches in flight (es[li % ES]).
         for i in me..nd step NCORES {
             let li = (i - me) / NCORES;
-            if li < 4 {
+            if li < ES {
                 let g = fi * NEXP + dl[i];
-                start copy(moe_w1[g], ew13[li][:, 0:EINTER], es[li % 4]);
-                start copy(moe_w3[g], ew13[li][:, EINTER:2 * EINTER], es[li % 4]);
-                start copy(moe_w2[g], ew2[li], es[li % 4]);
+                start copy(moe_w1[g], ew13[li][:, 0:EINTER], es[li % ES]);
+                start copy(moe_w3[g], ew13[li][:, EINTER:2 * EINTER], es[li % ES]);
+                start copy(moe_w2[g], ew2[li], es[li % ES]);
             }
         }
         xlb = bf16(g_rl[:, EPAD:EPAD + LATENT]);
@@ -379,14 +405,14 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
         for i in me..nd step NCORES {
             let li = (i - me) / NCORES;
             let g = fi * NEXP + dl[i];
-            wait copy(moe_w1[g], ew13[li][:, 0:EINTER], es[li % 4]);
-            wait copy(moe_w3[g], ew13[li][:, EINTER:2 * EINTER], es[li % 4]);
-            wait copy(moe_w2[g], ew2[li], es[li % 4]);
-            if i + 4 * NCORES < nd {
-                let g2 = fi * NEXP + dl[i + 4 * NCORES];
-                start copy(moe_w1[g2], ew13[li + 4][:, 0:EINTER], es[li % 4]);
-                start copy(moe_w3[g2], ew13[li + 4][:, EINTER:2 * EINTER], es[li % 4]);
-                start copy(moe_w2[g2], ew2[li + 4], es[li % 4]);
+            wait copy(moe_w1[g], ew13[li][:, 0:EINTER], es[li % ES]);
+            wait copy(moe_w3[g], ew13[li][:, EINTER:2 * EINTER], es[li % ES]);
+            wait copy(moe_w2[g], ew2[li], es[li % ES]);
+            if i + ES * NCORES < nd {
+                let g2 = fi * NEXP + dl[i + ES * NCORES];
+                start copy(moe_w1[g2], ew13[li + ES][:, 0:EINTER], es[li % ES]);
+                start copy(moe_w3[g2], ew13[li + ES][:, EINTER:2 * EINTER], es[li % ES]);
+                start copy(moe_w2[g2], ew2[li + ES], es[li % ES]);
             }
             gated_ffn(xlb, ew13[li], ew2[li], ub, e_out[li], LATENT, EINTER, LATENT);
             for q in 0..BATCH * TOPK {
@@ -496,22 +522,22 @@ kernel k3_step(
     vmem g_u: f32[BATCH, DENSE_INTER];
     vmem g_lm: f32[BATCH, VOCAB];
     vmem gob: bf16[BATCH, W];
-    vmem o_src: f32[BATCH, NHL * HD];
+    vmem o_src: f32[NOL][BATCH, HD];
     vmem a_src: f32[BATCH, NWOC * HD];
     vmem rl_src: f32[BATCH, NRDC * HD];
     vmem u_src: f32[BATCH, ND13C * HD];
     vmem f_src: f32[BATCH, max(NUPC, ND2C) * HD];
-    vmem lm_src: f32[BATCH, NVL * HD];
+    vmem lm_src: f32[BATCH, NVC * HD];
     vmem e_out: f32[NEL][BATCH, LATENT];
     vmem s_out: f32[NSL][BATCH, LATENT];
     // --- KDA weights and state, 2 slot sets
     vmem kw: bf16[2][DIM, KWC];
-    vmem kcw: bf16[2 * NHL][3 * CONVK, HD];
-    vmem kad: bf16[2 * NHL][2, HD];
+    vmem kcw: bf16[2 * NTL][3 * CONVK, HD];
+    vmem kad: bf16[2 * NTL][2, HD];
     vmem kon: bf16[2][1, HD];
     vmem kwo: bf16[2][W, NWOC * HD];
-    vmem kS: f32[2 * NHL * BATCH][HD, HD];
-    vmem kC: f32[2 * NHL][9 * BATCH, HD];
+    vmem kS: f32[2 * NTL * RB][HD, HD];
+    vmem kC: f32[2 * NTL][9 * RB, HD];
     // --- MLA weights and cache, 2 slot sets
     vmem mx: bf16[2][DIM, MXC];
     vmem mqn: bf16[2][1, QRANK];
@@ -532,59 +558,51 @@ kernel k3_step(
     // --- dense FFN and LM head (fetched once)
     vmem dw13: bf16[DIM, 2 * ND13C * HD];
     vmem dw2: bf16[DENSE_INTER, ND2C * HD];
-    vmem lmw: bf16[DIM, NVL * HD];
+    vmem lmw: bf16[DIM, NVC * HD];
     // --- semaphores
-    sem ld;                 // prologue loads
-    sem wk[2];              // KDA slot sets
-    sem wm[2];              // MLA slot sets
+    sem wa[2];              // attention weights + state of layer l (any kind), by layer parity
     sem wf[2];              // MoE slot sets
-    sem wd;                 // dense
-    sem wl;                 // LM head
-    sem es[4];              // routed experts in flight
+    sem wx;                 // fetched once: the dense FFN (prologue), the LM head (last layer)
+    sem es[ES];             // routed experts in flight
     sem stw;                // state write-back (KDA state, conv history, MLA cache row)
-    sem dbg;                // debug outputs
+    sem dbg;                // prologue loads, debug outputs, the logits copy
     sem ssend;              // bytes pushed to other cores
-    sem r_o[GROT];
-    sem r_attn[GROT];
-    sem r_lat[GROT];
-    sem r_rl[GROT];
-    sem r_eo[GROT];
-    sem r_f[GROT];
-    sem r_u;
-    sem r_lm;
+    sem r_o[GROT];          // heads' outputs
+    sem r_eo[GROT];         // expert outputs
+    sem r_sp[NSP];          // split (not replicated) projections' gathers, see OFF_*
 
     let me = global_core(chip_id(), core_id());
 
     // ---------------------------------------------------------------- prologue
-    start copy(layer_plan, plan, ld);
-    start copy(tokens, tok, ld);
-    start copy(pos, posv, ld);
-    start copy(attn_norm, anorm, ld);
-    start copy(ffn_norm, fnorm, ld);
-    wait copy(layer_plan, plan, ld);
-    wait copy(tokens, tok, ld);
-    wait copy(pos, posv, ld);
+    start copy(layer_plan, plan, dbg);
+    start copy(tokens, tok, dbg);
+    start copy(pos, posv, dbg);
+    start copy(attn_norm, anorm, dbg);
+    start copy(ffn_norm, fnorm, dbg);
+    wait copy(layer_plan, plan, dbg);
+    wait copy(tokens, tok, dbg);
+    wait copy(pos, posv, dbg);
     let p0 = posv[0];
     for b in 0..BATCH {
-        start copy(embed[tok[b]], ebuf[b:b + 1, :], ld);
+        start copy(embed[tok[b]], ebuf[b:b + 1, :], dbg);
     }
     // Layer 0's weights (its attention kind from the plan; its FFN is the dense one).
     if plan[0, 0] == 1 {
         mla_fetch(0, plan[0, 1], plan[0, 1] % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
                   mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk, mwuv,
-                  mwo, mcache, wm[plan[0, 1] % 2]);
+                  mwo, mcache, wa[0]);
     } else {
         kda_fetch(0, plan[0, 1], plan[0, 1] % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
                   kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
                   kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC,
-                  wk[plan[0, 1] % 2]);
+                  wa[0]);
     }
-    dense_fetch(0, me, dense_w1, dense_w3, dense_w2, dw13, dw2, wd);
+    dense_fetch(0, me, dense_w1, dense_w3, dense_w2, dw13, dw2, wx);
     for b in 0..BATCH {
-        wait copy(embed[tok[b]], ebuf[b:b + 1, :], ld);
+        wait copy(embed[tok[b]], ebuf[b:b + 1, :], dbg);
     }
-    wait copy(attn_norm, anorm, ld);
-    wait copy(ffn_norm, fnorm, ld);
+    wait copy(attn_norm, anorm, dbg);
+    wait copy(ffn_norm, fnorm, dbg);
     h = f32(ebuf);
 
     // ------------------------------------------------------------------ layers
@@ -607,9 +625,9 @@ kernel k3_step(
                 region "mla" {
                     mla_fetch(1, ai, ai % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
                               mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
-                              mwuv, mwo, mcache, wm[ai % 2]);
+                              mwuv, mwo, mcache, wa[p]);
                     mla_layer(ai, ai % 2, me, p0, xb, mx, mqn, mkvn, mwuq, mwuk, mwuv, mcache,
-                              mla_cache, g_lat[p], o_src, g_o[p], stw, ssend, r_lat[p], r_o[p]);
+                              mla_cache, g_lat[p], o_src, g_o[p], stw, ssend, r_sp[(OFF_L + p) * (1 - REP_LAT)], r_o[p]);
                 // Prefetch layer l+1 (or the LM head) while this layer computes; issued while the
                 // heads' outputs are in flight, after the pushes (which must not queue behind it).
                 if l + 1 < NLAYERS {
@@ -619,12 +637,12 @@ kernel k3_step(
                     if ak1 == 1 {
                         mla_fetch(0, ai1, ai1 % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
                                   mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
-                                  mwuv, mwo, mcache, wm[ai1 % 2]);
+                                  mwuv, mwo, mcache, wa[1 - p]);
                     } else {
                         kda_fetch(0, ai1, ai1 % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
                                   kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
                                   kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC,
-                                  wk[ai1 % 2]);
+                                  wa[1 - p]);
                     }
                     if plan[l + 1, 2] == 1 {
                         moe_fetch(0, fi1, fi1 % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
@@ -632,15 +650,16 @@ kernel k3_step(
                                   wf[fi1 % 2]);
                     }
                 } else {
-                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wl);
+                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wx);
                 }
-                    attn_finish(me, mwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_attn[p]);
+                    attn_finish(me, (max(HEADS - me, 0) + NCORES - 1) / NCORES * (NT_O - (me < NT_O)) * BATCH * HD * 4,
+                                mwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_sp[(OFF_A + p) * (1 - REP_WO)]);
                 }
             } else {
                 region "kda" {
                     kda_fetch(1, ai, ai % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
                               kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
-                              kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC, wk[ai % 2]);
+                              kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC, wa[p]);
                     kda_layer(ai, ai % 2, me, xb, kw, kcw, kad, kon, kS, kC, kda_state, conv_state,
                               o_src, g_o[p], stw, ssend, r_o[p]);
                 // Prefetch layer l+1 (or the LM head) while this layer computes; issued while the
@@ -652,12 +671,12 @@ kernel k3_step(
                     if ak1 == 1 {
                         mla_fetch(0, ai1, ai1 % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
                                   mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
-                                  mwuv, mwo, mcache, wm[ai1 % 2]);
+                                  mwuv, mwo, mcache, wa[1 - p]);
                     } else {
                         kda_fetch(0, ai1, ai1 % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
                                   kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
                                   kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC,
-                                  wk[ai1 % 2]);
+                                  wa[1 - p]);
                     }
                     if plan[l + 1, 2] == 1 {
                         moe_fetch(0, fi1, fi1 % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
@@ -665,9 +684,10 @@ kernel k3_step(
                                   wf[fi1 % 2]);
                     }
                 } else {
-                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wl);
+                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wx);
                 }
-                    attn_finish(me, kwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_attn[p]);
+                    attn_finish(me, (max(NKT - me, 0) + NCORES - 1) / NCORES * (NT_O - (me < NT_O)) * RB * HD * 4,
+                                kwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_sp[(OFF_A + p) * (1 - REP_WO)]);
                 }
             }
             // Debug copies of layer l-1 have landed long ago; wait before their slot is reused.
@@ -690,12 +710,14 @@ kernel k3_step(
                               wf[fi % 2]);
                     moe_layer(fi, fi % 2, me, xb, mrd, mbias, msw13, msw2, mup, ew13, ew2,
                               moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], e_out, s_out, g_eo[p], f_src[:, 0:NUPC * HD], g_f[p],
-                              eid, dl, dp, seen, es, ssend, r_rl[p], r_eo[p], r_f[p]);
+                              eid, dl, dp, seen, es, ssend, r_sp[(OFF_R + p) * (1 - REP_RD)], r_eo[p],
+                              r_sp[(OFF_F + p) * SPF]);
                 }
             } else {
                 region "dense" {
-                    dense_fetch(1, me, dense_w1, dense_w3, dense_w2, dw13, dw2, wd);
-                    dense_layer(me, xb, dw13, dw2, u_src, g_u, f_src[:, 0:ND2C * HD], g_f[p], ssend, r_u, r_f[p]);
+                    dense_fetch(1, me, dense_w1, dense_w3, dense_w2, dw13, dw2, wx);
+                    dense_layer(me, xb, dw13, dw2, u_src, g_u, f_src[:, 0:ND2C * HD], g_f[p], ssend, r_sp[OFF_U * (1 - REP_D13)],
+                                r_sp[(OFF_F + p) * SPF]);
                 }
             }
             if me == 0 {
@@ -708,29 +730,39 @@ kernel k3_step(
                     wait(stw, BATCH * KVRANK * 2);
                 }
             } else {
-                let nh = (max(HEADS - me, 0) + NCORES - 1) / NCORES;
-                wait(stw, nh * BATCH * (HD * HD * 4 + 9 * HD * 4));
+                let nt = (max(NKT - me, 0) + NCORES - 1) / NCORES;
+                wait(stw, nt * RB * (HD * HD * 4 + 9 * HD * 4));
             }
         }
     }
 
     // ------------------------------------------------------------- LM head
     region "lm_head" {
-        lm_fetch(1, me, lm_head, final_norm, lmw, fin, wl);
-        region "norm" {
-            rmsnorm(h, fin, x, DIM);
-            xb = bf16(x);
-        }
-        if me < NVB {
-            lm_src = matmul(xb, lmw);
-        }
-        region "allgather" {
-            ag_push(lm_src, g_lm, NVL, NVB, me, me, 1, ssend, r_lm);
-            ag_finish(NVB, me, me, 1, ssend, r_lm);
+        lm_fetch(1, me, lm_head, final_norm, lmw, fin, wx);
+        if LM_ROOT == 1 {
+            if me == 0 {
+                region "norm" {
+                    rmsnorm(h, fin, x, DIM);
+                    xb = bf16(x);
+                }
+                g_lm = matmul(xb, lmw);
+            }
+        } else {
+            region "norm" {
+                rmsnorm(h, fin, x, DIM);
+                xb = bf16(x);
+            }
+            if me < NVB {
+                lm_src = matmul(xb, lmw);
+            }
+            region "allgather" {
+                ag_push(lm_src, g_lm, NVL, NVB, me, me, 1, ssend, r_sp[OFF_M]);
+                ag_finish(NVB, me, me, 1, ssend, r_sp[OFF_M]);
+            }
         }
         if me == 0 {
-            start copy(g_lm, logits, ld);
-            wait copy(g_lm, logits, ld);
+            start copy(g_lm, logits, dbg);
+            wait copy(g_lm, logits, dbg);
             wait(dbg, 2 * BATCH * DIM * 4);
         }
     }

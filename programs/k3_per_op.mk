@@ -133,10 +133,10 @@ kernel kda_conv(q: hbm f32[BATCH, W], k: hbm f32[BATCH, W], v: hbm f32[BATCH, W]
                 wait copy(cwk[:, c +: HD], cw[CONVK:2 * CONVK, :], s);
                 wait copy(cwv[:, c +: HD], cw[2 * CONVK:3 * CONVK, :], s);
                 wait copy(hist[:, c +: HD], hv, s);
-                conv4(u[0], hv[0:3 * BATCH, :], cw[0:CONVK, :], y[0]);
-                conv4(u[1], hv[3 * BATCH:6 * BATCH, :], cw[CONVK:2 * CONVK, :], y[1]);
-                conv4(u[2], hv[6 * BATCH:9 * BATCH, :], cw[2 * CONVK:3 * CONVK, :], y[2]);
-                kda_qkv_act(y[0], y[1], y[2]);
+                conv4(u[0], hv[0:3 * BATCH, :], cw[0:CONVK, :], y[0], BATCH);
+                conv4(u[1], hv[3 * BATCH:6 * BATCH, :], cw[CONVK:2 * CONVK, :], y[1], BATCH);
+                conv4(u[2], hv[6 * BATCH:9 * BATCH, :], cw[2 * CONVK:3 * CONVK, :], y[2], BATCH);
+                kda_qkv_act(y[0], y[1], y[2], BATCH);
                 start copy(y[0], qn[:, c +: HD], s);
                 start copy(y[1], kn[:, c +: HD], s);
                 start copy(y[2], vn[:, c +: HD], s);
@@ -172,7 +172,7 @@ kernel kda_gate(graw: hbm f32[BATCH, W], beta: hbm f32[BATCH, 128], a_log: hbm b
                 wait copy(beta, bv, s);
                 wait copy(a_log[c +: HD], ad[0:1, :], s);
                 wait copy(dt_bias[c +: HD], ad[1:2, :], s);
-                kda_decay(gv, ad);
+                kda_decay(gv, ad, BATCH);
                 bv = sigmoid(bv);
                 start copy(gv, g[:, c +: HD], s);
                 start copy(bv, bsig[:, c +: HD], s);
@@ -247,7 +247,7 @@ kernel kda_output(ocore: hbm f32[BATCH, W], og: hbm f32[BATCH, W], onorm: hbm bf
                 wait copy(ocore[:, c +: HD], ov, s);
                 wait copy(og[:, c +: HD], gv, s);
                 wait copy(onorm, on, s);
-                kda_out(ov, on, gv, y);
+                kda_out(ov, on, gv, y, BATCH);
                 start copy(y, o[:, c +: HD], s);
                 wait copy(y, o[:, c +: HD], s);
             }

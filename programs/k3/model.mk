@@ -50,30 +50,35 @@ assert NCORES >= 1 && NCORES % CORES_PER_CHIP == 0, "NCORES = chips x CORES_PER_
 
 // ------------------------------------------------------------------------ norms
 
-// y = (x * rsqrt(tsum(x*x) / n + eps)) * w over rows of length n (docs/k3.md RMSNorm).
-fn rmsnorm(x: vmem f32[BATCH, n], w: vmem bf16[1, n], y: vmem f32[BATCH, n], n: i32) {
+// y = (x * rsqrt(tsum(x*x) / n + eps)) * w over each of r rows of length n (docs/k3.md RMSNorm).
+fn rmsnorm_rows(x: vmem f32[r, n], w: vmem bf16[1, n], y: vmem f32[r, n], n: i32, r: i32) {
     let ss = sum(x * x, axis=1);
-    let r = rsqrt(ss / n + 1e-5);
-    y = (x * r) * f32(w);
+    y = (x * rsqrt(ss / n + 1e-5)) * f32(w);
+}
+
+fn rmsnorm(x: vmem f32[BATCH, n], w: vmem bf16[1, n], y: vmem f32[BATCH, n], n: i32) {
+    rmsnorm_rows(x, w, y, n, BATCH);
 }
 
 // --------------------------------------------------------------------------- KDA
 
+// The KDA fns below work on r rows (sequences) of one head at a time.
+
 // Short causal conv (kernel 4) of one head's 128 channels: ((w0*s0 + w1*s1) + w2*s2) + w3*u.
-// hist rows s*BATCH + b hold s0, s1, s2 (oldest first); they become (s1, s2, u).
-fn conv4(u: vmem f32[BATCH, 128], hist: vmem f32[3 * BATCH, 128], cw: vmem bf16[4, 128],
-         y: vmem f32[BATCH, 128]) {
-    y = f32(cw[0:1, :]) * hist[0:BATCH, :];
-    y = y + f32(cw[1:2, :]) * hist[BATCH:2 * BATCH, :];
-    y = y + f32(cw[2:3, :]) * hist[2 * BATCH:3 * BATCH, :];
+// hist rows s*r + b hold s0, s1, s2 (oldest first); they become (s1, s2, u).
+fn conv4(u: vmem f32[r, 128], hist: vmem f32[3 * r, 128], cw: vmem bf16[4, 128],
+         y: vmem f32[r, 128], r: i32) {
+    y = f32(cw[0:1, :]) * hist[0:r, :];
+    y = y + f32(cw[1:2, :]) * hist[r:2 * r, :];
+    y = y + f32(cw[2:3, :]) * hist[2 * r:3 * r, :];
     y = y + f32(cw[3:4, :]) * u;
-    hist[0:BATCH, :] = hist[BATCH:2 * BATCH, :];
-    hist[BATCH:2 * BATCH, :] = hist[2 * BATCH:3 * BATCH, :];
-    hist[2 * BATCH:3 * BATCH, :] = u;
+    hist[0:r, :] = hist[r:2 * r, :];
+    hist[r:2 * r, :] = hist[2 * r:3 * r, :];
+    hist[2 * r:3 * r, :] = u;
 }
 
 // After the conv, in place: q = l2norm(silu(q)) * 128^-0.5, k = l2norm(silu(k)), v = silu(v).
-fn kda_qkv_act(q: vmem f32[BATCH, 128], k: vmem f32[BATCH, 128], v: vmem f32[BATCH, 128]) {
+fn kda_qkv_act(q: vmem f32[r, 128], k: vmem f32[r, 128], v: vmem f32[r, 128], r: i32) {
     q = silu(q);
     q = (q * rsqrt(sum(q * q, axis=1) + 1e-6)) * 0.08838834764831845;
     k = silu(k);
@@ -82,7 +87,7 @@ fn kda_qkv_act(q: vmem f32[BATCH, 128], k: vmem f32[BATCH, 128], v: vmem f32[BAT
 }
 
 // Decay logits of one head: g = -5 * sigmoid(exp(A_log) * (graw + dt_bias)). ad rows: A_log, dt_bias.
-fn kda_decay(g: vmem f32[BATCH, 128], ad: vmem bf16[2, 128]) {
+fn kda_decay(g: vmem f32[r, 128], ad: vmem bf16[2, 128], r: i32) {
     let t = g + f32(ad[1:2, :]);
     g = -5.0 * sigmoid(exp(f32(ad[0:1, :])) * t);
 }
@@ -104,9 +109,9 @@ fn kda_update(S: vmem f32[128, 128], q: vmem f32[1, 128], k: vmem f32[1, 128], v
 }
 
 // Output of one head: rmsnorm(o, onorm) * sigmoid(ograw), into out.
-fn kda_out(o: vmem f32[BATCH, 128], onorm: vmem bf16[1, 128], ograw: vmem f32[BATCH, 128],
-           out: vmem f32[BATCH, 128]) {
-    rmsnorm(o, onorm, o, 128);
+fn kda_out(o: vmem f32[r, 128], onorm: vmem bf16[1, 128], ograw: vmem f32[r, 128],
+           out: vmem f32[r, 128], r: i32) {
+    rmsnorm_rows(o, onorm, o, 128, r);
     out = o * sigmoid(ograw);
 }
 

@@ -1,29 +1,23 @@
-// Sharding helpers of the K3 programs: column-block ownership and the in-kernel
-// all-gather (a K3-specific collective; written here because programs/lib/ had no
-// usable all-gather when these programs were written).
+// Sharding of the K3 programs: which core computes which column blocks of each
+// projection, and whether a projection is split or replicated.
 //
 // Ownership: the nb column blocks of a matrix are dealt round-robin over the cores:
 // block j lives on core j % NCORES (me = global core id), so a core's blocks are
 // j = me, me + NCORES, ...; its t-th block sits at columns t*128 of its weight buffer,
-// and one matmul gives all of its blocks at once (columns t*128 of `src`).
+// and one matmul gives all of its blocks at once (columns t*128 of `src`). Head h's
+// columns of every per-head projection are block h, so they all live on core h % NCORES.
 //
 // Replication: a projection whose weight (per layer) is at most REPL_BYTES is instead
 // computed whole by every core that needs its output (same inputs, same k order: the
 // same bits), which saves an all-gather (a collective phase costs ~2-3 us, streaming
-// REPL_BYTES at 3 TB/s ~0.7 us, hidden by the prefetch).
-//
-// All-gather protocol (bit-exact by construction: it only moves bytes):
-// - every owner DMAs each of its blocks from `src` into the same columns of `site` on
-//   every core, itself included (a local DMA), so `site` is written by DMAs only and
-//   is read only after the wait below (no vector access overlaps a DMA in flight);
-// - all copies into `site` count on `rsem`; a core waits for the whole site:
-//   BATCH * ncols * 4 bytes; sends count on `ssend` (the bytes that left this core).
-// - a site (and its rsem) is reused only after a barrier separates the two uses (the
-//   megakernel rotates sites by layer parity and puts a barrier every second layer).
-// Sites consumed by only some cores go to cores 0..nt-1 only (nt = 1: a gather to core 0).
+// REPL_BYTES at 3 TB/s ~0.7 us, hidden by the prefetch). REPL_BYTES=0 splits everything.
 import "model.mk";
+import "gather.mk";
 
 param REPL_BYTES = 2097152;
+// The LM head is computed whole on core 0 (the only core that needs the logits: it
+// writes them) when it is at most this big, else split over all cores and gathered.
+param LM_ROOT_BYTES = 8388608;
 
 // Column blocks of each sharded matrix (128 columns each, the router's last block narrower).
 const NDB = DIM / 128;                 // DIM-wide outputs: wo, moe_up, dense_w2
@@ -41,6 +35,22 @@ const NLATL = (NLATB + NCORES - 1) / NCORES;
 const NRL = (NRB + NCORES - 1) / NCORES;
 const NIL = (NIB + NCORES - 1) / NCORES;
 const NVL = (NVB + NCORES - 1) / NCORES;
+const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
+// KDA tasks (megakernel): the BATCH rows of a head are split into RG groups of RB rows
+// when there are idle cores (RG = the largest divisor of BATCH that is at most
+// NCORES / HEADS; KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h,
+// runs head h for rows g*RB .. g*RB + RB - 1 on core (g*HEADS + h) % NCORES: every
+// operator after the projections is row-wise, so the rows are independent.
+param KDA_ROW_SPLIT = 1;
+const RGCAP = KDA_ROW_SPLIT * max(1, NCORES / HEADS) + (1 - KDA_ROW_SPLIT);
+const RG = max(max(max(1, 2 * (BATCH % 2 == 0) * (2 <= RGCAP)),
+                   max(3 * (BATCH % 3 == 0) * (3 <= RGCAP), 4 * (BATCH % 4 == 0) * (4 <= RGCAP))),
+               max(max(5 * (BATCH % 5 == 0) * (5 <= RGCAP), 6 * (BATCH % 6 == 0) * (6 <= RGCAP)),
+                   max(7 * (BATCH % 7 == 0) * (7 <= RGCAP), 8 * (BATCH % 8 == 0) * (8 <= RGCAP))));
+const RB = BATCH / RG;
+const NKT = HEADS * RG;
+const NTL = (NKT + NCORES - 1) / NCORES;
+const NVC = LM_ROOT * NVB + (1 - LM_ROOT) * NVL;
 const NSL = (NSHARED + NCORES - 1) / NCORES;
 const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
 // Which projections are replicated (1) or column-split (0), and the blocks a core holds.
@@ -80,46 +90,6 @@ fn fetch_cols(mode: i32, src: hbm bf16[k, n], dst: vmem bf16[k, nl * 128], k: i3
                 wait copy(src[:, j * 128 +: 128], dst[:, c +: 128], s);
             }
         }
-    }
-}
-
-// NCORES rounded up to a power of two: c = me ^ k for k in 0..PCORES is a permutation of
-// 0..PCORES-1, so it visits every core once (those >= nt are skipped).
-const PCORES = 1 << ((NCORES > 1) + (NCORES > 2) + (NCORES > 4) + (NCORES > 8) + (NCORES > 16)
-                     + (NCORES > 32) + (NCORES > 64) + (NCORES > 128) + (NCORES > 256));
-
-// Copy src into dst on cores 0..nt-1 (dst on this core by a local DMA, counted on rsem
-// like the remote ones). Targets in the order me ^ (PCORES-1), ..., me ^ 0: on a
-// power-of-two mesh the farthest chips first (their copies take longest) and this core
-// last.
-fn push_all(src: vmem f32[r, c], dst: vmem f32[r, c], r: i32, c: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
-    for kk in 0..PCORES {
-        let tc = me ^ (PCORES - 1 - kk);
-        if tc < nt {
-            if tc == me {
-                start copy(src, dst, rsem);
-            } else {
-                start copy(src, dst @ tc, ssend, rsem);
-            }
-        }
-    }
-}
-
-// Push this core's blocks of `src` into `site` on cores 0..nt-1.
-fn ag_push(src: vmem f32[BATCH, nl * 128], site: vmem f32[BATCH, nb * 128], nl: i32, nb: i32,
-           first: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
-    for j in first..nb step NCORES {
-        push_all(src[:, (j - first) / NCORES * 128 +: 128], site[:, j * 128 +: 128], BATCH, 128, me, nt,
-                 ssend, rsem);
-    }
-}
-
-// Wait until this core's sends have left and (if it is a consumer) the whole site arrived.
-fn ag_finish(nb: i32, first: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
-    let mine = (max(nb - first, 0) + NCORES - 1) / NCORES;
-    wait(ssend, mine * (nt - (me < nt)) * BATCH * 512);
-    if me < nt {
-        wait(rsem, nb * BATCH * 512);
     }
 }
 
