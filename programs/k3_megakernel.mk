@@ -5,8 +5,9 @@
 // and LM head. While layer l computes, layer l+1's weights (and its KDA state / MLA
 // cache) stream into the other half of double-buffered VMEM slots; the router's top-k
 // is read into scalars to fetch exactly the chosen experts; all collectives are in the
-// kernel. Maths: programs/k3/model.mk (the contract of docs/k3.md); sharding and the
-// all-gather: programs/k3/shard.mk; the layout of everything: docs/k3_programs.md.
+// kernel. Maths: programs/k3/model.mk (the contract of docs/k3.md); sharding:
+// programs/k3/shard.mk; the all-gather: programs/k3/gather.mk; the layout of
+// everything: docs/k3_programs.md.
 import "k3/model.mk";
 import "k3/shard.mk";
 
@@ -49,11 +50,11 @@ fn cpf(mode: i32, src: hbm f32[r, c], dst: vmem f32[r, c], r: i32, c: i32, s: se
 // Columns of a KDA task holder's fused x-projection: per local task t (head h) the
 // blocks q, k, v, g, og of head h at (5t + n)*128, then the beta block (all heads).
 const KWC = (5 * NTL + 1) * HD;
-// Width of the heads' output buffer (MLA: NHL heads; KDA: NTL tasks).
-const NOL = max(NHL, NTL);
 // ... of an MLA layer: this core's [wdq | wdkv] blocks (all of them if replicated), then
 // per local head its wgate block.
 const MXC = (NLATC + NHL) * HD;
+// Slots of the heads' output buffer (MLA: NHL heads; KDA: NTL tasks).
+const NOL = max(NHL, NTL);
 
 // KDA layer `ai` into slot set `sl` (0/1): for this core's tasks t (task = me + t*NCORES:
 // head h, row group g) head h's q/k/v/g/og column blocks, conv taps and decay params,
