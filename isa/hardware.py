@@ -279,9 +279,9 @@ def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, 
             resource = _profiles_dir().joinpath(f"{text}.toml")
             return resource, str(resource), f"builtin:{text}"
         close = difflib.get_close_matches(text, known, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(
-            f"unknown hardware profile '{text}'{hint} Known profiles: {', '.join(known)};"
+            f"unknown hardware profile '{text}'{hint}. Known profiles: {', '.join(known)};"
             " or give a path to a .toml file"
         )
     path = Path(text).expanduser()
