@@ -100,3 +100,13 @@ def write_json(path: str | os.PathLike, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=float) + "\n")
     return path
+
+
+def finish(out: dict, json_path: str | os.PathLike, wall_s: float) -> None:
+    """Drop the printed tables from the sections, add the wall time, write the JSON."""
+    for section in out.values():
+        if isinstance(section, dict):
+            section.pop("text", None)
+    out["wall_s"] = wall_s
+    path = write_json(json_path, out)
+    print(f"wrote {path} ({wall_s:.1f} s)")

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from benchlib import OUT_DIR, gbps, ns, profile, ratio_verdict, run_asm, smem_table, table, write_json
+from benchlib import OUT_DIR, gbps, ns, profile, ratio_verdict, run_asm, smem_table, table, finish
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -439,12 +439,7 @@ def main(argv=None) -> int:
         out[name] = fn(args.quick)
         print(out[name]["text"])
         sys.stdout.flush()
-    for section in out.values():
-        if isinstance(section, dict):
-            section.pop("text", None)
-    out["wall_s"] = time.perf_counter() - t0
-    path = write_json(args.json, out)
-    print(f"wrote {path} ({out['wall_s']:.1f} s)")
+    finish(out, args.json, time.perf_counter() - t0)
     return 0
 
 

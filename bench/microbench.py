@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from benchlib import OUT_DIR, gbps, ns, profile, ratio_verdict, run_asm, table, write_json
+from benchlib import OUT_DIR, gbps, ns, profile, ratio_verdict, run_asm, table, finish
 
 MEASURED_HBM_PER_CORE = 3.0e12       # B/s, MISSION.md (real TPU7x, tpu-megakernels)
 MEASURED_TILE_NS = 20.0              # ns per 256x256 bf16 weight tile through the MXU
@@ -486,12 +486,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     out["calibration"] = calibration(out["hbm"], out["mxu"])
     print(out["calibration"]["text"])
-    for section in out.values():
-        if isinstance(section, dict):
-            section.pop("text", None)
-    out["wall_s"] = time.perf_counter() - t0
-    path = write_json(args.json, out)
-    print(f"wrote {path} ({out['wall_s']:.1f} s)")
+    finish(out, args.json, time.perf_counter() - t0)
     return 0
 
 

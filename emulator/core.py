@@ -36,7 +36,7 @@ class Core:
         self.special = {}
         self.instructions = 0
         self.unit_busy = [0] * len(self.units)
-        self.stalls = {"unit": 0, "dependency": 0, "semaphore": 0, "barrier": 0, "dma_queue": 0}
+        self.stalls = {"unit": 0, "dependency": 0, "semaphore": 0, "barrier": 0}
         self.reset()
 
     def reset(self) -> None:
@@ -81,18 +81,6 @@ class Core:
         self.halted = False
 
     # -- the issue loop ------------------------------------------------------
-
-    def issue_time(self, op: Op) -> int:
-        t = self.t
-        issue = max(t, self.unit_free[op.unit])
-        unit_wait = issue - t
-        for r in op.srcs:
-            if self.ready[r] > issue:
-                issue = self.ready[r]
-        if issue > t:
-            self.stalls["unit"] += unit_wait
-            self.stalls["dependency"] += issue - t - unit_wait
-        return issue
 
     def retire(self, op: Op, issue: int) -> None:
         """Book the unit and the results of `op` issued at `issue`."""

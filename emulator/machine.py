@@ -399,8 +399,6 @@ class Machine:
             raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "
                                          "(every count must be positive)")
         src_space, dst_space = SPACES[ssp], SPACES[dsp]
-        if remote and src_space != "hbm" and src_space != "vmem" and src_space != "smem":
-            raise Trap("bad-descriptor", "remote DMA reads local memory only")  # pragma: no cover
         src_mem = self._memory(core, src_space)
         dst_mem = self._memory(target, dst_space)
         src_addr, dst_addr = s[src], s[dst]

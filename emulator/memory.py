@@ -112,10 +112,10 @@ def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
     mem[idx] = data[rows, lanes].view(np.uint8).reshape(-1, size)
 
 
-def block_index(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int, object]:
-    """The byte span [lo, hi) of a 3-D block and a way to address it."""
+def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
+    """The byte span [lo, hi) a 3-D block touches (also the race checks' bounding range)."""
     offsets = [addr + i2 * s2 + i1 * s1 for i2 in (0, n2 - 1) for i1 in (0, n1 - 1)]
-    return min(offsets), max(offsets) + inner, None
+    return min(offsets), max(offsets) + inner
 
 
 def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
@@ -129,7 +129,7 @@ def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
 
 def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
                n2: int, s2: int) -> np.ndarray:
-    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
+    lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
     _check(mem, name, lo, hi)
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
@@ -143,7 +143,7 @@ def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: i
 
 def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
                 n2: int, s2: int, data: np.ndarray) -> None:
-    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
+    lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
     _check(mem, name, lo, hi)
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         mem[addr:addr + inner * n1 * n2] = data
@@ -155,9 +155,3 @@ def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: 
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
            + np.arange(inner)[None, None, :])
     mem[idx.reshape(-1)] = data
-
-
-def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
-    """The byte span a block touches (for race checks: conservative bounding range)."""
-    lo, hi, _ = block_index(addr, inner, n1, s1, n2, s2)
-    return lo, hi

@@ -79,13 +79,6 @@ def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     return bf16_bits_to_f32(array) if dtype == "bf16" else array
 
 
-def load_reference(program: Program):
-    """The reference function a program names, imported from its file."""
-    if not program.reference:
-        return None
-    return load_reference_named(program.reference, program.path)
-
-
 def load_reference_named(reference: str, program_path: str | None):
     """Import `file.py:function` (file relative to the program) and return the function."""
     file, _, func = reference.partition(":")
