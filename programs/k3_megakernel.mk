@@ -10,6 +10,7 @@
 // everything: docs/k3_programs.md.
 import "k3/model.mk";
 import "k3/shard.mk";
+import "k3/allreduce.mk";
 
 reference "k3/driver.py:drive";
 
@@ -21,8 +22,7 @@ const ES = 2;
 // Receive semaphores of the gathers that are split (not replicated) in this build, two
 // per site (layer parity), packed into one array r_sp; a replicated site uses none.
 const SPF = max(1 - REP_UP, 1 - REP_D2);
-const OFF_A = 0;
-const OFF_L = OFF_A + 2 * (1 - REP_WO);
+const OFF_L = 0;
 const OFF_R = OFF_L + 2 * (1 - REP_LAT);
 const OFF_F = OFF_R + 2 * (1 - REP_RD);
 const OFF_U = OFF_F + 2 * SPF;
@@ -68,7 +68,7 @@ fn kda_fetch(mode: i32, ai: i32, sl: i32, me: i32,
              kda_onorm: hbm bf16[NKDA, HD], kda_wog: hbm bf16[NKDA, DIM, W], kda_wo: hbm bf16[NKDA, W, DIM],
              kda_state: hbm f32[NKDA * BATCH * HEADS, HD, HD], conv_state: hbm f32[NKDA, 9 * BATCH, W],
              kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NTL][3 * CONVK, HD], kad: vmem bf16[2 * NTL][2, HD],
-             kon: vmem bf16[2][1, HD], kwo: vmem bf16[2][W, NWOC * HD], kS: vmem f32[2 * NTL * RB][HD, HD],
+             kon: vmem bf16[2][1, HD], kwo: vmem bf16[2 * NTL][HD, DIM], kS: vmem f32[2 * NTL * RB][HD, HD],
              kC: vmem f32[2 * NTL][9 * RB, HD], s: sem) {
     if me < NKT {
         cpb(mode, kda_wb[ai, :, 0:HD], kw[sl][:, 5 * NTL * HD +: HD], DIM, HD, s);
@@ -91,13 +91,13 @@ fn kda_fetch(mode: i32, ai: i32, sl: i32, me: i32,
             cpb(mode, kda_conv_v[ai, :, h * HD +: HD], kcw[k][2 * CONVK:3 * CONVK, :], CONVK, HD, s);
             cpb1(mode, kda_a_log[ai, h * HD +: HD], kad[k][0:1, :], HD, s);
             cpb1(mode, kda_dt_bias[ai, h * HD +: HD], kad[k][1:2, :], HD, s);
+            cpb(mode, kda_wo[ai, h * HD +: HD, :], kwo[k], HD, DIM, s);
             cpf(mode, conv_state[ai, g * 9 * RB +: 9 * RB, h * HD +: HD], kC[k], 9 * RB, HD, s);
             for bl in 0..RB {
                 cpf(mode, kda_state[(ai * BATCH + g * RB + bl) * HEADS + h], kS[k * RB + bl], HD, HD, s);
             }
         }
     }
-    fetch_cols(mode, kda_wo[ai], kwo[sl], W, DIM, NWOC, me, REP_WO, s);
 }
 
 // MLA layer `mi` into slot set `sl`: the [wdq | wdkv] blocks (this core's, or all of it
@@ -111,7 +111,7 @@ fn mla_fetch(mode: i32, mi: i32, sl: i32, me: i32,
              mla_wo: hbm bf16[NMLA, W, DIM], mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK],
              mx: vmem bf16[2][DIM, MXC], mqn: vmem bf16[2][1, QRANK], mkvn: vmem bf16[2][1, KVRANK],
              mwuq: vmem bf16[2][QRANK, NHL * HD], mwuk: vmem bf16[2 * NHL][HD, KVRANK],
-             mwuv: vmem bf16[2 * NHL][KVRANK, HD], mwo: vmem bf16[2][W, NWOC * HD],
+             mwuv: vmem bf16[2 * NHL][KVRANK, HD], mwo: vmem bf16[2 * NHL][HD, DIM],
              mcache: vmem bf16[2][BATCH * MAXSEQ, KVRANK], s: sem) {
     if REP_LAT == 1 {
         if me < HEADS {
@@ -144,9 +144,9 @@ fn mla_fetch(mode: i32, mi: i32, sl: i32, me: i32,
             cpb(mode, mla_wuk[mi * HEADS + h], mwuk[k], HD, KVRANK, s);
             cpb(mode, mla_wuv[mi * HEADS + h], mwuv[k], KVRANK, HD, s);
             cpb(mode, mla_wgate[mi, :, h * HD +: HD], mx[sl][:, (NLATC + t) * HD +: HD], DIM, HD, s);
+            cpb(mode, mla_wo[mi, h * HD +: HD, :], mwo[k], HD, DIM, s);
         }
     }
-    fetch_cols(mode, mla_wo[mi], mwo[sl], W, DIM, NWOC, me, REP_WO, s);
 }
 
 // MoE layer `fi` into slot set `sl`: [router | down] (this core's blocks, or all of it),
@@ -207,13 +207,15 @@ fn lm_fetch(mode: i32, me: i32, lm_head: hbm bf16[DIM, VOCAB], final_norm: hbm b
 // ------------------------------------------------------------------------ layers
 
 // KDA: one matmul gives this core's tasks' q/k/v/g/og and beta (all rows) -> per task
-// (head h, rows of group g) conv, decay, state update, gated norm -> push the rows of
-// head h's output to its consumers (attn_finish waits).
+// (head h, rows of group g) conv, decay, state update, gated norm, the head's part of
+// the output projection -> push its rows into slot h of every core's parts buffer
+// (attn_finish waits and sums).
 fn kda_layer(ai: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
              kw: vmem bf16[2][DIM, KWC], kcw: vmem bf16[2 * NTL][3 * CONVK, HD], kad: vmem bf16[2 * NTL][2, HD],
              kon: vmem bf16[2][1, HD], kS: vmem f32[2 * NTL * RB][HD, HD], kC: vmem f32[2 * NTL][9 * RB, HD],
              kda_state: hbm f32[NKDA * BATCH * HEADS, HD, HD], conv_state: hbm f32[NKDA, 9 * BATCH, W],
-             o_src: vmem f32[NOL][BATCH, HD], g_o: vmem f32[BATCH, W], stw: sem, ssend: sem, r_o: sem) {
+             kwo: vmem bf16[2 * NTL][HD, DIM], a_src: vmem f32[NOL][BATCH, DIM],
+             g_a: vmem f32[GROT * PPH][BATCH, DIM], pbase: i32, stw: sem, ssend: sem, r_o: sem) {
     vmem pr: f32[BATCH, KWC];
     vmem qa: f32[RB, HD];
     vmem ka: f32[RB, HD];
@@ -241,28 +243,25 @@ fn kda_layer(ai: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
                                pr[r0 + b +: 1, c + 3 * HD +: HD], bl[r0 + b +: 1, :], h, oh[b:b + 1, :]);
                     start copy(kS[k * RB + b], kda_state[(ai * BATCH + r0 + b) * HEADS + h], stw);
                 }
-                kda_out(oh, kon[sl], pr[r0 +: RB, c + 4 * HD +: HD], o_src[t][0:RB, :], RB);
-                push_all(o_src[t][0:RB, :], g_o[r0 +: RB, h * HD +: HD], RB, HD, me, NT_O, ssend, r_o);
+                kda_out(oh, kon[sl], pr[r0 +: RB, c + 4 * HD +: HD], oh, RB);
+                a_src[t][0:RB, :] = matmul(bf16(oh), kwo[k]);
+                push_all(a_src[t][0:RB, :], g_a[pbase + h][r0 +: RB, :], RB, DIM, me, NCORES, ssend, r_o);
             }
         }
     }
 }
 
-// The end of an attention layer (either kind): wait for the heads' outputs (this core
-// sent `sent` bytes of them), then wo.
-fn attn_finish(me: i32, sent: i32, wo: vmem bf16[W, NWOC * HD], g_o: vmem f32[BATCH, W],
-               gob: vmem bf16[BATCH, W], a_src: vmem f32[BATCH, NWOC * HD], g_attn: vmem f32[BATCH, DIM],
-               ssend: sem, r_o: sem, r_attn: sem) {
-    region "allgather" {
+// The end of an attention layer (either kind): wait until this core's parts have left
+// (`sent` bytes) and every head's part has arrived, then add them up: the attention
+// output is in g_a[pbase].
+fn attn_finish(sent: i32, g_a: vmem f32[GROT * PPH][BATCH, DIM], pbase: i32, ssend: sem, r_o: sem) {
+    region "allreduce" {
         wait(ssend, sent);
-        if me < NT_O {
-            wait(r_o, BATCH * W * 4);
-        }
+        wait(r_o, HEADS * BATCH * DIM * 4);
     }
-    if me < NT_O {
-        gob = bf16(g_o);
+    region "combine" {
+        psum(g_a, pbase, PPH, LGH, GROT * PPH, BATCH, DIM);
     }
-    proj(gob, wo, a_src, g_attn, W, NWOC, NDB, me, NCORES, REP_WO, ssend, r_attn);
 }
 
 // The head owners' part of gated MLA, given the latent lat = [x wdq | x wdkv] and the
@@ -272,7 +271,7 @@ fn mla_heads(mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + K
              mwuq: vmem bf16[2][QRANK, NHL * HD], mwuk: vmem bf16[2 * NHL][HD, KVRANK],
              mwuv: vmem bf16[2 * NHL][KVRANK, HD], mcache: vmem bf16[2][BATCH * MAXSEQ, KVRANK],
              mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK],
-             o_src: vmem f32[NOL][BATCH, HD], stw: sem) {
+             mwo: vmem bf16[2 * NHL][HD, DIM], a_src: vmem f32[NOL][BATCH, DIM], stw: sem) {
     vmem cq: f32[BATCH, QRANK];
     vmem cqb: bf16[BATCH, QRANK];
     vmem ckf: f32[BATCH, KVRANK];
@@ -280,6 +279,7 @@ fn mla_heads(mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + K
     vmem qh: f32[BATCH, NHL * HD];
     vmem qt: bf16[BATCH, KVRANK];
     vmem pb: f32[BATCH, BATCH * MAXSEQ];
+    vmem oh: f32[BATCH, HD];
     rmsnorm(lat[:, 0:QRANK], mqn[sl], cq, QRANK);
     cqb = bf16(cq);
     rmsnorm(lat[:, QRANK:QRANK + KVRANK], mkvn[sl], ckf, KVRANK);
@@ -295,27 +295,30 @@ fn mla_heads(mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + K
             let k = sl * NHL + t;
             qt = bf16(matmul(bf16(qh[:, t * HD +: HD]), mwuk[k]));
             mla_probs(qt, mcache[sl], pos, pb);
-            o_src[t] = matmul(bf16(matmul(bf16(pb), mcache[sl])), mwuv[k]) * sigmoid(pr[:, (NLATC + t) * HD +: HD]);
+            oh = matmul(bf16(matmul(bf16(pb), mcache[sl])), mwuv[k]) * sigmoid(pr[:, (NLATC + t) * HD +: HD]);
+            a_src[t] = matmul(bf16(oh), mwo[k]);
         }
     }
 }
 
 // Gated MLA: one matmul gives this core's latent blocks and its heads' gate logits ->
-// (gather the latent to the head owners) -> heads -> push o (attn_finish waits).
+// (gather the latent to the head owners) -> heads, each with its part of the output
+// projection -> push the parts (attn_finish waits and sums).
 fn mla_layer(mi: i32, sl: i32, me: i32, pos: i32, xb: vmem bf16[BATCH, DIM],
              mx: vmem bf16[2][DIM, MXC], mqn: vmem bf16[2][1, QRANK], mkvn: vmem bf16[2][1, KVRANK],
              mwuq: vmem bf16[2][QRANK, NHL * HD], mwuk: vmem bf16[2 * NHL][HD, KVRANK],
              mwuv: vmem bf16[2 * NHL][KVRANK, HD], mcache: vmem bf16[2][BATCH * MAXSEQ, KVRANK],
              mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK],
              g_lat: vmem f32[BATCH, QRANK + KVRANK],
-             o_src: vmem f32[NOL][BATCH, HD], g_o: vmem f32[BATCH, W],
+             mwo: vmem bf16[2 * NHL][HD, DIM], a_src: vmem f32[NOL][BATCH, DIM],
+             g_a: vmem f32[GROT * PPH][BATCH, DIM], pbase: i32,
              stw: sem, ssend: sem, r_lat: sem, r_o: sem) {
     vmem pr: f32[BATCH, MXC];
     if REP_LAT == 1 {
         if me < HEADS {
             pr = matmul(xb, mx[sl]);
             mla_heads(mi, sl, me, pos, pr[:, 0:QRANK + KVRANK], pr, mqn, mkvn, mwuq, mwuk, mwuv, mcache,
-                      mla_cache, o_src, stw);
+                      mla_cache, mwo, a_src, stw);
         }
     } else {
         if me < max(HEADS, NLATB) {
@@ -326,20 +329,21 @@ fn mla_layer(mi: i32, sl: i32, me: i32, pos: i32, xb: vmem bf16[BATCH, DIM],
             ag_finish(NLATB, me, me, NHEADC, ssend, r_lat);
         }
         if me < HEADS {
-            mla_heads(mi, sl, me, pos, g_lat, pr, mqn, mkvn, mwuq, mwuk, mwuv, mcache, mla_cache, o_src, stw);
+            mla_heads(mi, sl, me, pos, g_lat, pr, mqn, mkvn, mwuq, mwuk, mwuv, mcache, mla_cache, mwo, a_src, stw);
         }
     }
     for t in 0..NHL {
         let h = me + t * NCORES;
         if h < HEADS {
-            push_all(o_src[t], g_o[:, h * HD +: HD], BATCH, HD, me, NT_O, ssend, r_o);
+            push_all(a_src[t], g_a[pbase + h], BATCH, DIM, me, NCORES, ssend, r_o);
         }
     }
 }
 
 // Latent MoE: [router | down] -> routing on every core (identical bits) -> fetch exactly
-// the chosen experts -> shared and routed experts where they live -> rows to the
-// combiners -> combine in the reference's order -> moe_up.
+// the chosen experts -> shared and routed experts where they live; each routed output
+// row weighted by its router weight -> the parts to every combining core (the MoE
+// all-reduce) -> psum -> moe_up.
 fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
              mrd: vmem bf16[2][DIM, NRDC * HD], mbias: vmem bf16[2][1, NEXP],
              msw13: vmem bf16[2 * NSL][LATENT, 2 * EINTER],
@@ -350,14 +354,13 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
              moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
              rl_src: vmem f32[BATCH, NRDC * HD], g_rl: vmem f32[BATCH, EPAD + LATENT],
              e_out: vmem f32[NEL][BATCH, LATENT], s_out: vmem f32[NSL][BATCH, LATENT],
-             g_eo: vmem f32[NROWS_EO, LATENT], f_src: vmem f32[BATCH, NUPC * HD], g_f: vmem f32[BATCH, DIM],
+             g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32, f_src: vmem f32[BATCH, NUPC * HD], g_f: vmem f32[BATCH, DIM],
              eid: smem i32[BATCH * TOPK], dl: smem i32[BATCH * TOPK], dp: smem i32[BATCH * TOPK],
              seen: smem i32[NEXP], es: sem[ES], ssend: sem, r_rl: sem, r_eo: sem, r_f: sem) {
     vmem topi: i32[BATCH, TOPK];
     vmem topw: f32[BATCH, TOPK];
     vmem xlb: bf16[BATCH, LATENT];
     vmem ub: bf16[BATCH, EINTER];
-    vmem z: f32[BATCH, LATENT];
     vmem zb: bf16[BATCH, LATENT];
     var nd: i32 = 0;
     var sent: i32 = 0;
@@ -400,7 +403,7 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
         for e in sfirst..NSHARED step NCORES {
             let t = (e - sfirst) / NCORES;
             gated_ffn(xlb, msw13[sl * NSL + t], msw2[sl * NSL + t], ub, s_out[t], LATENT, EINTER, LATENT);
-            push_all(s_out[t], g_eo[(TOPK + e) * BATCH +: BATCH, :], BATCH, LATENT, me, NT_EO, ssend, r_eo);
+            push_all(s_out[t], g_eo[pbase + TOPK + e], BATCH, LATENT, me, NT_EO, ssend, r_eo);
             sent += (NT_EO - (me < NT_EO)) * BATCH * LATENT * 4;
         }
         for i in me..nd step NCORES {
@@ -416,15 +419,18 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
                 start copy(moe_w2[g2], ew2[li + ES], es[li % ES]);
             }
             gated_ffn(xlb, ew13[li], ew2[li], ub, e_out[li], LATENT, EINTER, LATENT);
+            // Row b chose this expert in at most one slot j: weight that row in place.
             for q in 0..BATCH * TOPK {
                 if dp[q] == i {
-                    let row = (q % TOPK) * BATCH + q / TOPK;
-                    push_all(e_out[li][q / TOPK +: 1, :], g_eo[row +: 1, :], 1, LATENT, me, NT_EO, ssend, r_eo);
+                    let b = q / TOPK;
+                    let j = q % TOPK;
+                    e_out[li][b:b + 1, :] = topw[b:b + 1, j:j + 1] * e_out[li][b:b + 1, :];
+                    push_all(e_out[li][b:b + 1, :], g_eo[pbase + j][b:b + 1, :], 1, LATENT, me, NT_EO, ssend, r_eo);
                     sent += (NT_EO - (me < NT_EO)) * LATENT * 4;
                 }
             }
         }
-        region "allgather" {
+        region "allreduce" {
             wait(ssend, sent);
             if me < NT_EO {
                 wait(r_eo, NROWS_EO * LATENT * 4);
@@ -433,8 +439,8 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
     }
     if me < NT_EO {
         region "combine" {
-            moe_combine(g_eo, topw, z);
-            zb = bf16(z);
+            psum(g_eo, pbase, PPE, LGE, GROT * PPE, BATCH, LATENT);
+            zb = bf16(g_eo[pbase]);
         }
     }
     proj(zb, mup[sl], f_src, g_f, LATENT, NUPC, NDB, me, NCORES, REP_UP, ssend, r_f);
@@ -513,18 +519,15 @@ kernel k3_step(
     smem dl: i32[BATCH * TOPK];
     smem dp: i32[BATCH * TOPK];
     smem seen: i32[NEXP];
-    // --- gather sites (slot = layer parity) and the owner-side source blocks
-    vmem g_o: f32[GROT][BATCH, W];
-    vmem g_attn: f32[GROT][BATCH, DIM];
+    // --- collective buffers (slot = layer parity) and the sending side's sources
+    vmem g_a: f32[GROT * PPH][BATCH, DIM];
     vmem g_lat: f32[GROT][BATCH, QRANK + KVRANK];
     vmem g_rl: f32[GROT][BATCH, EPAD + LATENT];
-    vmem g_eo: f32[GROT][NROWS_EO, LATENT];
+    vmem g_eo: f32[GROT * PPE][BATCH, LATENT];
     vmem g_f: f32[GROT][BATCH, DIM];
     vmem g_u: f32[BATCH, DENSE_INTER];
     vmem g_lm: f32[BATCH, VOCAB];
-    vmem gob: bf16[BATCH, W];
-    vmem o_src: f32[NOL][BATCH, HD];
-    vmem a_src: f32[BATCH, NWOC * HD];
+    vmem a_src: f32[NOL][BATCH, DIM];
     vmem rl_src: f32[BATCH, NRDC * HD];
     vmem u_src: f32[BATCH, ND13C * HD];
     vmem f_src: f32[BATCH, max(NUPC, ND2C) * HD];
@@ -536,7 +539,7 @@ kernel k3_step(
     vmem kcw: bf16[2 * NTL][3 * CONVK, HD];
     vmem kad: bf16[2 * NTL][2, HD];
     vmem kon: bf16[2][1, HD];
-    vmem kwo: bf16[2][W, NWOC * HD];
+    vmem kwo: bf16[2 * NTL][HD, DIM];
     vmem kS: f32[2 * NTL * RB][HD, HD];
     vmem kC: f32[2 * NTL][9 * RB, HD];
     // --- MLA weights and cache, 2 slot sets
@@ -546,7 +549,7 @@ kernel k3_step(
     vmem mwuq: bf16[2][QRANK, NHL * HD];
     vmem mwuk: bf16[2 * NHL][HD, KVRANK];
     vmem mwuv: bf16[2 * NHL][KVRANK, HD];
-    vmem mwo: bf16[2][W, NWOC * HD];
+    vmem mwo: bf16[2 * NHL][HD, DIM];
     vmem mcache: bf16[2][BATCH * MAXSEQ, KVRANK];
     // --- MoE weights, 2 slot sets; routed experts fetched per layer
     vmem mrd: bf16[2][DIM, NRDC * HD];
@@ -568,8 +571,8 @@ kernel k3_step(
     sem stw;                // state write-back (KDA state, conv history, MLA cache row)
     sem dbg;                // prologue loads, debug outputs, the logits copy
     sem ssend;              // bytes pushed to other cores
-    sem r_o[GROT];          // heads' outputs
-    sem r_eo[GROT];         // expert outputs
+    sem r_o[GROT];          // the attention all-reduce's parts
+    sem r_eo[GROT];         // the MoE all-reduce's parts
     sem r_sp[NSP];          // split (not replicated) projections' gathers, see OFF_*
 
     let me = global_core(chip_id(), core_id());
@@ -627,34 +630,9 @@ kernel k3_step(
                     mla_fetch(1, ai, ai % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
                               mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
                               mwuv, mwo, mcache, wa[p]);
-                    mla_layer(ai, ai % 2, me, p0, xb, mx, mqn, mkvn, mwuq, mwuk, mwuv, mcache,
-                              mla_cache, g_lat[p], o_src, g_o[p], stw, ssend, r_sp[(OFF_L + p) * (1 - REP_LAT)], r_o[p]);
-                // Prefetch layer l+1 (or the LM head) while this layer computes; issued while the
-                // heads' outputs are in flight, after the pushes (which must not queue behind it).
-                if l + 1 < NLAYERS {
-                    let ak1 = plan[l + 1, 0];
-                    let ai1 = plan[l + 1, 1];
-                    let fi1 = plan[l + 1, 3];
-                    if ak1 == 1 {
-                        mla_fetch(0, ai1, ai1 % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
-                                  mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
-                                  mwuv, mwo, mcache, wa[1 - p]);
-                    } else {
-                        kda_fetch(0, ai1, ai1 % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
-                                  kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
-                                  kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC,
-                                  wa[1 - p]);
-                    }
-                    if plan[l + 1, 2] == 1 {
-                        moe_fetch(0, fi1, fi1 % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
-                                  moe_shared_w3, moe_shared_w2, moe_up, mrd, mbias, msw13, msw2, mup,
-                                  wf[fi1 % 2]);
-                    }
-                } else {
-                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wx);
-                }
-                    attn_finish(me, (max(HEADS - me, 0) + NCORES - 1) / NCORES * (NT_O - (me < NT_O)) * BATCH * HD * 4,
-                                mwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_sp[(OFF_A + p) * (1 - REP_WO)]);
+                    mla_layer(ai, ai % 2, me, p0, xb, mx, mqn, mkvn, mwuq, mwuk, mwuv, mcache, mla_cache,
+                              g_lat[p], mwo, a_src, g_a, p * PPH, stw, ssend,
+                              r_sp[(OFF_L + p) * (1 - REP_LAT)], r_o[p]);
                 }
             } else {
                 region "kda" {
@@ -662,43 +640,46 @@ kernel k3_step(
                               kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
                               kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC, wa[p]);
                     kda_layer(ai, ai % 2, me, xb, kw, kcw, kad, kon, kS, kC, kda_state, conv_state,
-                              o_src, g_o[p], stw, ssend, r_o[p]);
-                // Prefetch layer l+1 (or the LM head) while this layer computes; issued while the
-                // heads' outputs are in flight, after the pushes (which must not queue behind it).
-                if l + 1 < NLAYERS {
-                    let ak1 = plan[l + 1, 0];
-                    let ai1 = plan[l + 1, 1];
-                    let fi1 = plan[l + 1, 3];
-                    if ak1 == 1 {
-                        mla_fetch(0, ai1, ai1 % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
-                                  mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
-                                  mwuv, mwo, mcache, wa[1 - p]);
-                    } else {
-                        kda_fetch(0, ai1, ai1 % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
-                                  kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
-                                  kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC,
-                                  wa[1 - p]);
-                    }
-                    if plan[l + 1, 2] == 1 {
-                        moe_fetch(0, fi1, fi1 % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
-                                  moe_shared_w3, moe_shared_w2, moe_up, mrd, mbias, msw13, msw2, mup,
-                                  wf[fi1 % 2]);
-                    }
+                              kwo, a_src, g_a, p * PPH, stw, ssend, r_o[p]);
+                }
+            }
+            // Prefetch layer l+1 (or the LM head) while this layer computes: issued after
+            // the heads' parts were pushed (which must not queue behind it).
+            if l + 1 < NLAYERS {
+                let ai1 = plan[l + 1, 1];
+                if plan[l + 1, 0] == 1 {
+                    mla_fetch(0, ai1, ai1 % 2, me, mla_wdq, mla_qnorm, mla_wuq, mla_wdkv, mla_kvnorm,
+                              mla_wuk, mla_wuv, mla_wgate, mla_wo, mla_cache, mx, mqn, mkvn, mwuq, mwuk,
+                              mwuv, mwo, mcache, wa[1 - p]);
                 } else {
-                    lm_fetch(0, me, lm_head, final_norm, lmw, fin, wx);
+                    kda_fetch(0, ai1, ai1 % 2, me, kda_wq, kda_wk, kda_wv, kda_conv_q, kda_conv_k,
+                              kda_conv_v, kda_wg, kda_a_log, kda_dt_bias, kda_wb, kda_onorm, kda_wog, kda_wo,
+                              kda_state, conv_state, kw, kcw, kad, kon, kwo, kS, kC, wa[1 - p]);
                 }
-                    attn_finish(me, (max(NKT - me, 0) + NCORES - 1) / NCORES * (NT_O - (me < NT_O)) * RB * HD * 4,
-                                kwo[ai % 2], g_o[p], gob, a_src, g_attn[p], ssend, r_o[p], r_sp[(OFF_A + p) * (1 - REP_WO)]);
+                if plan[l + 1, 2] == 1 {
+                    let fi1 = plan[l + 1, 3];
+                    moe_fetch(0, fi1, fi1 % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
+                              moe_shared_w3, moe_shared_w2, moe_up, mrd, mbias, msw13, msw2, mup, wf[fi1 % 2]);
                 }
+            } else {
+                lm_fetch(0, me, lm_head, final_norm, lmw, fin, wx);
+            }
+            // This core pushed one part row-block per local head (MLA) or task (KDA).
+            if ak == 1 {
+                attn_finish((max(HEADS - me, 0) + NCORES - 1) / NCORES * (NCORES - 1) * BATCH * DIM * 4,
+                            g_a, p * PPH, ssend, r_o[p]);
+            } else {
+                attn_finish((max(NKT - me, 0) + NCORES - 1) / NCORES * (NCORES - 1) * RB * DIM * 4,
+                            g_a, p * PPH, ssend, r_o[p]);
             }
             // Debug copies of layer l-1 have landed long ago; wait before their slot is reused.
             if me == 0 && l > 0 {
                 wait(dbg, 2 * BATCH * DIM * 4);
             }
             if me == 0 {
-                start copy(g_attn[p], dbg_attn[l], dbg);
+                start copy(g_a[p * PPH], dbg_attn[l], dbg);
             }
-            h = h + g_attn[p];
+            h = h + g_a[p * PPH];
             // ---- FFN
             region "norm" {
                 rmsnorm(h, fnorm[l:l + 1, :], x, DIM);
@@ -710,15 +691,15 @@ kernel k3_step(
                               moe_shared_w3, moe_shared_w2, moe_up, mrd, mbias, msw13, msw2, mup,
                               wf[fi % 2]);
                     moe_layer(fi, fi % 2, me, xb, mrd, mbias, msw13, msw2, mup, ew13, ew2,
-                              moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], e_out, s_out, g_eo[p], f_src[:, 0:NUPC * HD], g_f[p],
-                              eid, dl, dp, seen, es, ssend, r_sp[(OFF_R + p) * (1 - REP_RD)], r_eo[p],
-                              r_sp[(OFF_F + p) * SPF]);
+                              moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], e_out, s_out, g_eo, p * PPE,
+                              f_src[:, 0:NUPC * HD], g_f[p], eid, dl, dp, seen, es, ssend,
+                              r_sp[(OFF_R + p) * (1 - REP_RD)], r_eo[p], r_sp[(OFF_F + p) * SPF]);
                 }
             } else {
                 region "dense" {
                     dense_fetch(1, me, dense_w1, dense_w3, dense_w2, dw13, dw2, wx);
-                    dense_layer(me, xb, dw13, dw2, u_src, g_u, f_src[:, 0:ND2C * HD], g_f[p], ssend, r_sp[OFF_U * (1 - REP_D13)],
-                                r_sp[(OFF_F + p) * SPF]);
+                    dense_layer(me, xb, dw13, dw2, u_src, g_u, f_src[:, 0:ND2C * HD], g_f[p], ssend,
+                                r_sp[OFF_U * (1 - REP_D13)], r_sp[(OFF_F + p) * SPF]);
                 }
             }
             if me == 0 {
@@ -736,7 +717,6 @@ kernel k3_step(
             }
         }
     }
-
     // ------------------------------------------------------------- LM head
     region "lm_head" {
         lm_fetch(1, me, lm_head, final_norm, lmw, fin, wx);

@@ -2,12 +2,13 @@
 //
 // The host launches, for every layer in order: norm, each projection, each all-gather,
 // the KDA conv, gating, state update and output norm (or MLA latent norms + cache row,
-// absorbed attention), residual add, norm, then the dense FFN or the MoE (router, top-k,
-// each routed-expert slot, each shared expert, gather of the expert rows, combine,
-// moe_up), residual add; then the final norm, LM head and its gather. Every
-// intermediate goes to HBM and comes back in the next kernel; every launch pays the
-// profile's launch overhead. Same maths (programs/k3/model.mk) and the same bits as the
-// megakernel; the kernel bodies are in programs/k3/ops.mk and below.
+// absorbed attention), each head's part of the output projection, the attention
+// all-reduce, residual add, norm, then the dense FFN or the MoE (router, top-k, each
+// routed-expert slot, each shared expert, the MoE all-reduce of their outputs, moe_up),
+// residual add; then the final norm, LM head and its gather. Every intermediate goes to
+// HBM and comes back in the next kernel; every launch pays the profile's launch
+// overhead. Same maths (programs/k3/model.mk) and the same bits as the megakernel; the
+// kernel bodies are in programs/k3/ops.mk and below.
 //
 // The launch sequence is fixed at compile time, so the layer layout is the K3 one:
 // dense FFN at layer 0, gated MLA at layers l % 4 == 3 and the last layer, KDA elsewhere.
@@ -28,9 +29,6 @@ kernel proj_dim_w(x: hbm f32[BATCH, DIM], w: hbm bf16[DIM, W], y: hbm f32[BATCH,
 }
 kernel proj_dim_beta(x: hbm f32[BATCH, DIM], w: hbm bf16[DIM, 128], y: hbm f32[BATCH, 128]) {
     op_proj(x, w, y, DIM, 128);
-}
-kernel proj_w_dim(x: hbm f32[BATCH, W], w: hbm bf16[W, DIM], y: hbm f32[BATCH, DIM]) {
-    op_proj(x, w, y, W, DIM);
 }
 kernel proj_dim_q(x: hbm f32[BATCH, DIM], w: hbm bf16[DIM, QRANK], y: hbm f32[BATCH, QRANK]) {
     op_proj(x, w, y, DIM, QRANK);
@@ -71,7 +69,6 @@ kernel proj_lm_head(x: hbm f32[BATCH, DIM], w: hbm bf16[DIM, VOCAB], y: hbm f32[
 // ---------------------------------------------------------------------- gathers
 
 kernel gather_beta(y: hbm f32[BATCH, 128]) { op_gather(y, 128); }
-kernel gather_w(y: hbm f32[BATCH, W]) { op_gather(y, W); }
 kernel gather_dim(y: hbm f32[BATCH, DIM]) { op_gather(y, DIM); }
 kernel gather_q(y: hbm f32[BATCH, QRANK]) { op_gather(y, QRANK); }
 kernel gather_kv(y: hbm f32[BATCH, KVRANK]) { op_gather(y, KVRANK); }
@@ -85,7 +82,18 @@ kernel gather_router(y: hbm f32[BATCH, NEXP]) {
         op_gather(y, NEXP);
     }
 }
-kernel gather_rows(y: hbm f32[NROWS_EO, LATENT]) { op_gather_rows(y); }
+
+// -------------------------------------------------------------------- all-reduces
+
+// The attention output: part h (head h's rows of wo) made by the head's owner.
+kernel allreduce_attn(parts: hbm f32[HEADS * BATCH, DIM], y: hbm f32[BATCH, DIM]) {
+    op_allreduce(parts, y, HEADS, PPH, LGH, BATCH, DIM);
+}
+// The MoE's latent output: routed slot j's row b (weighted) at row j*BATCH + b, shared
+// expert s at (TOPK + s)*BATCH + b, row r made by core r % NCORES.
+kernel allreduce_moe(parts: hbm f32[NPE * BATCH, LATENT], y: hbm f32[BATCH, LATENT]) {
+    op_allreduce(parts, y, NPE, PPE, LGE, 1, LATENT);
+}
 
 // --------------------------------------------------------------------- row-wise
 
@@ -255,6 +263,28 @@ kernel kda_output(ocore: hbm f32[BATCH, W], og: hbm f32[BATCH, W], onorm: hbm bf
     }
 }
 
+// Head h's part of the attention output projection (both kinds): o's head h columns
+// times wo's head h rows, on the head's owner, into rows h*BATCH.. of parts.
+kernel attn_part(o: hbm f32[BATCH, W], wo: hbm bf16[W, DIM], parts: hbm f32[HEADS * BATCH, DIM]) {
+    vmem ov: f32[BATCH, HD];
+    vmem wv: bf16[HD, DIM];
+    vmem y: f32[BATCH, DIM];
+    sem s;
+    let me = global_core(chip_id(), core_id());
+    for t in 0..NHL {
+        let h = me + t * NCORES;
+        if h < HEADS {
+            start copy(o[:, h * HD +: HD], ov, s);
+            start copy(wo[h * HD +: HD, :], wv, s);
+            wait copy(o[:, h * HD +: HD], ov, s);
+            wait copy(wo[h * HD +: HD, :], wv, s);
+            y = matmul(bf16(ov), wv);
+            start copy(y, parts[h * BATCH +: BATCH, :], s);
+            wait copy(y, parts[h * BATCH +: BATCH, :], s);
+        }
+    }
+}
+
 // -------------------------------------------------------------------------- MLA
 
 // cq = rmsnorm(x wdq, qnorm); the new latent bf16(rmsnorm(x wdkv, kvnorm)) goes to row
@@ -387,9 +417,9 @@ kernel topk(rl: hbm f32[BATCH, NEXP], bias: hbm bf16[NEXP], topi: hbm i32[BATCH,
     }
 }
 
-// Routed-expert slot j: row b's chosen expert on row b (expert-output row r = j*BATCH + b,
-// computed on core r % NCORES).
-kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK],
+// Routed-expert slot j: row b's chosen expert on row b, times its router weight (the
+// MoE all-reduce's part j, row b at r = j*BATCH + b, computed on core r % NCORES).
+kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK], topw: hbm f32[BATCH, TOPK],
               w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
               w2: hbm bf16[NMOE * NEXP, EINTER, LATENT], eo: hbm f32[NROWS_EO, LATENT], fi: i32, j: i32) {
     vmem xv: f32[BATCH, LATENT];
@@ -398,6 +428,7 @@ kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK],
     vmem v2: bf16[EINTER, LATENT];
     vmem ub: bf16[BATCH, EINTER];
     vmem y: f32[BATCH, LATENT];
+    vmem wv: f32[BATCH, TOPK];
     smem ti: i32[BATCH, TOPK];
     sem s;
     let me = global_core(chip_id(), core_id());
@@ -407,17 +438,20 @@ kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK],
                 let b = r - j * BATCH;
                 start copy(topi, ti, s);
                 start copy(xl, xv, s);
+                start copy(topw, wv, s);
                 wait copy(topi, ti, s);
                 let e = fi * NEXP + ti[b, j];
                 start copy(w1[e], v13[:, 0:EINTER], s);
                 start copy(w3[e], v13[:, EINTER:2 * EINTER], s);
                 start copy(w2[e], v2, s);
                 wait copy(xl, xv, s);
+                wait copy(topw, wv, s);
                 wait copy(w1[e], v13[:, 0:EINTER], s);
                 wait copy(w3[e], v13[:, EINTER:2 * EINTER], s);
                 wait copy(w2[e], v2, s);
                 xb = bf16(xv);
                 gated_ffn(xb, v13, v2, ub, y, LATENT, EINTER, LATENT);
+                y[b:b + 1, :] = wv[b:b + 1, j:j + 1] * y[b:b + 1, :];
                 start copy(y[b:b + 1, :], eo[r +: 1, :], s);
                 wait copy(y[b:b + 1, :], eo[r +: 1, :], s);
             }
@@ -458,25 +492,6 @@ kernel shared_expert(xl: hbm f32[BATCH, LATENT], w1: hbm bf16[NMOE * NSHARED, LA
                     wait copy(y[r - r0 +: 1, :], eo[r +: 1, :], s);
                 }
             }
-        }
-    }
-}
-
-// z = routed + shared in the reference's order (core 0 of each chip).
-kernel combine(eo: hbm f32[NROWS_EO, LATENT], topw: hbm f32[BATCH, TOPK], z: hbm f32[BATCH, LATENT]) {
-    vmem ev: f32[NROWS_EO, LATENT];
-    vmem wv: f32[BATCH, TOPK];
-    vmem zv: f32[BATCH, LATENT];
-    sem s;
-    region "combine" {
-        if core_id() == 0 {
-            start copy(eo, ev, s);
-            start copy(topw, wv, s);
-            wait copy(eo, ev, s);
-            wait copy(topw, wv, s);
-            moe_combine(ev, wv, zv);
-            start copy(zv, z, s);
-            wait copy(zv, z, s);
         }
     }
 }
@@ -547,6 +562,7 @@ host {
     hbm a_bs: f32[BATCH, W];
     hbm a_core: f32[BATCH, W];
     hbm a_o: f32[BATCH, W];
+    hbm a_parts: f32[HEADS * BATCH, DIM];
     hbm a_attn: f32[BATCH, DIM];
     hbm m_lq: f32[BATCH, QRANK];
     hbm m_lkv: f32[BATCH, KVRANK];
@@ -581,8 +597,7 @@ host {
             launch proj_q_w(m_cq, mla_wuq[mi], m_q);
             launch proj_dim_w(xn, mla_wgate[mi], m_gate);
             launch mla_attention(m_q, m_gate, mla_wuk, mla_wuv, mla_cache[mi], pos, a_o, mi);
-            launch gather_w(a_o);
-            launch proj_w_dim(a_o, mla_wo[mi], a_attn);
+            launch attn_part(a_o, mla_wo[mi], a_parts);
         } else {
             let ai = l - l / 4;
             launch proj_dim_w(xn, kda_wq[ai], a_q);
@@ -597,10 +612,9 @@ host {
             launch kda_gate(a_g, a_beta, kda_a_log[ai], kda_dt_bias[ai], a_gd, a_bs);
             launch kda_update_state(a_qn, a_kn, a_vn, a_gd, a_bs, kda_state[ai], a_core);
             launch kda_output(a_core, a_og, kda_onorm[ai], a_o);
-            launch gather_w(a_o);
-            launch proj_w_dim(a_o, kda_wo[ai], a_attn);
+            launch attn_part(a_o, kda_wo[ai], a_parts);
         }
-        launch gather_dim(a_attn);
+        launch allreduce_attn(a_parts, a_attn);
         launch residual(h, a_attn, dbg_attn[l]);
         // ---- FFN
         launch norm_dim(h, ffn_norm[l], xn);
@@ -618,13 +632,12 @@ host {
             launch gather_lat(e_xl);
             launch topk(e_rl, moe_bias[fi], e_topi, e_topw);
             for j in 0..TOPK {
-                launch expert(e_xl, e_topi, moe_w1, moe_w3, moe_w2, e_out, fi, j);
+                launch expert(e_xl, e_topi, e_topw, moe_w1, moe_w3, moe_w2, e_out, fi, j);
             }
             for sx in 0..NSHARED {
                 launch shared_expert(e_xl, moe_shared_w1, moe_shared_w3, moe_shared_w2, e_out, fi, sx);
             }
-            launch gather_rows(e_out);
-            launch combine(e_out, e_topw, e_z);
+            launch allreduce_moe(e_out, e_z);
             launch proj_lat_dim(e_z, moe_up[fi], f_out);
         }
         launch gather_dim(f_out);

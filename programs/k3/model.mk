@@ -173,20 +173,3 @@ fn gated_ffn(x: vmem bf16[BATCH, k], w13: vmem bf16[k, 2 * n], w2: vmem bf16[n, 
     u = bf16(silu(a[:, 0:n]) * a[:, n:2 * n]);
     y = matmul(u, w2);
 }
-
-// z = (sum_j w_j * routed_j, in selection order) + (sum_s shared_s, in order), each
-// starting from 0 as the reference does. eo rows: routed slot j row b at j*BATCH + b,
-// shared expert s row b at (TOPK + s)*BATCH + b.
-fn moe_combine(eo: vmem f32[NROWS_EO, LATENT], topw: vmem f32[BATCH, TOPK], z: vmem f32[BATCH, LATENT]) {
-    vmem routed: f32[BATCH, LATENT];
-    vmem shared: f32[BATCH, LATENT];
-    routed = 0.0;
-    for j in 0..TOPK {
-        routed = routed + topw[:, j:j + 1] * eo[j * BATCH +: BATCH, :];
-    }
-    shared = 0.0;
-    for s in 0..NSHARED {
-        shared = shared + eo[(TOPK + s) * BATCH +: BATCH, :];
-    }
-    z = routed + shared;
-}

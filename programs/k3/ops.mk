@@ -10,6 +10,7 @@
 // finds the whole activation in its own chip's HBM. Launch boundaries order everything.
 import "model.mk";
 import "shard.mk";
+import "allreduce.mk";
 
 const NCHIPS = NCORES / CORES_PER_CHIP;
 
@@ -114,24 +115,47 @@ fn op_gather_narrow(y: hbm f32[BATCH, n], n: i32) {
     }
 }
 
-// All-gather of the expert-output rows: row r on core r % NCORES.
-fn op_gather_rows(y: hbm f32[NROWS_EO, LATENT]) {
+// All-reduce of NP parts of y [BATCH, n] (programs/k3/allreduce.mk): parts holds part
+// p at rows p*BATCH .. p*BATCH + BATCH - 1, written to its chip's HBM by the previous
+// kernel; rows come in units of ru rows, unit u made by core u % NCORES (ru = BATCH: a
+// part per core; ru = 1: a row per core). Every core pushes its units into the same
+// rows on every other chip; core 0 of each chip waits for the rest, adds the parts up
+// by the padded halving tree (psum) and writes y.
+fn op_allreduce(parts: hbm f32[np * BATCH, n], y: hbm f32[BATCH, n], np: i32, pp: i32, lg: i32, ru: i32,
+                n: i32) {
+    vmem pv: f32[pp][BATCH, n];
     smem cnt: i32[1];
+    sem s;
     sem ssend;
     sem rrecv;
     let me = global_core(chip_id(), core_id());
     let chip = chip_id();
-    region "allgather" {
-        for r in me..NROWS_EO step NCORES {
+    let nu = np * BATCH / ru;
+    region "allreduce" {
+        for u in me..nu step NCORES {
             for c in 1..NCHIPS {
-                start copy(y[r, :], y[r, :] @ ((chip + c) % NCHIPS * CORES_PER_CHIP), ssend, rrecv);
+                start copy(parts[u * ru +: ru, :], parts[u * ru +: ru, :] @ ((chip + c) % NCHIPS * CORES_PER_CHIP),
+                           ssend, rrecv);
             }
         }
-        let mine = (max(NROWS_EO - me, 0) + NCORES - 1) / NCORES;
-        wait(ssend, mine * (NCHIPS - 1) * LATENT * 4);
+        let mine = (max(nu - me, 0) + NCORES - 1) / NCORES;
+        wait(ssend, mine * (NCHIPS - 1) * ru * n * 4);
         if core_id() == 0 {
-            chip_blocks(NROWS_EO, chip, cnt);
-            wait(rrecv, (NROWS_EO - cnt[0]) * LATENT * 4);
+            chip_blocks(nu, chip, cnt);
+            wait(rrecv, (nu - cnt[0]) * ru * n * 4);
+        }
+    }
+    if core_id() == 0 {
+        region "combine" {
+            for q in 0..np {
+                start copy(parts[q * BATCH +: BATCH, :], pv[q], s);
+            }
+            for q in 0..np {
+                wait copy(parts[q * BATCH +: BATCH, :], pv[q], s);
+            }
+            psum(pv, 0, pp, lg, pp, BATCH, n);
+            start copy(pv[0], y, s);
+            wait copy(pv[0], y, s);
         }
     }
 }

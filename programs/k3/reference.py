@@ -31,6 +31,7 @@ __all__ = [
     "generate",
     "init_state",
     "mm",
+    "psum",
     "reduce_max",
     "reduce_sum",
     "rmsnorm",
@@ -71,6 +72,28 @@ def reduce_sum(u: np.ndarray) -> np.ndarray:
 def reduce_max(u: np.ndarray) -> np.ndarray:
     """Pairwise-tree max over the last axis, padded with -inf to a power of two >= 128."""
     return numerics.tree_max_f32(_padded(u, -np.inf), axis=-1)
+
+
+def psum(parts) -> np.ndarray:
+    """Sum of P equal-shaped partial results by the pairwise halving tree, the parts
+    padded with +0.0 to the next power of two (P = 1: the part itself).
+
+    This is the order of the programs' all-reduces (docs/k3.md, "Partial sums"):
+    each part is produced on one core and the tree is fixed by the part numbers, so
+    the bits do not depend on which core made which part, nor on the mesh.
+    """
+    parts = [np.asarray(p, F32) for p in parts]
+    padded = 1 << (len(parts) - 1).bit_length()
+    parts += [np.zeros_like(parts[0])] * (padded - len(parts))
+    return numerics.tree_sum_f32(np.stack(parts), axis=0)
+
+
+def head_partial_mm(o: np.ndarray, wo: np.ndarray, head_dim: int) -> np.ndarray:
+    """The attention output projection as per-head partials: psum over heads h of
+    mm(o[:, head h], wo[rows of head h]); each part is the K = head_dim product."""
+    heads = o.shape[1] // head_dim
+    return psum([mm(o[:, h * head_dim:(h + 1) * head_dim], wo[h * head_dim:(h + 1) * head_dim])
+                 for h in range(heads)])
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -186,7 +209,7 @@ def kda(cfg, w, i: int, x: np.ndarray, st: dict[str, np.ndarray], emit: Trace, a
     gate = numerics.sigmoid(mm(x, w["kda_wog"][i])).reshape(B, H, D)
     o = (rmsnorm(o, w["kda_onorm"][i], cfg.eps) * gate).reshape(B, H * D)
     emit(f"{at}.kda.o", o)
-    return mm(o, w["kda_wo"][i])
+    return head_partial_mm(o, w["kda_wo"][i], D)
 
 
 def mla(cfg, w, i: int, x: np.ndarray, st: dict[str, np.ndarray], pos: int, emit: Trace,
@@ -215,7 +238,7 @@ def mla(cfg, w, i: int, x: np.ndarray, st: dict[str, np.ndarray], pos: int, emit
     o = np.concatenate([mm(ctx[:, h], wuv[h]) for h in range(H)], axis=1)
     o = o * numerics.sigmoid(mm(x, w["mla_wgate"][i]))
     emit(f"{at}.mla.o", o)
-    return mm(o, w["mla_wo"][i])
+    return head_partial_mm(o, w["mla_wo"][i], D)
 
 
 def route(cfg, logits: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -236,7 +259,10 @@ def route(cfg, logits: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def moe(cfg, w, i: int, x: np.ndarray, emit: Trace, at: str) -> np.ndarray:
-    """Latent MoE for MoE layer `i`: router, top-k, routed + shared experts at latent width."""
+    """Latent MoE for MoE layer `i`: router, top-k, routed + shared experts at latent width.
+
+    The parts w_j * expert_j (selection order) then shared_s (in order) are summed by
+    `psum`, the order of the programs' MoE all-reduce, before the up-projection."""
     logits = mm(x, w["moe_router"][i])
     idx, weight = route(cfg, logits, w["moe_bias"][i])
     emit(f"{at}.moe.logits", logits)
@@ -245,21 +271,20 @@ def moe(cfg, w, i: int, x: np.ndarray, emit: Trace, at: str) -> np.ndarray:
     xl = mm(x, w["moe_down"][i])
     emit(f"{at}.moe.xl", xl)
     w1, w3, w2 = w["moe_w1"][i], w["moe_w3"][i], w["moe_w2"][i]
-    routed = np.zeros_like(xl)
+    parts = []
     for j in range(cfg.top_k):
         out = np.empty_like(xl)
         # Rows that chose the same expert in slot j share one matmul (rows are independent).
         for e in np.unique(idx[:, j]):
             rows = np.nonzero(idx[:, j] == e)[0]
             out[rows] = gated_ffn(xl[rows], w1[e], w3[e], w2[e])
-        routed = routed + weight[:, j, None] * out
-    shared = np.zeros_like(xl)
+        parts.append(weight[:, j, None] * out)
     for j in range(cfg.n_shared):
-        shared = shared + gated_ffn(xl, w["moe_shared_w1"][i][j], w["moe_shared_w3"][i][j],
-                                    w["moe_shared_w2"][i][j])
-    emit(f"{at}.moe.routed", routed)
-    emit(f"{at}.moe.shared", shared)
-    return mm(routed + shared, w["moe_up"][i])
+        parts.append(gated_ffn(xl, w["moe_shared_w1"][i][j], w["moe_shared_w3"][i][j], w["moe_shared_w2"][i][j]))
+    emit(f"{at}.moe.parts", np.stack(parts))
+    z = psum(parts)
+    emit(f"{at}.moe.z", z)
+    return mm(z, w["moe_up"][i])
 
 
 # ------------------------------------------------------------------ decode step

@@ -54,13 +54,11 @@ const NVC = LM_ROOT * NVB + (1 - LM_ROOT) * NVL;
 const NSL = (NSHARED + NCORES - 1) / NCORES;
 const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
 // Which projections are replicated (1) or column-split (0), and the blocks a core holds.
-const REP_WO = W * DIM * 2 <= REPL_BYTES;
 const REP_LAT = DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES;
 const REP_RD = DIM * (EPAD + LATENT) * 2 <= REPL_BYTES;
 const REP_UP = LATENT * DIM * 2 <= REPL_BYTES;
 const REP_D13 = DIM * DENSE_INTER * 2 <= REPL_BYTES;
 const REP_D2 = DENSE_INTER * DIM * 2 <= REPL_BYTES;
-const NWOC = REP_WO * NDB + (1 - REP_WO) * NDL;
 const NLATC = REP_LAT * NLATB + (1 - REP_LAT) * NLATL;
 const NRDC = REP_RD * NRB + (1 - REP_RD) * NRL;
 const NUPC = REP_UP * NDB + (1 - REP_UP) * NDL;
@@ -69,7 +67,6 @@ const ND2C = REP_D2 * NDB + (1 - REP_D2) * NDL;
 // Consumers of a gathered value: cores 0..n-1.
 const NHEADC = min(HEADS, NCORES);     // head owners (the MLA latent)
 const NDBC = min(NDB, NCORES);         // owners of DIM-wide blocks
-const NT_O = REP_WO * NCORES + (1 - REP_WO) * NDBC;     // attention heads' output
 const NT_EO = REP_UP * NCORES + (1 - REP_UP) * NDBC;    // expert outputs (combine + moe_up)
 const NT_U = REP_D2 * NCORES + (1 - REP_D2) * NDBC;     // dense hidden (w2)
 // Shared expert s lives on core (SOFF + s) % NCORES: the last cores, away from the heads.

@@ -134,6 +134,29 @@ def test_rmsnorm_and_reductions(n):
     assert np.array_equal(R.reduce_max(x), x.max(axis=-1))
 
 
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 4, 6, 18])
+def test_psum_is_the_padded_halving_tree(n_parts):
+    rng = np.random.default_rng(n_parts)
+    parts = [(rng.standard_normal((2, 128)) * 10.0 ** rng.integers(-3, 4)).astype(np.float32)
+             for _ in range(n_parts)]
+    got = R.psum(parts)
+    np.testing.assert_allclose(got, np.sum(np.array(parts, F64), axis=0), rtol=1e-5, atol=1e-2)
+    # The order by hand: pad to a power of two, then x[i] += x[i + half] while half >= 1.
+    level = parts + [np.zeros_like(parts[0])] * ((1 << (n_parts - 1).bit_length()) - n_parts)
+    while len(level) > 1:
+        half = len(level) // 2
+        level = [level[i] + level[i + half] for i in range(half)]
+    assert np.array_equal(got.view(np.uint32), level[0].view(np.uint32))
+
+
+def test_head_partials_sum_to_the_projection():
+    rng = np.random.default_rng(7)
+    o = rng.standard_normal((3, 4 * 128)).astype(np.float32)
+    wo = R.numerics.bf16_round(rng.standard_normal((4 * 128, 256)) / 20)
+    got = R.head_partial_mm(o, wo, 128)
+    _close(got, R.numerics.bf16_round(o).astype(F64) @ wo.astype(F64), 1e-5)
+
+
 def test_l2norm_and_conv():
     rng = np.random.default_rng(1)
     u = rng.standard_normal((2, 3, 128)).astype(np.float32)
