@@ -14,6 +14,17 @@
 import "model.mk";
 import "gather.mk";
 
+// How the MoE is spread over the cores (docs/k3_programs.md, "Schemes"):
+//   0  tensor parallel, the published scheme: routing on every core, each chosen expert
+//      computed where it is cheapest, the MoE all-reduce of the parts (allreduce.mk);
+//   1  expert parallel: expert e lives on core e % NCORES; each batch row's home core
+//      routes it, dispatches it to its experts' owners and combines what comes back
+//      (all-to-all dispatch and combine), then the rows are all-gathered.
+// The attention is tensor parallel (heads over cores, the all-reduce) in both. Both give
+// the same bits (the parts and their order are the contract's).
+param SCHEME = 0;
+assert SCHEME == 0 || SCHEME == 1, "SCHEME is 0 (tensor parallel) or 1 (expert parallel)";
+
 param REPL_BYTES = 2097152;
 // The LM head is computed whole on core 0 (the only core that needs the logits: it
 // writes them) when it is at most this big, else split over all cores and gathered.
