@@ -11,6 +11,7 @@
 import "k3/model.mk";
 import "k3/shard.mk";
 import "k3/allreduce.mk";
+import "k3/moe_ep.mk";
 
 reference "k3/driver.py:drive";
 
@@ -19,6 +20,8 @@ reference "k3/driver.py:drive";
 const GROT = 2;
 // Routed-expert fetches in flight per core (es[li % ES]).
 const ES = 2;
+// Routed-expert weight and output slots: distinct experts a core may run in one layer.
+const NEW = max(NEL, SCHEME * NDE);
 // Receive semaphores of the gathers that are split (not replicated) in this build, two
 // per site (layer parity), packed into one array r_sp; a replicated site uses none.
 const SPF = max(1 - REP_UP, 1 - REP_D2);
@@ -149,6 +152,16 @@ fn mla_fetch(mode: i32, mi: i32, sl: i32, me: i32,
     }
 }
 
+// Shared expert e of MoE layer fi into slot k.
+fn shared_fetch(mode: i32, fi: i32, e: i32, k: i32, moe_shared_w1: hbm bf16[NMOE * NSHARED, LATENT, EINTER],
+                moe_shared_w3: hbm bf16[NMOE * NSHARED, LATENT, EINTER],
+                moe_shared_w2: hbm bf16[NMOE * NSHARED, EINTER, LATENT],
+                msw13: vmem bf16[2 * NSL][LATENT, 2 * EINTER], msw2: vmem bf16[2 * NSL][EINTER, LATENT], s: sem) {
+    cpb(mode, moe_shared_w1[fi * NSHARED + e], msw13[k][:, 0:EINTER], LATENT, EINTER, s);
+    cpb(mode, moe_shared_w3[fi * NSHARED + e], msw13[k][:, EINTER:2 * EINTER], LATENT, EINTER, s);
+    cpb(mode, moe_shared_w2[fi * NSHARED + e], msw2[k], EINTER, LATENT, s);
+}
+
 // MoE layer `fi` into slot set `sl`: [router | down] (this core's blocks, or all of it),
 // the router bias, this core's shared experts, moe_up. Routed experts come after routing.
 fn moe_fetch(mode: i32, fi: i32, sl: i32, me: i32,
@@ -160,9 +173,14 @@ fn moe_fetch(mode: i32, fi: i32, sl: i32, me: i32,
              mrd: vmem bf16[2][DIM, NRDC * HD], mbias: vmem bf16[2][1, NEXP],
              msw13: vmem bf16[2 * NSL][LATENT, 2 * EINTER],
              msw2: vmem bf16[2 * NSL][EINTER, LATENT], mup: vmem bf16[2][LATENT, NUPC * HD], s: sem) {
+    // Tensor parallel: every core routes; expert parallel: only the rows' homes do, and
+    // they run all the shared experts.
+    let routes = SCHEME == 0 || me < NHOME;
     if REP_RD == 1 {
-        cpb(mode, moe_router[fi], mrd[sl][:, 0:NEXP], DIM, NEXP, s);
-        cpb(mode, moe_down[fi], mrd[sl][:, EPAD:EPAD + LATENT], DIM, LATENT, s);
+        if routes {
+            cpb(mode, moe_router[fi], mrd[sl][:, 0:NEXP], DIM, NEXP, s);
+            cpb(mode, moe_down[fi], mrd[sl][:, EPAD:EPAD + LATENT], DIM, LATENT, s);
+        }
     } else {
         for j in me..NRB step NCORES {
             let c = (j - me) / NCORES * HD;
@@ -173,15 +191,23 @@ fn moe_fetch(mode: i32, fi: i32, sl: i32, me: i32,
             }
         }
     }
-    cpb1(mode, moe_bias[fi], mbias[sl], NEXP, s);
-    let sfirst = (me + NCORES - SOFF) % NCORES;
-    for e in sfirst..NSHARED step NCORES {
-        let k = sl * NSL + (e - sfirst) / NCORES;
-        cpb(mode, moe_shared_w1[fi * NSHARED + e], msw13[k][:, 0:EINTER], LATENT, EINTER, s);
-        cpb(mode, moe_shared_w3[fi * NSHARED + e], msw13[k][:, EINTER:2 * EINTER], LATENT, EINTER, s);
-        cpb(mode, moe_shared_w2[fi * NSHARED + e], msw2[k], EINTER, LATENT, s);
+    if routes {
+        cpb1(mode, moe_bias[fi], mbias[sl], NEXP, s);
+        fetch_cols(mode, moe_up[fi], mup[sl], LATENT, DIM, NUPC, me, REP_UP, s);
     }
-    fetch_cols(mode, moe_up[fi], mup[sl], LATENT, DIM, NUPC, me, REP_UP, s);
+    if SCHEME == 1 {
+        if me < NHOME {
+            for e in 0..NSHARED {
+                shared_fetch(mode, fi, e, sl * NSL + e, moe_shared_w1, moe_shared_w3, moe_shared_w2, msw13, msw2, s);
+            }
+        }
+    } else {
+        let sfirst = (me + NCORES - SOFF) % NCORES;
+        for e in sfirst..NSHARED step NCORES {
+            shared_fetch(mode, fi, e, sl * NSL + (e - sfirst) / NCORES, moe_shared_w1, moe_shared_w3, moe_shared_w2,
+                         msw13, msw2, s);
+        }
+    }
 }
 
 // The dense FFN (layer 0, fetched once).
@@ -348,12 +374,12 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
              mrd: vmem bf16[2][DIM, NRDC * HD], mbias: vmem bf16[2][1, NEXP],
              msw13: vmem bf16[2 * NSL][LATENT, 2 * EINTER],
              msw2: vmem bf16[2 * NSL][EINTER, LATENT], mup: vmem bf16[2][LATENT, NUPC * HD],
-             ew13: vmem bf16[NEL][LATENT, 2 * EINTER],
-             ew2: vmem bf16[NEL][EINTER, LATENT],
+             ew13: vmem bf16[NEW][LATENT, 2 * EINTER],
+             ew2: vmem bf16[NEW][EINTER, LATENT],
              moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
              moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
              rl_src: vmem f32[BATCH, NRDC * HD], g_rl: vmem f32[BATCH, EPAD + LATENT],
-             e_out: vmem f32[NEL][BATCH, LATENT], s_out: vmem f32[NSL][BATCH, LATENT],
+             e_out: vmem f32[NEW][BATCH, LATENT], s_out: vmem f32[NSL][BATCH, LATENT],
              g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32, f_src: vmem f32[BATCH, NUPC * HD], g_f: vmem f32[BATCH, DIM],
              eid: smem i32[BATCH * TOPK], dl: smem i32[BATCH * TOPK], dp: smem i32[BATCH * TOPK],
              seen: smem i32[NEXP], es: sem[ES], ssend: sem, r_rl: sem, r_eo: sem, r_f: sem) {
@@ -532,7 +558,7 @@ kernel k3_step(
     vmem u_src: f32[BATCH, ND13C * HD];
     vmem f_src: f32[BATCH, max(NUPC, ND2C) * HD];
     vmem lm_src: f32[BATCH, NVC * HD];
-    vmem e_out: f32[NEL][BATCH, LATENT];
+    vmem e_out: f32[NEW][BATCH, LATENT];
     vmem s_out: f32[NSL][BATCH, LATENT];
     // --- KDA weights and state, 2 slot sets
     vmem kw: bf16[2][DIM, KWC];
@@ -557,8 +583,8 @@ kernel k3_step(
     vmem msw13: bf16[2 * NSL][LATENT, 2 * EINTER];
     vmem msw2: bf16[2 * NSL][EINTER, LATENT];
     vmem mup: bf16[2][LATENT, NUPC * HD];
-    vmem ew13: bf16[NEL][LATENT, 2 * EINTER];
-    vmem ew2: bf16[NEL][EINTER, LATENT];
+    vmem ew13: bf16[NEW][LATENT, 2 * EINTER];
+    vmem ew2: bf16[NEW][EINTER, LATENT];
     // --- dense FFN and LM head (fetched once)
     vmem dw13: bf16[DIM, 2 * ND13C * HD];
     vmem dw2: bf16[DENSE_INTER, ND2C * HD];
@@ -574,6 +600,11 @@ kernel k3_step(
     sem r_o[GROT];          // the attention all-reduce's parts
     sem r_eo[GROT];         // the MoE all-reduce's parts
     sem r_sp[NSP];          // split (not replicated) projections' gathers, see OFF_*
+    sem r_ep[3 * GROT * SCHEME + 1 - SCHEME];   // expert parallel: dispatch rows, counts, f rows
+    // --- expert-parallel dispatch buffers (moe_ep.mk; a single row when SCHEME = 0)
+    vmem d_x: f32[GROT][SCHEME * NHOME * ECAP + 1 - SCHEME, LATENT];
+    smem d_tag: i32[GROT, SCHEME * NHOME * ECAP + 1 - SCHEME];
+    smem d_cnt: i32[GROT, NHOME];
 
     let me = global_core(chip_id(), core_id());
 
@@ -690,10 +721,17 @@ kernel k3_step(
                     moe_fetch(1, fi, fi % 2, me, moe_router, moe_bias, moe_down, moe_shared_w1,
                               moe_shared_w3, moe_shared_w2, moe_up, mrd, mbias, msw13, msw2, mup,
                               wf[fi % 2]);
-                    moe_layer(fi, fi % 2, me, xb, mrd, mbias, msw13, msw2, mup, ew13, ew2,
-                              moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], e_out, s_out, g_eo, p * PPE,
-                              f_src[:, 0:NUPC * HD], g_f[p], eid, dl, dp, seen, es, ssend,
-                              r_sp[(OFF_R + p) * (1 - REP_RD)], r_eo[p], r_sp[(OFF_F + p) * SPF]);
+                    if SCHEME == 1 {
+                        moe_layer_ep(fi, fi % 2, me, p, xb, mrd, mbias, msw13, msw2, mup, ew13, ew2, e_out, NEW,
+                                     moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], d_x[p], d_tag, d_cnt, g_eo, p * PPE,
+                                     f_src[:, 0:DIM], g_f[p], seen, dl, es, ssend, r_sp[(OFF_R + p) * (1 - REP_RD)],
+                                     r_ep[3 * p], r_ep[3 * p + 1], r_eo[p], r_ep[3 * p + 2]);
+                    } else {
+                        moe_layer(fi, fi % 2, me, xb, mrd, mbias, msw13, msw2, mup, ew13, ew2,
+                                  moe_w1, moe_w3, moe_w2, rl_src, g_rl[p], e_out, s_out, g_eo, p * PPE,
+                                  f_src[:, 0:NUPC * HD], g_f[p], eid, dl, dp, seen, es, ssend,
+                                  r_sp[(OFF_R + p) * (1 - REP_RD)], r_eo[p], r_sp[(OFF_F + p) * SPF]);
+                    }
                 }
             } else {
                 region "dense" {

@@ -62,7 +62,10 @@ const RB = BATCH / RG;
 const NKT = HEADS * RG;
 const NTL = (NKT + NCORES - 1) / NCORES;
 const NVC = LM_ROOT * NVB + (1 - LM_ROOT) * NVL;
-const NSL = (NSHARED + NCORES - 1) / NCORES;
+// Shared experts a core holds: tensor parallel, shared expert s on core (SOFF + s) % NCORES;
+// expert parallel, every home (cores 0 .. NHOME-1, one per batch row up to NCORES) all of them.
+const NHOME = min(BATCH, NCORES);
+const NSL = SCHEME * NSHARED + (1 - SCHEME) * ((NSHARED + NCORES - 1) / NCORES);
 const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
 // Which projections are replicated (1) or column-split (0), and the blocks a core holds.
 const REP_LAT = DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES;
