@@ -116,9 +116,11 @@ def _make_op(instr: Instr, values: dict, profile: HardwareProfile, units: dict) 
         elif effect == "mxu_push":
             dsts.append(mxu_slot(profile, x, "lhs"))
         elif effect == "mxu_mac":
-            srcs += [mxu_slot(profile, x, "w"), mxu_slot(profile, x, "lhs"),
-                     mxu_slot(profile, x, "acc", values["acc"])]
-            dsts.append(mxu_slot(profile, x, "acc", values["acc"]))
+            # The array adds into the accumulator where its rows leave it, in order: a
+            # mac into an accumulator does not wait for the previous one into it (the
+            # unit's in-order occupancy keeps their order); mxu.pop waits for the last.
+            srcs += [mxu_slot(profile, x, "w"), mxu_slot(profile, x, "lhs")]
+            acc_dst = mxu_slot(profile, x, "acc", values["acc"])
         elif effect == "mxu_pop":
             srcs.append(mxu_slot(profile, x, "acc", values["acc"]))
         unit = units[f"mxu{x}"]
@@ -129,6 +131,8 @@ def _make_op(instr: Instr, values: dict, profile: HardwareProfile, units: dict) 
     # In-order issue also waits for an earlier, slower write to the same register
     # (write-after-write), so a result can never be overtaken.
     srcs += [d for d in dsts if d not in srcs]
+    if effect == "mxu_mac":
+        dsts.append(acc_dst)
     if instr.timing is None:
         latency = occupancy = 0
     else:
