@@ -119,6 +119,7 @@ class Machine:
         self.launch_cycles: list[int] = []
         self.region_cycles: dict[str, int] = {}    # summed over cores
         self.region_entries: dict[str, int] = {}   # summed over cores
+        self.core_region_entries: list[dict[str, int]] = [{} for _ in self.cores]   # per core
         self.dma_wait_cycles: dict[str, int] = {}  # waits ended by a DMA, by innermost region
         self.idle_cycles = 0                       # halted cores waiting for the launch to end
         # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
@@ -225,8 +226,10 @@ class Machine:
         for core in self.cores:
             for rid, cycles in core.region_cycles.items():
                 self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
+            mine = self.core_region_entries[core.gid]
             for rid, count in core.region_entries.items():
                 self.region_entries[name(rid)] = self.region_entries.get(name(rid), 0) + count
+                mine[name(rid)] = mine.get(name(rid), 0) + count
             for rid, cycles in core.dma_wait_cycles.items():
                 self.dma_wait_cycles[name(rid)] = self.dma_wait_cycles.get(name(rid), 0) + cycles
             self.idle_cycles += self.now - core.end_time
@@ -591,7 +594,8 @@ class Machine:
                 stalls[reason] = stalls.get(reason, 0) + cycles
             per_core.append({"chip": core.chip, "core": core.index, "instructions": core.instructions,
                              "unit_busy_cycles": {n: c for n, c in zip(names, core.unit_busy) if n in busy},
-                             "stall_cycles": dict(core.stalls)})
+                             "stall_cycles": dict(core.stalls),
+                             "region_entries": dict(self.core_region_entries[core.gid])})
         return RunResult(
             cycles=self.now, seconds=self.profile.cycles_to_seconds(self.now),
             instructions=sum(c.instructions for c in self.cores), unit_busy_cycles=busy,

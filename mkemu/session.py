@@ -30,6 +30,7 @@ class MachineInfo:
     hop_latency_s: float
     kernel_launch_s: float
     dma_start_latency_s: float
+    far_path_s: float                  # the longest core-to-core path latency of the machine
 
     @property
     def cores(self) -> int:
@@ -38,6 +39,9 @@ class MachineInfo:
 
 def machine_info(profile, mesh) -> MachineInfo:
     p = profile
+    # From a corner chip (chip 0) the farthest chip is the mesh's diameter away.
+    far_hops = max(mesh.hops(0, chip) for chip in range(mesh.num_chips))
+    far_cycles = max(far_hops * p.hop_latency_cycles, p.sibling_latency_cycles if p.cores_per_chip > 1 else 0)
     return MachineInfo(
         hw=p.name, chips=mesh.num_chips, cores_per_chip=p.cores_per_chip,
         mesh=tuple(mesh.dims), clock_hz=p.clock_hz,
@@ -45,7 +49,8 @@ def machine_info(profile, mesh) -> MachineInfo:
         dma_engine_bw_bytes_per_s=p.dma_engine_bw_bytes_per_cycle * p.clock_hz,
         hop_latency_s=p.cycles_to_seconds(p.hop_latency_cycles),
         kernel_launch_s=p.cycles_to_seconds(p.kernel_launch_cycles),
-        dma_start_latency_s=p.cycles_to_seconds(p.dma_start_latency_cycles))
+        dma_start_latency_s=p.cycles_to_seconds(p.dma_start_latency_cycles),
+        far_path_s=p.cycles_to_seconds(far_cycles))
 
 
 class Session:
@@ -84,17 +89,10 @@ class Session:
         last, self._last = self._last, result
         if last is None:
             return result
-        delta = {}
-        for key, value in result.items():
-            before = last.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                delta[key] = value - before
-            elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
-                delta[key] = {k: v - before.get(k, 0) for k, v in value.items()}
-            elif key == "launch_cycles":
-                delta[key] = value[len(before):]
-            else:
-                delta[key] = value
+        delta = _delta(result, last)
+        delta["launch_cycles"] = result["launch_cycles"][len(last["launch_cycles"]):]
+        delta["per_core"] = [_delta(now, then, keep=("chip", "core"))
+                             for now, then in zip(result["per_core"], last["per_core"])]
         return delta
 
     def _buffer(self, name: str):
@@ -103,3 +101,20 @@ class Session:
         except KeyError:
             known = ", ".join(sorted(b.name for b in self.program.buffers))
             raise ConfigError(f"the program has no HBM buffer {name!r} (it has: {known})", key=name) from None
+
+
+def _delta(now: dict, then: dict, keep: tuple[str, ...] = ()) -> dict:
+    """Counters of `now` minus those of `then` (numbers and dicts of numbers; the rest,
+    and the keys in `keep`, as in `now`)."""
+    out = {}
+    for key, value in now.items():
+        before = then.get(key)
+        if key in keep:
+            out[key] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = value - before
+        elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
+            out[key] = {k: v - before.get(k, 0) for k, v in value.items()}
+        else:
+            out[key] = value
+    return out

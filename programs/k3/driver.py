@@ -160,11 +160,16 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
     launches = session.launches_per_run
     cores = info.cores
     bw_all = info.chips * min(info.hbm_bw_bytes_per_s, info.cores_per_chip * info.dma_engine_bw_bytes_per_s)
-    entries = _sum_dicts(f["region_entries"] for f in per_step)
-    phases = sum(v for k, v in entries.items() if k in COLLECTIVE_REGIONS) / n / cores
-    # Each collective phase needs at least one DMA start and one hop on the critical path.
+    # Collective phases on the critical path: those of the core that goes through the most.
+    per_core_entries = [_sum_dicts(f["per_core"][c]["region_entries"] for f in per_step) for c in range(cores)]
+    phases = max(sum(v for k, v in e.items() if k in COLLECTIVE_REGIONS) for e in per_core_entries) / n
+    # A phase needs at least one DMA start and one hop; one that reaches the farthest
+    # core of the machine, as the programs' all-reduces and all-gathers do, needs the
+    # longest path instead.
+    hbm_floor_us = hbm / bw_all * 1e6
     collective_floor_us = phases * (info.dma_start_latency_s + info.hop_latency_s) * 1e6
-    floor_us = hbm / bw_all * 1e6 + collective_floor_us
+    mesh_floor_us = phases * (info.dma_start_latency_s + info.far_path_s) * 1e6
+    floor_us = hbm_floor_us + collective_floor_us
 
     def per_core_us(cyc):
         return cyc / cores / info.clock_hz * 1e6
@@ -190,7 +195,13 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
         "hbm_bytes_per_step": hbm,
         "hbm_bw_fraction": hbm / (us * 1e-6) / (info.chips * info.hbm_bw_bytes_per_s) if us else 0.0,
         "floor_us_per_step": floor_us, "fraction_of_floor": floor_us / us if us else 0.0,
+        "floor_breakdown_us": {"hbm": hbm_floor_us, "collectives": collective_floor_us,
+                               "collectives_across_mesh": mesh_floor_us},
+        "mesh_floor_us_per_step": hbm_floor_us + mesh_floor_us,
+        "fraction_of_mesh_floor": (hbm_floor_us + mesh_floor_us) / us if us else 0.0,
         "collective_phases_per_step": phases,
+        "phase_floor_us": {"one_hop": (info.dma_start_latency_s + info.hop_latency_s) * 1e6,
+                           "across_mesh": (info.dma_start_latency_s + info.far_path_s) * 1e6},
         "kernels_per_step": launches,
         "breakdown_us": breakdown,
         "instructions_per_step": sum(f["instructions"] for f in per_step) / n,
@@ -240,6 +251,8 @@ def render(report: dict) -> str:
         f"floor (HBM bytes / bandwidth + {report['collective_phases_per_step']:.0f} collective phases x "
         f"(DMA start + hop)): {report['floor_us_per_step']:.2f} us "
         f"-> {report['fraction_of_floor'] * 100:.1f}% of the floor reached",
+        f"  with every phase crossing the mesh ({report['phase_floor_us']['across_mesh']:.2f} us each): "
+        f"{report['mesh_floor_us_per_step']:.2f} us -> {report['fraction_of_mesh_floor'] * 100:.1f}%",
         f"kernels launched per step: {report['kernels_per_step']}",
         "time per step, per core: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} us" for k, v in b.items()),
     ]
