@@ -400,8 +400,8 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
                 eid[b * TOPK + j] = scalar(topi[b:b + 1, j:j + 1]);
             }
         }
-        for e in 0..NEXP {
-            seen[e] = -1;
+        for q in 0..BATCH * TOPK {
+            seen[eid[q]] = -1;      // only the chosen entries are read below
         }
         for q in 0..BATCH * TOPK {
             let e = eid[q];
