@@ -151,15 +151,29 @@ def _run_options(args, file: str):
                       driver={k: v for k, v in driver.items() if v not in (None, False)})
 
 
-def _progress(done: int, total: int, figures: dict) -> None:
-    if sys.stderr.isatty():
-        print(f"\rstep {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+class _Progress:
+    """Per-step progress of a driver run on stderr: a line rewritten in place on a
+    terminal; otherwise (a pipe, a log) one line per step once the run has taken more
+    than a few seconds, so short runs stay quiet."""
+
+    QUIET_S = 3.0
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self, done: int, total: int, figures: dict) -> None:
+        wall = time.perf_counter() - self.start
+        text = f"step {done}/{total}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
+        if sys.stderr.isatty():
+            print(f"\r{text}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif wall > self.QUIET_S:
+            print(text, file=sys.stderr, flush=True)
 
 
 def cmd_run(args) -> int:
     from mkemu.run import execute
 
-    report, render = execute(_run_options(args, args.file), progress=_progress)
+    report, render = execute(_run_options(args, args.file), progress=_Progress())
     if args.json:
         print(json.dumps(report, default=_json_default))
     else:
@@ -170,7 +184,7 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from mkemu.run import compare_text, execute
 
-    reports = [execute(_run_options(args, file), progress=_progress)[0] for file in (args.a, args.b)]
+    reports = [execute(_run_options(args, file), progress=_Progress())[0] for file in (args.a, args.b)]
     if args.json:
         print(json.dumps({"a": reports[0], "b": reports[1]}, default=_json_default))
     else:
