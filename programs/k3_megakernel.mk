@@ -21,7 +21,7 @@ const GROT = 2;
 // Routed-expert fetches in flight per core (es[li % ES]).
 const ES = 2;
 // Routed-expert weight and output slots: distinct experts a core may run in one layer.
-const NEW = max(NEL, SCHEME * NDE);
+const NEW = max(NEL, SCHEME * EP_NDE);
 // Receive semaphores of the gathers that are split (not replicated) in this build, two
 // per site (layer parity), packed into one array r_sp; a replicated site uses none.
 const SPF = max(1 - REP_UP, 1 - REP_D2);
@@ -602,8 +602,8 @@ kernel k3_step(
     sem r_sp[NSP];          // split (not replicated) projections' gathers, see OFF_*
     sem r_ep[3 * GROT * SCHEME + 1 - SCHEME];   // expert parallel: dispatch rows, counts, f rows
     // --- expert-parallel dispatch buffers (moe_ep.mk; a single row when SCHEME = 0)
-    vmem d_x: f32[GROT][SCHEME * NHOME * ECAP + 1 - SCHEME, LATENT];
-    smem d_tag: i32[GROT, SCHEME * NHOME * ECAP + 1 - SCHEME];
+    vmem d_x: f32[GROT][SCHEME * NHOME * EP_CAP + 1 - SCHEME, LATENT];
+    smem d_tag: i32[GROT, SCHEME * NHOME * EP_CAP + 1 - SCHEME];
     smem d_cnt: i32[GROT, NHOME];
 
     let me = global_core(chip_id(), core_id());

@@ -3,18 +3,23 @@
 // The host launches, for every layer in order: norm, each projection, each all-gather,
 // the KDA conv, gating, state update and output norm (or MLA latent norms + cache row,
 // absorbed attention), each head's part of the output projection, the attention
-// all-reduce, residual add, norm, then the dense FFN or the MoE (router, top-k, each
-// routed-expert slot, each shared expert, the MoE all-reduce of their outputs, moe_up),
-// residual add; then the final norm, LM head and its gather. Every intermediate goes to
-// HBM and comes back in the next kernel; every launch pays the profile's launch
-// overhead. Same maths (programs/k3/model.mk) and the same bits as the megakernel; the
-// kernel bodies are in programs/k3/ops.mk and below.
+// all-reduce, residual add, norm, then the dense FFN or the MoE, residual add; then the
+// final norm, LM head and its gather. The MoE is picked at compile time by SCHEME
+// (programs/k3/shard.mk): tensor parallel (0: router, top-k, each routed-expert slot,
+// each shared expert, the MoE all-reduce of their outputs, moe_up, its gather) or expert
+// parallel (1: router, top-k, the all-to-all dispatch, the owners' experts with the
+// combine's return, each shared expert at the rows' homes, the homes' psum, moe_up on
+// the homes' rows, their gather). Every intermediate goes to HBM and comes back in the
+// next kernel; every launch pays the profile's launch overhead. Same maths
+// (programs/k3/model.mk) and the same bits as the megakernel; the kernel bodies are in
+// programs/k3/ops.mk, programs/k3/ep_ops.mk (expert parallel) and below.
 //
 // The launch sequence is fixed at compile time, so the layer layout is the K3 one:
 // dense FFN at layer 0, gated MLA at layers l % 4 == 3 and the last layer, KDA elsewhere.
 import "k3/model.mk";
 import "k3/shard.mk";
 import "k3/ops.mk";
+import "k3/ep_ops.mk";
 
 reference "k3/driver.py:drive";
 
@@ -441,14 +446,10 @@ kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK], topw: hbm 
                 start copy(topw, wv, s);
                 wait copy(topi, ti, s);
                 let e = fi * NEXP + ti[b, j];
-                start copy(w1[e], v13[:, 0:EINTER], s);
-                start copy(w3[e], v13[:, EINTER:2 * EINTER], s);
-                start copy(w2[e], v2, s);
+                ffn_weights(0, w1, w3, w2, NMOE * NEXP, e, v13, v2, s);
                 wait copy(xl, xv, s);
                 wait copy(topw, wv, s);
-                wait copy(w1[e], v13[:, 0:EINTER], s);
-                wait copy(w3[e], v13[:, EINTER:2 * EINTER], s);
-                wait copy(w2[e], v2, s);
+                ffn_weights(1, w1, w3, w2, NMOE * NEXP, e, v13, v2, s);
                 xb = bf16(xv);
                 gated_ffn(xb, v13, v2, ub, y, LATENT, EINTER, LATENT);
                 y[b:b + 1, :] = wv[b:b + 1, j:j + 1] * y[b:b + 1, :];
@@ -459,8 +460,10 @@ kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH, TOPK], topw: hbm 
     }
 }
 
-// Shared expert s (rows r = (TOPK + s)*BATCH + b on core r % NCORES; each owner computes
-// the whole batch and writes its rows).
+// Shared expert s: row b of part TOPK + s (row r0 + b of eo, r0 = (TOPK + s)*BATCH) on
+// core (rb + b) % NCORES, rb = r0 for the tensor-parallel all-reduce (core r % NCORES makes
+// row r) and rb = 0 for expert parallelism (the row's home makes it, next to its routed
+// parts). Each of those cores computes the whole batch and writes its rows.
 kernel shared_expert(xl: hbm f32[BATCH, LATENT], w1: hbm bf16[NMOE * NSHARED, LATENT, EINTER],
                      w3: hbm bf16[NMOE * NSHARED, LATENT, EINTER], w2: hbm bf16[NMOE * NSHARED, EINTER, LATENT],
                      eo: hbm f32[NROWS_EO, LATENT], fi: i32, sx: i32) {
@@ -473,28 +476,51 @@ kernel shared_expert(xl: hbm f32[BATCH, LATENT], w1: hbm bf16[NMOE * NSHARED, LA
     sem s;
     let me = global_core(chip_id(), core_id());
     let r0 = (TOPK + sx) * BATCH;
+    let rb = (1 - SCHEME) * r0;
     let e = fi * NSHARED + sx;
     region "experts" {
-        if (me + NCORES - r0 % NCORES) % NCORES < BATCH {
+        if (me + NCORES - rb % NCORES) % NCORES < BATCH {
             start copy(xl, xv, s);
-            start copy(w1[e], v13[:, 0:EINTER], s);
-            start copy(w3[e], v13[:, EINTER:2 * EINTER], s);
-            start copy(w2[e], v2, s);
+            ffn_weights(0, w1, w3, w2, NMOE * NSHARED, e, v13, v2, s);
             wait copy(xl, xv, s);
-            wait copy(w1[e], v13[:, 0:EINTER], s);
-            wait copy(w3[e], v13[:, EINTER:2 * EINTER], s);
-            wait copy(w2[e], v2, s);
+            ffn_weights(1, w1, w3, w2, NMOE * NSHARED, e, v13, v2, s);
             xb = bf16(xv);
             gated_ffn(xb, v13, v2, ub, y, LATENT, EINTER, LATENT);
-            for r in r0..r0 + BATCH {
-                if r % NCORES == me {
-                    start copy(y[r - r0 +: 1, :], eo[r +: 1, :], s);
-                    wait copy(y[r - r0 +: 1, :], eo[r +: 1, :], s);
+            for b in 0..BATCH {
+                if (rb + b) % NCORES == me {
+                    start copy(y[b +: 1, :], eo[r0 + b +: 1, :], s);
+                    wait copy(y[b +: 1, :], eo[r0 + b +: 1, :], s);
                 }
             }
         }
     }
 }
+
+// ------------------------------------------------------- MoE, expert parallel (SCHEME = 1)
+// The bodies and the buffer layouts are in programs/k3/ep_ops.mk.
+
+// The homes send their rows' latent inputs to the experts' owners (the all-to-all with counts).
+kernel ep_dispatch(topi: hbm i32[BATCH, TOPK], xl: hbm f32[BATCH, LATENT],
+                   ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i32[CORES_PER_CHIP * EP_INBOX],
+                   ep_cnt: hbm i32[CORES_PER_CHIP * NHOME]) {
+    op_ep_dispatch(topi, xl, ep_x, ep_tag, ep_cnt);
+}
+// The owners run the experts they received rows for and send the results to the rows' homes.
+kernel ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i32[CORES_PER_CHIP * EP_INBOX],
+                  ep_cnt: hbm i32[CORES_PER_CHIP * NHOME], w1: hbm bf16[NMOE * NEXP, LATENT, EINTER],
+                  w3: hbm bf16[NMOE * NEXP, LATENT, EINTER], w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
+                  eo: hbm f32[NROWS_EO, LATENT], fi: i32) {
+    op_ep_experts(ep_x, ep_tag, ep_cnt, w1, w3, w2, eo, fi);
+}
+// The homes weight the routed parts and psum them with the shared experts' into z.
+kernel ep_combine(eo: hbm f32[NROWS_EO, LATENT], topw: hbm f32[BATCH, TOPK], z: hbm f32[BATCH, LATENT]) {
+    op_ep_combine(eo, topw, z);
+}
+// moe_up on the rows' homes, then the rows all-gathered.
+kernel proj_rows_lat_dim(x: hbm f32[BATCH, LATENT], w: hbm bf16[LATENT, DIM], y: hbm f32[BATCH, DIM]) {
+    op_proj_rows(x, w, y, LATENT, DIM);
+}
+kernel gather_rows_dim(y: hbm f32[BATCH, DIM]) { op_gather_rows(y, DIM); }
 
 // ------------------------------------------------------------------------- host
 
@@ -577,6 +603,10 @@ host {
     hbm e_topi: i32[BATCH, TOPK];
     hbm e_topw: f32[BATCH, TOPK];
     hbm e_out: f32[NROWS_EO, LATENT];
+    // expert-parallel inboxes: rows, tags and counts of each core of the chip (ep_ops.mk)
+    hbm ep_x: f32[CORES_PER_CHIP * EP_INBOX, LATENT];
+    hbm ep_tag: i32[CORES_PER_CHIP * EP_INBOX];
+    hbm ep_cnt: i32[CORES_PER_CHIP * NHOME];
     hbm e_z: f32[BATCH, LATENT];
     hbm f_out: f32[BATCH, DIM];
     output logits: f32[BATCH, VOCAB];
@@ -624,6 +654,7 @@ host {
             launch swiglu(d_a, d_b, d_u);
             launch gather_inter(d_u);
             launch proj_inter_dim(d_u, dense_w2[0], f_out);
+            launch gather_dim(f_out);
         } else {
             let fi = l - 1;
             launch proj_router(xn, moe_router[fi], e_rl);
@@ -631,16 +662,27 @@ host {
             launch proj_dim_lat(xn, moe_down[fi], e_xl);
             launch gather_lat(e_xl);
             launch topk(e_rl, moe_bias[fi], e_topi, e_topw);
-            for j in 0..TOPK {
-                launch expert(e_xl, e_topi, e_topw, moe_w1, moe_w3, moe_w2, e_out, fi, j);
+            if SCHEME == 1 {
+                launch ep_dispatch(e_topi, e_xl, ep_x, ep_tag, ep_cnt);
+                launch ep_experts(ep_x, ep_tag, ep_cnt, moe_w1, moe_w3, moe_w2, e_out, fi);
+            } else {
+                for j in 0..TOPK {
+                    launch expert(e_xl, e_topi, e_topw, moe_w1, moe_w3, moe_w2, e_out, fi, j);
+                }
             }
             for sx in 0..NSHARED {
                 launch shared_expert(e_xl, moe_shared_w1, moe_shared_w3, moe_shared_w2, e_out, fi, sx);
             }
-            launch allreduce_moe(e_out, e_z);
-            launch proj_lat_dim(e_z, moe_up[fi], f_out);
+            if SCHEME == 1 {
+                launch ep_combine(e_out, e_topw, e_z);
+                launch proj_rows_lat_dim(e_z, moe_up[fi], f_out);
+                launch gather_rows_dim(f_out);
+            } else {
+                launch allreduce_moe(e_out, e_z);
+                launch proj_lat_dim(e_z, moe_up[fi], f_out);
+                launch gather_dim(f_out);
+            }
         }
-        launch gather_dim(f_out);
         launch residual(h, f_out, dbg_ffn[l]);
     }
     launch norm_dim(h, final_norm, xn);

@@ -26,40 +26,34 @@ import "shard.mk";
 import "allreduce.mk";
 import "gather.mk";
 
-const RH = (BATCH + NCORES - 1) / NCORES;      // rows per home, at most
-const ECAP = RH * TOPK;                        // rows one home can dispatch to one owner
-const NDE = min((NEXP + NCORES - 1) / NCORES, BATCH * TOPK);   // distinct experts per owner
-const TAGR = TOPK * BATCH;                     // tag = expert * TAGR + slot * BATCH + row
-const XROW = LATENT * 4;                       // bytes of one dispatched or combined row
-
 assert SCHEME == 0 || REP_UP == 1,
     "SCHEME=1 applies moe_up at the rows' homes: REPL_BYTES must be at least moe_up's size";
 
 // Home: dispatch each of its rows' TOPK choices to the experts' owners (xl row + tag, then
 // one count per core); returns the bytes this core sent to other cores in `sent`.
 fn ep_dispatch(me: i32, topi: vmem i32[BATCH, TOPK], xl: vmem f32[BATCH, LATENT],
-               d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem i32[GROT, NHOME * ECAP],
-               d_cnt: smem i32[GROT, NHOME], p: i32, ct: smem i32[NCORES], tg: smem i32[ECAP],
+               d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
+               d_cnt: smem i32[GROT, NHOME], p: i32, ct: smem i32[NCORES], tg: smem i32[EP_CAP],
                sent: smem i32[1], ssend: sem, r_d: sem, r_cnt: sem) {
     for o in 0..NCORES {
         ct[o] = 0;
     }
-    for k in 0..RH {
+    for k in 0..EP_RH {
         let b = me + k * NCORES;
         if b < BATCH {
             for j in 0..TOPK {
                 let e = scalar(topi[b:b + 1, j:j + 1]);
                 let o = e % NCORES;
-                let q = me * ECAP + ct[o];
+                let q = me * EP_CAP + ct[o];
                 let t = k * TOPK + j;
-                tg[t] = e * TAGR + j * BATCH + b;
+                tg[t] = e * EP_TAGR + j * BATCH + b;
                 if o == me {
                     start copy(xl[b:b + 1, :], d_x[q:q + 1, :], r_d);
                     start copy(tg[t +: 1], d_tag[p, q +: 1], r_d);
                 } else {
                     start copy(xl[b:b + 1, :], d_x[q:q + 1, :] @ o, ssend, r_d);
                     start copy(tg[t +: 1], d_tag[p, q +: 1] @ o, ssend, r_d);
-                    sent[0] = sent[0] + XROW + 4;
+                    sent[0] = sent[0] + EP_ROW + 4;
                 }
                 ct[o] = ct[o] + 1;
             }
@@ -79,7 +73,7 @@ fn ep_dispatch(me: i32, topi: vmem i32[BATCH, TOPK], xl: vmem f32[BATCH, LATENT]
 
 // Owner: wait for every home's count and the rows they announce, run each distinct expert
 // once on its rows, send each result row to slot j, row b of its home's parts g_eo.
-fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem i32[GROT, NHOME * ECAP],
+fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
               d_cnt: smem i32[GROT, NHOME], p: i32, g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32,
               moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
               moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
@@ -89,7 +83,7 @@ fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem
     vmem xin: f32[BATCH, LATENT];
     vmem xlb: bf16[BATCH, LATENT];
     vmem ub: bf16[BATCH, EINTER];
-    smem dq: i32[NHOME * ECAP];
+    smem dq: i32[NHOME * EP_CAP];
     smem mt: i32[BATCH];
     var nin: i32 = 0;
     var nd: i32 = 0;
@@ -98,19 +92,19 @@ fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem
         for hm in 0..NHOME {
             nin += d_cnt[p, hm];
         }
-        wait(r_d, nin * (XROW + 4));
+        wait(r_d, nin * (EP_ROW + 4));
     }
     region "experts" {
         // Distinct experts in order of arrival (home, then position): dl[i]; dq[q] = i.
         for hm in 0..NHOME {
             for k in 0..d_cnt[p, hm] {
-                seen[d_tag[p, hm * ECAP + k] / TAGR] = -1;
+                seen[d_tag[p, hm * EP_CAP + k] / EP_TAGR] = -1;
             }
         }
         for hm in 0..NHOME {
             for k in 0..d_cnt[p, hm] {
-                let q = hm * ECAP + k;
-                let e = d_tag[p, q] / TAGR;
+                let q = hm * EP_CAP + k;
+                let e = d_tag[p, q] / EP_TAGR;
                 if seen[e] < 0 {
                     seen[e] = nd;
                     dl[nd] = e;
@@ -131,10 +125,10 @@ fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem
             var m: i32 = 0;
             for hm in 0..NHOME {
                 for k in 0..d_cnt[p, hm] {
-                    let q = hm * ECAP + k;
+                    let q = hm * EP_CAP + k;
                     if dq[q] == i {
                         xin[m:m + 1, :] = d_x[q:q + 1, :];
-                        mt[m] = d_tag[p, q] % TAGR;
+                        mt[m] = d_tag[p, q] % EP_TAGR;
                         m += 1;
                     }
                 }
@@ -158,7 +152,7 @@ fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem
                     start copy(e_out[i][r:r + 1, :], g_eo[pbase + j][b:b + 1, :], r_eo);
                 } else {
                     start copy(e_out[i][r:r + 1, :], g_eo[pbase + j][b:b + 1, :] @ home, ssend, r_eo);
-                    sent[0] = sent[0] + XROW;
+                    sent[0] = sent[0] + EP_ROW;
                 }
             }
         }
@@ -176,7 +170,7 @@ fn moe_layer_ep(fi: i32, sl: i32, me: i32, p: i32, xb: vmem bf16[BATCH, DIM],
                 moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
                 moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
                 rl_src: vmem f32[BATCH, NRDC * HD], g_rl: vmem f32[BATCH, EPAD + LATENT],
-                d_x: vmem f32[NHOME * ECAP, LATENT], d_tag: smem i32[GROT, NHOME * ECAP],
+                d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
                 d_cnt: smem i32[GROT, NHOME], g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32,
                 f_src: vmem f32[BATCH, DIM], g_f: vmem f32[BATCH, DIM],
                 seen: smem i32[NEXP], dl: smem i32[BATCH * TOPK], es: sem[ES], ssend: sem, r_rl: sem,
@@ -188,7 +182,7 @@ fn moe_layer_ep(fi: i32, sl: i32, me: i32, p: i32, xb: vmem bf16[BATCH, DIM],
     vmem ub: bf16[BATCH, EINTER];
     vmem zb: bf16[BATCH, LATENT];
     smem ct: i32[NCORES];
-    smem tg: i32[ECAP];
+    smem tg: i32[EP_CAP];
     smem sent: i32[1];
     sent[0] = 0;
     region "router" {
@@ -215,10 +209,10 @@ fn moe_layer_ep(fi: i32, sl: i32, me: i32, p: i32, xb: vmem bf16[BATCH, DIM],
         }
         let mine = (BATCH - me + NCORES - 1) / NCORES;
         region "alltoall" {
-            wait(r_eo, mine * TOPK * XROW);
+            wait(r_eo, mine * TOPK * EP_ROW);
         }
         region "combine" {
-            for k in 0..RH {
+            for k in 0..EP_RH {
                 let b = me + k * NCORES;
                 if b < BATCH {
                     for j in 0..TOPK {
@@ -230,7 +224,7 @@ fn moe_layer_ep(fi: i32, sl: i32, me: i32, p: i32, xb: vmem bf16[BATCH, DIM],
             zb = bf16(g_eo[pbase]);
         }
         f_src = matmul(zb, mup[sl][:, 0:DIM]);
-        for k in 0..RH {
+        for k in 0..EP_RH {
             let b = me + k * NCORES;
             if b < BATCH {
                 push_all(f_src[b:b + 1, :], g_f[b:b + 1, :], 1, DIM, me, NCORES, ssend, r_f);

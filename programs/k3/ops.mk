@@ -218,3 +218,21 @@ fn op_residual(h: hbm f32[BATCH, DIM], a: hbm f32[BATCH, DIM], dbg: hbm f32[BATC
         wait copy(hv, h, s);
     }
 }
+
+// ------------------------------------------------------------------------ MoE
+
+// Start (mode 0) or wait for (mode 1) the fetch of expert g's weights: w1 | w3 side by side
+// into v13, w2 into v2 (gated_ffn's layout). n experts per array.
+fn ffn_weights(mode: i32, w1: hbm bf16[n, LATENT, EINTER], w3: hbm bf16[n, LATENT, EINTER],
+               w2: hbm bf16[n, EINTER, LATENT], n: i32, g: i32, v13: vmem bf16[LATENT, 2 * EINTER],
+               v2: vmem bf16[EINTER, LATENT], s: sem) {
+    if mode == 0 {
+        start copy(w1[g], v13[:, 0:EINTER], s);
+        start copy(w3[g], v13[:, EINTER:2 * EINTER], s);
+        start copy(w2[g], v2, s);
+    } else {
+        wait copy(w1[g], v13[:, 0:EINTER], s);
+        wait copy(w3[g], v13[:, EINTER:2 * EINTER], s);
+        wait copy(w2[g], v2, s);
+    }
+}

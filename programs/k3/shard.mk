@@ -66,6 +66,15 @@ const NVC = LM_ROOT * NVB + (1 - LM_ROOT) * NVL;
 // expert parallel, every home (cores 0 .. NHOME-1, one per batch row up to NCORES) all of them.
 const NHOME = min(BATCH, NCORES);
 const NSL = SCHEME * NSHARED + (1 - SCHEME) * ((NSHARED + NCORES - 1) / NCORES);
+// Expert-parallel capacities (both programs). A home's TOPK experts of one row are
+// distinct but may share an owner, so in the worst case every slot of every row of a home
+// goes to one owner: EP_CAP slots per (home, owner) pair never overflow, and every count
+// lies in 0 .. EP_CAP.
+const EP_RH = (BATCH + NCORES - 1) / NCORES;    // rows a home has, at most
+const EP_CAP = EP_RH * TOPK;                    // rows one home can send one owner
+const EP_NDE = min((NEXP + NCORES - 1) / NCORES, BATCH * TOPK);   // distinct experts per owner
+const EP_TAGR = TOPK * BATCH;                   // tag = expert * EP_TAGR + slot * BATCH + row
+const EP_ROW = LATENT * 4;                      // bytes of one dispatched or returned row
 const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
 // Which projections are replicated (1) or column-split (0), and the blocks a core holds.
 const REP_LAT = DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES;

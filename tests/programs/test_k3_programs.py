@@ -19,10 +19,13 @@ def run_json(capsys, *args) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-@pytest.mark.parametrize("mesh,batch", [("1", 1), ("2x2x2", 4)])
-def test_k3_tiny_logits_bit_exact_every_step(capsys, program, mesh, batch):
+@pytest.mark.parametrize("scheme", [0, 1])
+@pytest.mark.parametrize("mesh,batch", [("1", 1), ("1", 4), ("2x2x2", 1), ("2x2x2", 4)])
+def test_k3_tiny_logits_bit_exact_every_step(capsys, program, scheme, mesh, batch):
+    """Tensor-parallel (SCHEME=0) and expert-parallel (SCHEME=1) sharding, one chip and
+    eight: every step's logits equal the reference's, so all of them equal each other."""
     code, report = run_json(capsys, program, "--model", "k3-tiny", "--mesh", mesh, "--batch", str(batch),
-                            "--prompt-len", "2", "--steps", "4")
+                            "--prompt-len", "2", "--steps", "4", "--set", f"SCHEME={scheme}")
     assert code == 0, report["mismatch"]
     assert report["bit_exact"] is True
     assert report["steps_run"] == 5 and report["batch"] == batch
