@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mkemu.isa.numerics import f32_to_bf16_bits
+
 
 class Trap(Exception):
     """A fault found while executing one instruction; the machine adds the context."""
@@ -53,6 +55,11 @@ def row_view(mem: np.ndarray, name: str, addr: int, stride: int, row_bytes: int,
     return mem[addr + np.arange(rows)[:, None] * stride + np.arange(row_bytes)[None, :]]
 
 
+def _whole_rows_inside(mem: np.ndarray, addr: int, stride: int, size: int) -> bool:
+    """All 8 rows of 128 elements at addr, stride bytes apart, are inside mem and do not overlap."""
+    return stride >= LANES * size and addr >= 0 and addr + (ROWS - 1) * stride + LANES * size <= mem.size
+
+
 def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
               mask: np.ndarray | None, rect: tuple[int, int] | None = None) -> np.ndarray:
     """Load 8x128 elements as uint32 bits ("w": words, "bf16": widened to f32 bits).
@@ -62,6 +69,16 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
     size = 4 if elem == "w" else 2
     _align(name, addr, stride, size)
     dtype = np.uint32 if size == 4 else np.uint16
+    if stride == 0 and (mask is None or rect is not None):
+        # One row read into every row (a vector broadcast over the batch rows).
+        rows, lanes = (ROWS, LANES) if mask is None else rect
+        bits = np.zeros((ROWS, LANES), np.uint32)
+        if rows and lanes:
+            _check(mem, name, addr, addr + lanes * size)
+            bits[:rows, :lanes] = mem[addr:addr + lanes * size].view(dtype)
+            if size == 2:
+                bits <<= 16
+        return bits
     if mask is None:
         bits = row_view(mem, name, addr, stride, LANES * size).view(dtype)
     elif rect is not None:
@@ -69,6 +86,9 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
         rows, lanes = rect
         if rows and lanes:
             bits[:rows, :lanes] = row_view(mem, name, addr, stride, lanes * size, rows).view(dtype)
+    elif _whole_rows_inside(mem, addr, stride, size):
+        # Every lane of the 8 rows lies inside, so no active lane can be out of bounds.
+        bits = np.where(mask, row_view(mem, name, addr, stride, LANES * size).view(dtype), dtype(0))
     else:
         bits = np.zeros((ROWS, LANES), dtype)
         rows, lanes = np.nonzero(mask)
@@ -85,8 +105,6 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
 def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
                bits: np.ndarray, mask: np.ndarray | None, rect: tuple[int, int] | None = None) -> None:
     """Store 8x128 uint32 bits; "bf16" rounds the f32 values to nearest even."""
-    from mkemu.isa.numerics import f32_to_bf16_bits
-
     size = 4 if elem == "w" else 2
     _align(name, addr, stride, size)
     if mask is None:
@@ -99,7 +117,21 @@ def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
             view = row_view(mem, name, addr, stride, lanes * size, rows)
             view.view(data.dtype)[...] = data
         return
+    if rect is not None and stride == 0:
+        # Every row lands on the same bytes: the last one wins (a one-row buffer's store).
+        rows, lanes = rect
+        if rows and lanes:
+            part = bits[rows - 1, :lanes]
+            data = part if size == 4 else f32_to_bf16_bits(part.view(np.float32))
+            _check(mem, name, addr, addr + lanes * size)
+            mem[addr:addr + lanes * size].view(data.dtype)[...] = data
+        return
     data = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
+    if _whole_rows_inside(mem, addr, stride, size):
+        # Every lane of the 8 rows lies inside, so no active lane can be out of bounds.
+        view = row_view(mem, name, addr, stride, LANES * size).view(data.dtype)
+        np.copyto(view, data, where=mask)
+        return
     if mask is None:
         mask = np.ones((ROWS, LANES), bool)
     rows, lanes = np.nonzero(mask)

@@ -88,10 +88,15 @@ def f32_to_bf16_bits(x) -> np.ndarray:
     0x7FC0 with the input's sign (the same as ml_dtypes).
     """
     bits = _f32_bits(x)
-    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
+    rounded = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded += np.uint32(0x7FFF)
+    rounded += bits
+    rounded >>= np.uint32(16)
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    quiet_nan = (bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)
-    return np.where(is_nan, quiet_nan, rounded).astype(np.uint16)
+    if is_nan.any():
+        quiet_nan = (bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)
+        rounded = np.where(is_nan, quiet_nan, rounded)
+    return rounded.astype(np.uint16)
 
 
 def bf16_bits_to_f32(b) -> np.ndarray:
