@@ -184,6 +184,10 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from mkemu.run import compare_text, execute
 
+    for file in (args.a, args.b):
+        # Both programs must be there before the first one's run, which may take a while.
+        if not Path(file).is_file():
+            raise ConfigError("cannot read program: No such file", file=file)
     reports = [execute(_run_options(args, file), progress=_Progress())[0] for file in (args.a, args.b)]
     if args.json:
         print(json.dumps({"a": reports[0], "b": reports[1]}, default=_json_default))

@@ -204,8 +204,8 @@ def compare_text(a: dict, b: dict) -> str:
         values = []
         for r in (a, b):
             v = r.get(key) if sub is None else r.get(key, {}).get(sub)
-            values.append("-" if v is None else fmt.format(v * scale if isinstance(v, float | int)
-                                                          and not isinstance(v, bool) else v))
+            numeric = isinstance(v, float | int) and not isinstance(v, bool)
+            values.append("-" if v is None else fmt.format(v * scale if numeric and scale != 1.0 else v))
         return f"{label:32s} {values[0]:>18s} {values[1]:>18s}"
 
     names = [Path(r["program"]).name for r in (a, b)]
@@ -216,7 +216,8 @@ def compare_text(a: dict, b: dict) -> str:
                   row("kernels launched per step", "kernels_per_step", "{}"),
                   row("HBM MB per step", "hbm_bytes_per_step", "{:.2f}", scale=1e-6),
                   row("HBM bandwidth, % of peak", "hbm_bw_fraction", "{:.1f}", scale=100),
-                  row("% of the floor reached", "fraction_of_floor", "{:.1f}", scale=100)]
+                  row("% of the floor reached", "fraction_of_floor", "{:.1f}", scale=100),
+                  row("% of the mesh floor reached", "fraction_of_mesh_floor", "{:.1f}", scale=100)]
         lines += [row(f"  {part.replace('_', ' ')} (us)", "breakdown_us", sub=part)
                   for part in a.get("breakdown_us", {})]
         if b["us_per_step"]:

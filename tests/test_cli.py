@@ -141,3 +141,32 @@ def test_missing_program_and_usage(capsys):
     assert code == 1 and "/no/such/file.s: error: cannot read program" in err
     assert main([]) == 2
     capsys.readouterr()
+
+
+K3_TINY = ["--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1", "--steps", "1"]
+
+
+def test_compare_prints_two_programs_side_by_side_with_the_speedup(capsys):
+    programs = ["programs/k3_per_op.mk", "programs/k3_megakernel.mk"]
+    code, out, _ = cli(capsys, "compare", *programs, *K3_TINY, "--json")
+    assert code == 0
+    a, b = json.loads(out)["a"], json.loads(out)["b"]
+    assert a["bit_exact"] is True and b["bit_exact"] is True and a["tokens"] == b["tokens"]
+    code, out, _ = cli(capsys, "compare", *programs, *K3_TINY)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["k3_per_op.mk", "k3_megakernel.mk"]
+    rows = {line[:32].strip(): line[32:].split() for line in lines[1:]}
+    assert rows["us per step"] == [f"{a['us_per_step']:.2f}", f"{b['us_per_step']:.2f}"]
+    assert rows["kernels launched per step"] == [str(a["kernels_per_step"]), str(b["kernels_per_step"])]
+    assert rows["speedup (k3_megakernel.mk)"] == [f"{a['us_per_step'] / b['us_per_step']:.2f}x"]
+    for label in ("HBM MB per step", "% of the floor reached", "% of the mesh floor reached",
+                  "launch overhead (us)", "collectives (us)", "weight streaming (us)", "idle (us)",
+                  "compute (us)"):
+        assert len(rows[label]) == 2, label
+
+
+def test_compare_of_a_missing_program_is_one_clear_error(capsys):
+    code, out, err = cli(capsys, "compare", "programs/k3_per_op.mk", "no/such.mk", *K3_TINY)
+    assert code != 0 and out == ""
+    assert err.strip() == "no/such.mk: error: cannot read program: No such file", "nothing runs first"
