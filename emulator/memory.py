@@ -69,24 +69,22 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
     size = 4 if elem == "w" else 2
     _align(name, addr, stride, size)
     dtype = np.uint32 if size == 4 else np.uint16
-    if stride == 0 and (mask is None or rect is not None):
-        # One row read into every row (a vector broadcast over the batch rows).
+    if mask is None or rect is not None:
+        # A rectangle of rows and lanes (all of them without a mask); the rest load 0.
         rows, lanes = (ROWS, LANES) if mask is None else rect
         bits = np.zeros((ROWS, LANES), np.uint32)
         if rows and lanes:
-            _check(mem, name, addr, addr + lanes * size)
-            bits[:rows, :lanes] = mem[addr:addr + lanes * size].view(dtype)
+            if stride == 0:
+                # One row read into every row (a vector broadcast over the batch rows).
+                _check(mem, name, addr, addr + lanes * size)
+                src = mem[addr:addr + lanes * size]
+            else:
+                src = row_view(mem, name, addr, stride, lanes * size, rows)
+            bits[:rows, :lanes] = src.view(dtype)
             if size == 2:
                 bits <<= 16
         return bits
-    if mask is None:
-        bits = row_view(mem, name, addr, stride, LANES * size).view(dtype)
-    elif rect is not None:
-        bits = np.zeros((ROWS, LANES), dtype)
-        rows, lanes = rect
-        if rows and lanes:
-            bits[:rows, :lanes] = row_view(mem, name, addr, stride, lanes * size, rows).view(dtype)
-    elif _whole_rows_inside(mem, addr, stride, size):
+    if _whole_rows_inside(mem, addr, stride, size):
         # Every lane of the 8 rows lies inside, so no active lane can be out of bounds.
         bits = np.where(mask, row_view(mem, name, addr, stride, LANES * size).view(dtype), dtype(0))
     else:
@@ -99,7 +97,7 @@ def load_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
             bits[rows, lanes] = mem[idx].view(bits.dtype)[:, 0]
     if size == 2:
         return bits.astype(np.uint32) << 16
-    return np.array(bits, dtype=np.uint32)
+    return bits  # uint32, and a fresh array in both paths above
 
 
 def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
@@ -109,22 +107,16 @@ def store_tile(mem: np.ndarray, name: str, addr: int, stride: int, elem: str,
     _align(name, addr, stride, size)
     if mask is None:
         rect = (ROWS, LANES)
-    if rect is not None and stride >= rect[1] * size:
+    if rect is not None and (stride == 0 or stride >= rect[1] * size):
         rows, lanes = rect
         if rows and lanes:
-            part = bits[:rows, :lanes]
+            # With stride 0 every row lands on the same bytes and the last one wins (a
+            # one-row buffer's store): only that row is written (its stride is moot).
+            first = rows - 1 if stride == 0 else 0
+            part = bits[first:rows, :lanes]
             data = part if size == 4 else f32_to_bf16_bits(part.view(np.float32))
-            view = row_view(mem, name, addr, stride, lanes * size, rows)
+            view = row_view(mem, name, addr, stride or lanes * size, lanes * size, rows - first)
             view.view(data.dtype)[...] = data
-        return
-    if rect is not None and stride == 0:
-        # Every row lands on the same bytes: the last one wins (a one-row buffer's store).
-        rows, lanes = rect
-        if rows and lanes:
-            part = bits[rows - 1, :lanes]
-            data = part if size == 4 else f32_to_bf16_bits(part.view(np.float32))
-            _check(mem, name, addr, addr + lanes * size)
-            mem[addr:addr + lanes * size].view(data.dtype)[...] = data
         return
     data = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
     if _whole_rows_inside(mem, addr, stride, size):

@@ -80,23 +80,9 @@ def _f32_bits(x) -> np.ndarray:
 
 
 def f32_to_bf16_bits(x) -> np.ndarray:
-    """Round float32 to bf16 (round to nearest, ties to even) and return the 16 bits.
-
-    Rounding works on the bit pattern: add 0x7FFF plus the lowest kept bit, then drop
-    the low half. This is RNE for normals and subnormals, and carries the largest
-    finite values over to infinity exactly as RNE does. NaN becomes the quiet NaN
-    0x7FC0 with the input's sign (the same as ml_dtypes).
-    """
-    bits = _f32_bits(x)
-    rounded = (bits >> np.uint32(16)) & np.uint32(1)
-    rounded += np.uint32(0x7FFF)
-    rounded += bits
-    rounded >>= np.uint32(16)
-    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    if is_nan.any():
-        quiet_nan = (bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)
-        rounded = np.where(is_nan, quiet_nan, rounded)
-    return rounded.astype(np.uint16)
+    """Round float32 to bf16 (round to nearest, ties to even) and return the 16 bits:
+    the high half of `bf16_round`'s result."""
+    return (bf16_round(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
 def bf16_bits_to_f32(b) -> np.ndarray:
@@ -110,8 +96,11 @@ def bf16_bits_to_f32(b) -> np.ndarray:
 def bf16_round(x) -> np.ndarray:
     """Round float32 values to the nearest bf16 value (RNE); the result stays float32.
 
-    The same bit arithmetic as `f32_to_bf16_bits`, kept in 32 bits (a hot path: the
-    matrix unit rounds every operand)."""
+    Rounding works on the bit pattern: add 0x7FFF plus the lowest kept bit, then clear
+    the low half. This is RNE for normals and subnormals, and carries the largest
+    finite values over to infinity exactly as RNE does. NaN becomes the quiet NaN
+    0x7FC0 (high half) with the input's sign (the same as ml_dtypes). Kept in 32 bits
+    and in place: a hot path (the matrix unit rounds every operand)."""
     bits = _f32_bits(x)
     rounded = (bits >> np.uint32(16)) & np.uint32(1)
     rounded += np.uint32(0x7FFF)
