@@ -190,7 +190,7 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
         "bit_exact": mismatch is None, "mismatch": mismatch, "model": cfg.name,
         "tokens": tokens, "chips": info.chips, "cores": cores, "mesh": "x".join(map(str, info.mesh)),
         "hw": info.hw, "batch": opts["batch"], "prompt_len": opts["prompt_len"], "steps_run": n,
-        "us_per_step": us, "tokens_per_s": 1e6 / us if us else 0.0,
+        "us_per_step": us, "cycles_per_step": [f["cycles"] for f in per_step], "tokens_per_s": 1e6 / us if us else 0.0,
         "tokens_per_s_aggregate": opts["batch"] * 1e6 / us if us else 0.0,
         "hbm_bytes_per_step": hbm,
         "hbm_bw_fraction": hbm / (us * 1e-6) / (info.chips * info.hbm_bw_bytes_per_s) if us else 0.0,
