@@ -1,32 +1,44 @@
-"""Pre-decoding: a kernel's words become a list of `Op`s the core loop runs.
+"""Pre-decoding: a kernel's words become flat integer arrays the compiled loop runs.
 
-Decoding happens once per kernel (all cores of an SPMD launch share the result):
-each word is decoded through the ISA table, its register reads and writes become
-scoreboard indices, its unit and timing class become a unit index, a latency and
-an occupancy from the hardware profile, and its semantics become a handler.
+Decoding happens once per kernel (all cores of an SPMD launch share the result).
+Everything comes from the instruction's table row: its exec clause id (or that it
+is global), its unit and timing class (a latency and an occupancy from the hardware
+profile), its scoreboard sources and destinations (its register operands plus the
+matrix-unit state in its access sets), and its operand values.
 
 A word that is not a valid instruction for this machine does not stop the load:
-it becomes an `illegal` op that faults when executed, as on hardware, so the fault
+it becomes an illegal op that faults when executed, as on hardware, so the fault
 names the core, cycle and pc that reached it (and unreachable data words are fine).
 """
 
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
 from mkemu.isa.asm import EncodingError, decode, format_instr
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Kernel
-from mkemu.isa.table import Instr
+from mkemu.isa.table import TABLE, Instr
 
 # Scoreboard slots: scalar, vector and mask registers, then per matrix unit its
 # weight tile, its LHS staging buffer and each accumulator.
 SB_S, SB_V, SB_M, SB_MXU = 0, 32, 64, 72
 
-# Effects that interact with other cores, DMA engines or the event loop: the core
-# stops running ahead and lets the machine execute them at their issue time.
-GLOBAL_EFFECTS = frozenset({"dma", "dma_remote", "signal", "signal_remote", "wait",
-                            "barrier", "halt"})
+# The rows the compiled loop executes, in opcode order; ILLEGAL_XID faults.
+LOCAL_ROWS: tuple[Instr, ...] = tuple(sorted((i for i in TABLE.values() if not i.is_global),
+                                             key=lambda i: i.opcode))
+XID = {instr.mnemonic: n for n, instr in enumerate(LOCAL_ROWS)}
+ILLEGAL_XID = len(LOCAL_ROWS)
+
+# Columns of the code array, one row per instruction.
+MAX_SRCS, MAX_DSTS, MAX_ARGS = 8, 4, 8
+C_XID, C_UNIT, C_LAT, C_OCC, C_GLOBAL, C_NSRC = range(6)
+C_SRC = 6
+C_NDST = C_SRC + MAX_SRCS
+C_DST = C_NDST + 1
+C_ARG = C_DST + MAX_DSTS
+C_WIDTH = C_ARG + MAX_ARGS
 
 
 def unit_names(profile: HardwareProfile) -> tuple[str, ...]:
@@ -34,56 +46,65 @@ def unit_names(profile: HardwareProfile) -> tuple[str, ...]:
     return ("scalar", "vld", "vst", "valu", "xlu", "eup") + mxus + ("dma", "sync", "meta")
 
 
-@attrs.define(slots=True)
-class Op:
-    instr: Instr
-    values: dict
-    args: tuple           # operand values in declaration order
-    unit: int
-    latency: int
-    occupancy: int
-    srcs: tuple[int, ...]
-    dsts: tuple[int, ...]
-    is_global: bool
-    text: str
-    run: object = None    # the handler, set by the machine: fn(core, op) -> next pc or None
-
-
 def mxu_slot(profile: HardwareProfile, x: int, which: str, acc: int = 0) -> int:
     base = SB_MXU + x * (2 + profile.mxu_accumulators)
-    return {"w": base, "lhs": base + 1, "acc": base + 2 + acc}[which]
+    return {"mxu.w": base, "mxu.lhs": base + 1, "mxu.acc": base + 2 + acc}[which]
 
 
 def scoreboard_size(profile: HardwareProfile) -> int:
     return SB_MXU + profile.mxus_per_core * (2 + profile.mxu_accumulators)
 
 
-# The row an illegal word decodes to; its handler (effect "illegal") faults.
-ILLEGAL = Instr(mnemonic=".word", opcode=-1, operands=(), syntax="", unit="scalar",
-                timing=None, effect="illegal")
+@attrs.frozen
+class Op:
+    """What the Python side needs of one instruction: global ops, faults, listings."""
+
+    instr: Instr | None        # None: an illegal word
+    args: tuple[int, ...]      # operand values in declaration order
+    text: str
+    unit: int
+    latency: int
+    occupancy: int
+    problem: str | None = None  # why an illegal word is illegal
+
+    @property
+    def global_kind(self) -> str | None:
+        return self.instr.global_kind if self.instr is not None else None
 
 
-def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> list[Op]:
+@attrs.frozen(eq=False)
+class DecodedKernel:
+    code: np.ndarray             # int64 [n, C_WIDTH]
+    ops: tuple[Op, ...]
+    region_slots: int            # 1 + the largest region id any mark.push names
+
+
+def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     units = {name: i for i, name in enumerate(unit_names(profile))}
+    code = np.zeros((len(kernel.code), C_WIDTH), np.int64)
     ops = []
-    for word in kernel.code:
+    regions = 1
+    for pc, word in enumerate(kernel.code):
         word = int(word)
         try:
             instr, values = decode(word)
         except EncodingError as exc:
-            ops.append(_illegal(word, str(exc), f".word {word:#018x}", units))
+            ops.append(_illegal(code[pc], units, f".word {word:#018x}", str(exc)))
             continue
         problem = _check_ranges(instr, values, profile)
         if problem:
-            ops.append(_illegal(word, problem, format_instr(instr, values), units))
+            ops.append(_illegal(code[pc], units, format_instr(instr, values), problem))
             continue
-        ops.append(_make_op(instr, values, profile, units))
-    return ops
+        ops.append(_encode_row(code[pc], instr, values, profile, units))
+        if instr.mnemonic == "mark.push":
+            regions = max(regions, values["region"] + 1)
+    return DecodedKernel(code=code, ops=tuple(ops), region_slots=regions)
 
 
-def _illegal(word: int, problem: str, text: str, units: dict) -> Op:
-    return Op(instr=ILLEGAL, values={"problem": problem}, args=(word,), unit=units["scalar"],
-              latency=0, occupancy=1, srcs=(), dsts=(), is_global=False, text=text)
+def _illegal(row: np.ndarray, units: dict, text: str, problem: str) -> Op:
+    row[C_XID], row[C_UNIT], row[C_OCC] = ILLEGAL_XID, units["scalar"], 1
+    return Op(instr=None, args=(), text=text, unit=units["scalar"], latency=0, occupancy=1,
+              problem=problem)
 
 
 def _check_ranges(instr: Instr, values: dict, profile: HardwareProfile) -> str | None:
@@ -99,46 +120,46 @@ def _check_ranges(instr: Instr, values: dict, profile: HardwareProfile) -> str |
     return None
 
 
-def _make_op(instr: Instr, values: dict, profile: HardwareProfile, units: dict) -> Op:
+def scoreboard(instr: Instr, values: dict, profile: HardwareProfile) -> tuple[list[int], list[int]]:
+    """The row's scoreboard sources and destinations for these operand values."""
     srcs, dsts = [], []
     for op in instr.operands:
         base = {"sreg": SB_S, "vreg": SB_V, "mreg": SB_M}.get(op.kind.name)
-        if base is None:
-            continue
-        (dsts if op.access == "w" else srcs).append(base + values[op.name])
-    effect = instr.effect
-    if effect == "vinsert":
-        srcs.append(SB_V + values["vd"])   # writes one element: the rest of vd is read
-    if effect.startswith("mxu_"):
-        x = values["x"]
-        if effect == "mxu_ldw":
-            dsts.append(mxu_slot(profile, x, "w"))
-        elif effect == "mxu_push":
-            dsts.append(mxu_slot(profile, x, "lhs"))
-        elif effect == "mxu_mac":
-            # The array adds into the accumulator where its rows leave it, in order: a
-            # mac into an accumulator does not wait for the previous one into it (the
-            # unit's in-order occupancy keeps their order); mxu.pop waits for the last.
-            srcs += [mxu_slot(profile, x, "w"), mxu_slot(profile, x, "lhs")]
-            acc_dst = mxu_slot(profile, x, "acc", values["acc"])
-        elif effect == "mxu_pop":
-            srcs.append(mxu_slot(profile, x, "acc", values["acc"]))
-        unit = units[f"mxu{x}"]
-    else:
-        unit = units[instr.unit]
+        if base is not None:
+            (dsts if op.access == "w" else srcs).append(base + values[op.name])
+    for state in instr.reads:
+        srcs.append(SB_V + values["vd"] if state == "vd" else
+                    mxu_slot(profile, values["x"], state, values.get("acc", 0)))
+    accumulated = []
+    for state in instr.writes:
+        slot = mxu_slot(profile, values["x"], state, values.get("acc", 0))
+        (accumulated if instr.accumulates else dsts).append(slot)
     # Writes to s0 are dropped and m0 is constant: neither is a real dependency.
     dsts = [d for d in dsts if d not in (SB_S, SB_M)]
     # In-order issue also waits for an earlier, slower write to the same register
-    # (write-after-write), so a result can never be overtaken.
+    # (write-after-write), so a result can never be overtaken. An accumulating write
+    # does not wait: the array adds into the accumulator as rows leave it, in issue
+    # order (the unit's occupancy keeps them in order); a read (mxu.pop) waits for it.
     srcs += [d for d in dsts if d not in srcs]
-    if effect == "mxu_mac":
-        dsts.append(acc_dst)
+    return srcs, dsts + accumulated
+
+
+def _encode_row(row: np.ndarray, instr: Instr, values: dict, profile: HardwareProfile,
+                units: dict) -> Op:
+    srcs, dsts = scoreboard(instr, values, profile)
+    unit = units[f"mxu{values['x']}"] if instr.unit == "mxu" else units[instr.unit]
     if instr.timing is None:
         latency = occupancy = 0
     else:
         timing = profile.timing[instr.timing]
         latency, occupancy = timing.latency_cycles, timing.occupancy_cycles
-    return Op(instr=instr, values=values, args=tuple(values[o.name] for o in instr.operands),
-              unit=unit, latency=latency, occupancy=occupancy, srcs=tuple(srcs),
-              dsts=tuple(dsts), is_global=effect in GLOBAL_EFFECTS,
-              text=format_instr(instr, values))
+    args = tuple(values[o.name] for o in instr.operands)
+    row[C_XID] = -1 if instr.is_global else XID[instr.mnemonic]
+    row[C_UNIT], row[C_LAT], row[C_OCC], row[C_GLOBAL] = unit, latency, occupancy, instr.is_global
+    row[C_NSRC] = len(srcs)
+    row[C_SRC:C_SRC + len(srcs)] = srcs
+    row[C_NDST] = len(dsts)
+    row[C_DST:C_DST + len(dsts)] = dsts
+    row[C_ARG:C_ARG + len(args)] = args
+    return Op(instr=instr, args=args, text=format_instr(instr, values), unit=unit,
+              latency=latency, occupancy=occupancy)

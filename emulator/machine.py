@@ -22,7 +22,7 @@ from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import DTYPES, Program
 
 from mkemu.emulator.config import RunConfig
-from mkemu.emulator.core import HANDLERS, Core
+from mkemu.emulator.core import Core
 from mkemu.emulator.decode import decode_kernel, unit_names
 from mkemu.emulator.flows import FlowNetwork, completion_cycle
 from mkemu.emulator.memory import Trap, block_ranges, read_block, write_block
@@ -94,11 +94,6 @@ class Machine:
                                     mesh_x=self.mesh.dims[0], mesh_y=self.mesh.dims[1],
                                     mesh_z=self.mesh.dims[2], cores=p.cores_per_chip,
                                     chips=self.mesh.num_chips, gcore=core.gid)
-                if "races" in self.config.checks:
-                    core.check_vmem = self._race_checker(core)
-                    core.check_vmem_span = self._span_checker(core)
-                else:
-                    core.check_vmem = core.check_vmem_span = _no_check
                 self.cores.append(core)
         self.net = FlowNetwork()
         self.hbm_shared = p.cores_per_chip * p.dma_engine_bw_bytes_per_cycle > p.hbm_bw_bytes_per_cycle
@@ -131,11 +126,7 @@ class Machine:
         self.program = program
         if self.trace is not None:
             self.trace.attach(self)
-        self.decoded = {}
-        for name, kernel in program.kernels.items():
-            self.decoded[name] = decode_kernel(kernel, self.profile)
-            for op in self.decoded[name]:
-                op.run = HANDLERS.get(op.instr.effect)
+        self.decoded = {name: decode_kernel(kernel, self.profile) for name, kernel in program.kernels.items()}
         if program.hbm_bytes > self.profile.hbm_bytes:
             raise EmulatorFault("out-of-memory", f"program needs {program.hbm_bytes} bytes of HBM, "
                                                  f"the chip has {self.profile.hbm_bytes}")
@@ -165,7 +156,7 @@ class Machine:
 
     def _launch(self, launch, start: int) -> None:
         kernel = self.program.kernels[launch.kernel]
-        ops = self.decoded[launch.kernel]
+        decoded = self.decoded[launch.kernel]
         self.kernel = kernel
         self.events: list = []
         self.seq = 0
@@ -174,15 +165,16 @@ class Machine:
         self.engine_active = {c.gid: 0 for c in self.cores}
         self.dmas: dict[int, Dma] = {}
         self.flow_version = 0
+        if self.trace is not None:
+            self.trace.on_launch(self, launch, start)
+        races = "races" in self.config.checks
         for core in self.cores:
-            core.start(ops, kernel.smem_init, launch.args, start)
+            core.start(kernel, decoded, launch.args, start, self.config.max_cycles, races)
             core.pending = None
             core.waiting = None
             core.end_time = None
             self._push(start, RESUME, core)
         self.now = start
-        if self.trace is not None:
-            self.trace.on_launch(self, launch, start)
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)
             if t > self.config.max_cycles:
@@ -224,10 +216,9 @@ class Machine:
             return kernel.regions[rid] if rid < len(kernel.regions) else f"region{rid}"
 
         for core in self.cores:
-            for rid, cycles in core.region_cycles.items():
-                self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
             mine = self.core_region_entries[core.gid]
-            for rid, count in core.region_entries.items():
+            for rid, (cycles, count) in core.region_stats().items():
+                self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
                 self.region_entries[name(rid)] = self.region_entries.get(name(rid), 0) + count
                 mine[name(rid)] = mine.get(name(rid), 0) + count
             for rid, cycles in core.dma_wait_cycles.items():
@@ -239,11 +230,10 @@ class Machine:
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
     def _resume(self, core: Core, t: int) -> None:
-        limit = self.config.max_cycles
         while True:
             if core.pending is None:
                 try:
-                    core.pending = core.run_local(limit)
+                    core.pending = core.run_local()
                 except Trap as trap:
                     raise self._fault(core, trap.kind, trap.message) from None
             op, issue = core.pending
@@ -263,44 +253,54 @@ class Machine:
     # -- global instructions -------------------------------------------------
 
     def _global(self, core: Core, op, t: int) -> bool:
-        effect = op.instr.effect
+        """Execute global `op` of `core` at cycle t; True if the core now blocks."""
+        return GLOBAL_OPS[op.global_kind](self, core, op, t)
+
+    def _halt(self, core: Core, op, t: int) -> bool:
+        core.halted = True
+        core.end_time = t
+        self._check_barrier_after_halt(core, t)
+        return True
+
+    def _signal(self, core: Core, op, t: int) -> bool:
         s = core.s
-        if effect == "halt":
-            core.halted = True
-            core.end_time = t
-            self._check_barrier_after_halt(core, t)
-            return True
-        if effect in ("signal", "signal_remote"):
-            sem, value = s[op.args[0]], s[op.args[1]]
-            if effect == "signal":
-                self._check_sem(core, sem)
-                self._add_sem(core, sem, value, t)
-            else:
-                target = self._target_core(core, s[op.args[2]])
-                self._check_sem(target, sem)
-                delay = self._path_latency(core, target)
-                self._push(t + delay, SIGNAL, (target, sem, value))
+        sem, value = s[op.args[0]], s[op.args[1]]
+        self._check_sem(core, sem)
+        self._add_sem(core, sem, value, t)
+        if self.trace is not None:
+            self.trace.on_signal(core, core, sem, value, t, t)
+        return False
+
+    def _signal_remote(self, core: Core, op, t: int) -> bool:
+        s = core.s
+        sem, value = s[op.args[0]], s[op.args[1]]
+        target = self._target_core(core, s[op.args[2]])
+        self._check_sem(target, sem)
+        arrival = t + self._path_latency(core, target)
+        self._push(arrival, SIGNAL, (target, sem, value))
+        if self.trace is not None:
+            self.trace.on_signal(core, target, sem, value, t, arrival)
+        return False
+
+    def _wait(self, core: Core, op, t: int) -> bool:
+        s = core.s
+        sem, value = s[op.args[0]], s[op.args[1]]
+        self._check_sem(core, sem)
+        if core.sems[sem] >= value:
+            core.sems[sem] -= value
+            self._retire_dmas(core, sem)
             if self.trace is not None:
-                self.trace.on_signal(core, target if effect == "signal_remote" else core, sem, value, t,
-                                     t + delay if effect == "signal_remote" else t)
+                self.trace.on_wait(core, 0, sem, value, t, t)
             return False
-        if effect == "wait":
-            sem, value = s[op.args[0]], s[op.args[1]]
-            self._check_sem(core, sem)
-            if core.sems[sem] >= value:
-                core.sems[sem] -= value
-                self._retire_dmas(core, sem)
-                if self.trace is not None:
-                    self.trace.on_wait(core, 0, sem, value, t, t)
-                return False
-            core.waiting = (sem, value, t, op)
-            return True
-        if effect == "barrier":
-            return self._barrier(core, BARRIER_SCOPES[op.args[0]], t, op)
-        if effect in ("dma", "dma_remote"):
-            self._start_dma(core, op, t)
-            return False
-        raise Trap("illegal-instruction", f"no global effect {effect!r}")  # pragma: no cover
+        core.waiting = (sem, value, t, op)
+        return True
+
+    def _barrier_op(self, core: Core, op, t: int) -> bool:
+        return self._barrier(core, BARRIER_SCOPES[op.args[0]], t, op)
+
+    def _dma_op(self, core: Core, op, t: int) -> bool:
+        self._start_dma(core, op, t)
+        return False
 
     def _check_sem(self, core: Core, sem: int) -> None:
         if not 0 <= sem < len(core.sems):
@@ -325,9 +325,9 @@ class Machine:
         waiting = core.waiting
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:
             core.sems[sem] -= waiting[1]
-            core.stalls["semaphore"] += t - waiting[2]
+            core.sync_stalls["semaphore"] += t - waiting[2]
             if by_dma:
-                region = core.regions[-1][0] if core.regions else -1
+                region = core.innermost_region()
                 core.dma_wait_cycles[region] = core.dma_wait_cycles.get(region, 0) + t - waiting[2]
             core.waiting = None
             if self.trace is not None:
@@ -350,7 +350,7 @@ class Machine:
             other = self.cores[gid]
             if other is core:
                 continue
-            other.stalls["barrier"] += t - since
+            other.sync_stalls["barrier"] += t - since
             other.waiting = None
             if self.trace is not None:
                 self.trace.on_wait(other, 1, BARRIER_SCOPES.index(scope), 0, since, t)
@@ -383,7 +383,7 @@ class Machine:
 
     def _start_dma(self, core: Core, op, t: int) -> None:
         s = core.s
-        remote = op.instr.effect == "dma_remote"
+        remote = op.global_kind == "dma_remote"
         if remote:
             dsp, dst, tgt, ssp, src, desc, sem, rsem = op.args
             target = self._target_core(core, s[tgt])
@@ -436,8 +436,10 @@ class Machine:
         if "races" in self.config.checks:
             if dst_space == "vmem":
                 target.in_flight.append(("dst", dma))
+                target.sync_races()
             if src_space == "vmem":
                 core.in_flight.append(("src", dma))
+                core.sync_races()
         limit = 1 if self.config.dma_order == "fifo" else self.profile.dma_max_in_flight
         if self.engine_active[core.gid] < limit:
             self.engine_active[core.gid] += 1
@@ -496,6 +498,8 @@ class Machine:
             inner, n1, ds1, n2, ds2 = dma.shape
             write_block(self._memory(dma.dst_core, dma.dst_space), dma.dst_space.upper(),
                         dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
+            if dma.dst_space != "hbm":
+                dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
             issuer = dma.src_core
             queue = self.engine_queue[issuer.gid]
             if queue:
@@ -516,41 +520,19 @@ class Machine:
             core.in_flight = [(role, d) for role, d in core.in_flight
                               if d.done_at is None or (d.sem if d.src_core is core and role == "src"
                                                        else (d.rsem if d.rsem is not None else d.sem)) != sem]
-
-    def _race_checker(self, core: Core):
-        def check(addr: int, stride: int, elem: str, mask, write: bool) -> None:
-            if not core.in_flight:
-                return
-            size = 4 if elem == "w" else 2
-            lo = addr + min(0, 7 * stride)
-            hi = addr + max(0, 7 * stride) + 128 * size
-            self._race(core, lo, hi, write)
-        return check
-
-    def _span_checker(self, core: Core):
-        def check(addr: int, stride: int, rows: int, row_bytes: int, write: bool) -> None:
-            if not core.in_flight:
-                return
-            lo = addr + min(0, (rows - 1) * stride)
-            hi = addr + max(0, (rows - 1) * stride) + row_bytes
-            self._race(core, lo, hi, write)
-        return check
+            core.sync_races()
 
     def _race(self, core: Core, lo: int, hi: int, write: bool) -> None:
-        for role, dma in core.in_flight:
+        for k, (role, dma) in enumerate(core.in_flight):
             rlo, rhi = dma.dst_range if role == "dst" else dma.src_range
             if lo < rhi and rlo < hi and (role == "dst" or write):
-                what = ("reads or writes the destination of a DMA that has not been waited for"
-                        if role == "dst" else "overwrites the source of a DMA still in flight")
-                src = self.kernel.source_line(dma.pc)
-                raise Trap("race", f"this access to VMEM [{lo}, {hi}) {what}: `{dma.text}` "
-                                   f"(pc {dma.pc:#06x}{', ' + src if src else ''}, issued at cycle {dma.issued_at})")
+                raise core.race_trap(k, lo, hi)
 
     # -- faults and results --------------------------------------------------
 
     def decoded_op_text(self, pc: int) -> str | None:
-        ops = self.decoded.get(self.kernel.name, [])
-        return ops[pc].text if 0 <= pc < len(ops) else None
+        decoded = self.decoded.get(self.kernel.name)
+        return decoded.ops[pc].text if decoded is not None and 0 <= pc < len(decoded.ops) else None
 
     def _fault(self, core: Core | None, kind: str, message: str, cycle: int | None = None) -> EmulatorFault:
         if core is None:
@@ -587,14 +569,14 @@ class Machine:
         stalls: dict[str, int] = {}
         per_core = []
         for core in self.cores:
-            for name, cycles in zip(names, core.unit_busy):
+            for name, cycles in zip(names, core.unit_busy.tolist()):
                 if name in busy:
                     busy[name] += cycles
             for reason, cycles in core.stalls.items():
                 stalls[reason] = stalls.get(reason, 0) + cycles
             per_core.append({"chip": core.chip, "core": core.index, "instructions": core.instructions,
-                             "unit_busy_cycles": {n: c for n, c in zip(names, core.unit_busy) if n in busy},
-                             "stall_cycles": dict(core.stalls),
+                             "unit_busy_cycles": {n: c for n, c in zip(names, core.unit_busy.tolist()) if n in busy},
+                             "stall_cycles": core.stalls,
                              "region_entries": dict(self.core_region_entries[core.gid])})
         return RunResult(
             cycles=self.now, seconds=self.profile.cycles_to_seconds(self.now),
@@ -606,7 +588,7 @@ class Machine:
             idle_cycles=self.idle_cycles)
 
 
-def _no_check(*args, **kwargs) -> None:
-    return None
-
-
+# What the machine does for each global kind of the instruction table.
+GLOBAL_OPS = {"halt": Machine._halt, "signal": Machine._signal, "signal_remote": Machine._signal_remote,
+              "wait": Machine._wait, "barrier": Machine._barrier_op, "dma": Machine._dma_op,
+              "dma_remote": Machine._dma_op}

@@ -10,9 +10,11 @@ every million values), not objects per event, and become numpy columns when the
 trace is serialised. Unit, latency and occupancy are not stored per event: they
 are per pc in the kernel table of the trace metadata.
 
-Recording off costs one `is not None` test per machine event and nothing in the
-issue loop: with a recorder the machine binds `traced_run_local` in place of each
-core's `run_local`.
+Recording off costs one `is not None` test per machine event and one flag test per
+instruction in the compiled issue loop. With a recorder the loop writes fixed-size
+rows into each core's preallocated buffers (`Core.trace_rows`, `Core.trace_regions`)
+and hands them over whenever it returns to Python (`CoreSink.drain`), so region rows
+reach the file in the order the run closed them.
 
 `Recorder.to_bytes()` gives the trace file (format: docs/traces.md); its bytes
 depend only on the run, so the same run gives the same file.
@@ -27,7 +29,8 @@ from array import array
 
 import numpy as np
 
-from mkemu.emulator.memory import Trap
+from mkemu.emulator import loop as lp
+from mkemu.emulator.core import TRACE_REGION_ROWS, TRACE_ROWS
 
 MAGIC = b"MKTRACE\x00"
 FORMAT_VERSION = 1
@@ -69,7 +72,7 @@ class Recorder:
         self.launches: list[dict] = []
         self.region_names: list[str] = []
         self._region_ids: dict[str, int] = {}
-        self.instr: list[tuple[int, int, _Rows]] = []   # (core, launch, [pc, issue, su, sd]*)
+        self.instr: list[tuple[int, int, list]] = []    # (core, launch, chunks of (pc, issue, su, sd) rows)
         self.rows = {name: array("q") for name in ("wait", "signal", "region")}
         self.dmas: dict[int, list] = {}                 # seq -> row (begun/done filled later)
         self.dma_res = array("q")
@@ -106,7 +109,7 @@ class Recorder:
 
     def on_launch(self, machine, launch, start: int) -> None:
         kernel = machine.kernel
-        ops = machine.decoded[launch.kernel]
+        ops = machine.decoded[launch.kernel].ops
         if kernel.name not in self.kernels:
             self.kernels[kernel.name] = {
                 "text": [op.text for op in ops],
@@ -118,21 +121,24 @@ class Recorder:
             }
         index = len(self.launches)
         self.launches.append({"kernel": kernel.name, "args": list(launch.args), "start": start, "end": start})
-        names = kernel.regions
-        region_ids = [self._region_id(n) for n in names]
-        meta_unit = len(self.meta["units"]) - 1
+        region_ids = [self._region_id(n) for n in kernel.regions]
         for core in machine.cores:
-            buf = _Rows()
-            self.instr.append((core.gid, index, buf))
-            stack: list = []
-            core.run_local = _bind(core, buf, stack, self, index, meta_unit, region_ids)
+            chunks: list = []
+            self.instr.append((core.gid, index, chunks))
+            core.trace = CoreSink(self, chunks, index, region_ids)
+            if core.trace_rows.shape[0] < TRACE_ROWS:
+                core.trace_rows = np.zeros((TRACE_ROWS, 4), np.int64)
+                core.trace_regions = np.zeros((TRACE_REGION_ROWS, 7), np.int64)
 
     def on_launch_end(self, machine) -> None:
         index = len(self.launches) - 1
         for core in machine.cores:
-            # A core that halts inside a region closes it at its halt cycle.
-            while core.trace_stack:
-                self.close_region(core, index, core.trace_stack, core.end_time)
+            # A core that halts inside a region closes it at its halt cycle, innermost first.
+            opened = core.open_regions()
+            for depth in range(len(opened) - 1, -1, -1):
+                rid, region_index, start, pc = opened[depth]
+                self.rows["region"].extend((core.gid, index, core.trace.name_id(rid), region_index, depth,
+                                            start, core.end_time, pc))
         self.launches[-1]["end"] = machine.now
         self.end_cycle = machine.now
 
@@ -166,14 +172,7 @@ class Recorder:
                 self.rate.extend((key, t))
                 self.rate_values.append(rate)
 
-    # -- regions (called from the traced issue loop) -------------------------
-
-    def open_region(self, core, stack: list, name_id: int, index: int, t: int) -> None:
-        stack.append((name_id, index, t, core.pc))
-
-    def close_region(self, core, launch: int, stack: list, t: int) -> None:
-        name_id, index, start, pc = stack.pop()
-        self.rows["region"].extend((core.gid, launch, name_id, index, len(stack), start, t, pc))
+    # -- serialisation helpers ---------------------------------------------------
 
     def _region_id(self, name: str) -> int:
         if name not in self._region_ids:
@@ -186,8 +185,8 @@ class Recorder:
     def columns(self) -> dict[str, dict[str, np.ndarray]]:
         """Every table as numpy columns (the in-memory form of the file)."""
         parts = []
-        for core, launch, buf in self.instr:
-            rows = buf.array().reshape(-1, 4)
+        for core, launch, chunks in self.instr:
+            rows = np.concatenate(chunks) if chunks else np.zeros((0, 4), np.int64)
             parts.append((np.full(len(rows), core, np.int64), np.full(len(rows), launch, np.int64), rows))
         if parts:
             core = np.concatenate([p[0] for p in parts])
@@ -231,97 +230,37 @@ class Recorder:
         return HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(raw), len(packed), zlib.crc32(packed)) + packed
 
 
-class _Rows:
-    """An int64 column store fed from the issue loop: `list.extend` is several times
-    cheaper per call than `array.extend`; `flush` bounds the list's memory."""
+class CoreSink:
+    """Where one core's trace rows go during one launch."""
 
-    CHUNK_VALUES = 1 << 20
+    def __init__(self, recorder: Recorder, chunks: list, launch: int, region_ids: list[int]):
+        self.recorder = recorder
+        self.chunks = chunks
+        self.launch = launch
+        self.region_ids = region_ids
 
-    def __init__(self) -> None:
-        self.flat: list[int] = []
-        self.chunks: list[np.ndarray] = []
+    def name_id(self, rid: int) -> int:
+        ids = self.region_ids
+        return ids[rid] if rid < len(ids) else self.recorder._region_id(f"region{rid}")
 
-    def flush(self) -> None:
-        if self.flat:
-            self.chunks.append(np.array(self.flat, np.int64))
-            self.flat.clear()
-
-    def array(self) -> np.ndarray:
-        self.flush()
-        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int64)
+    def drain(self, core) -> None:
+        """Take the rows the loop wrote into the core's buffers since the last call."""
+        I = core.I
+        n = int(I[lp.H_NTR])
+        if n:
+            self.chunks.append(core.trace_rows[:n].copy())
+            I[lp.H_NTR] = 0
+        n = int(I[lp.H_NTRR])
+        if n:
+            out = self.recorder.rows["region"]
+            for kind, rid, index, depth, start, end, pc in core.trace_regions[:n].tolist():
+                name = self.name_id(rid)
+                if kind == lp.REGION_CLOSE:
+                    out.extend((core.gid, self.launch, name, index, depth, start, end, pc))
+            I[lp.H_NTRR] = 0
 
 
 def _unit_names(machine) -> tuple[str, ...]:
     from mkemu.emulator.decode import unit_names
 
     return unit_names(machine.profile)
-
-
-def _bind(core, buf, stack, recorder, launch, meta_unit, region_ids):
-    core.trace_stack = stack
-
-    def run_local(limit: int):
-        try:
-            return traced_run_local(core, limit, buf.flat, stack, recorder, launch, meta_unit, region_ids)
-        finally:
-            if len(buf.flat) >= buf.CHUNK_VALUES:
-                buf.flush()
-    return run_local
-
-
-def traced_run_local(core, limit, buf, stack, recorder, launch, meta_unit, region_ids):
-    """`Core.run_local` that also records each issue (pc, cycle, unit and operand stalls)
-    and each region push/pop. Keep in step with `Core.run_local`: a test checks that a
-    traced run gives the same result as an untraced one."""
-    ops, ready, unit_free, busy, stalls = core.ops, core.ready, core.unit_free, core.unit_busy, core.stalls
-    pc, t = core.pc, core.t
-    count = 0
-    record = buf.extend
-    try:
-        while True:
-            if pc >= len(ops):
-                raise Trap("ran-off-end", f"pc {pc} is past the end of the kernel ({len(ops)} instructions); "
-                                          "a kernel must end with halt")
-            op = ops[pc]
-            issue = t
-            free = unit_free[op.unit]
-            if free > issue:
-                issue = free
-            unit_ready = issue
-            for r in op.srcs:
-                if ready[r] > issue:
-                    issue = ready[r]
-            if issue > t:
-                stalls["unit"] += unit_ready - t
-                stalls["dependency"] += issue - unit_ready
-                record((pc, issue, unit_ready - t, issue - unit_ready))
-            else:
-                record((pc, issue, 0, 0))
-            if op.is_global:
-                return op, issue
-            if issue > limit:
-                raise Trap("max-cycles", f"the run passed the max-cycle guard of {limit} cycles")
-            unit_free[op.unit] = issue + op.occupancy
-            busy[op.unit] += op.occupancy
-            done = issue + op.latency
-            for d in op.dsts:
-                ready[d] = done
-            t = issue + (1 if op.occupancy else 0)
-            core.pc, core.t = pc, issue
-            count += 1
-            if op.unit == meta_unit:
-                depth = len(core.regions)
-                nxt = op.run(core, op)
-                if len(core.regions) > depth:
-                    region, index, _ = core.regions[-1]
-                    name = region_ids[region] if region < len(region_ids) else recorder._region_id(f"region{region}")
-                    recorder.open_region(core, stack, name, index, issue)
-                elif stack:
-                    recorder.close_region(core, launch, stack, issue)
-            else:
-                nxt = op.run(core, op)
-            pc = pc + 1 if nxt is None else nxt
-    finally:
-        core.instructions += count
-        core.t = t
-        core.pc = pc

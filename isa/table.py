@@ -1,30 +1,33 @@
 """The instruction table: every instruction of the ISA declared once.
 
-A row gives the mnemonic, the operands (name, kind, read or written), the assembly
-syntax template, the functional unit, the timing class and the semantics. The
-assembler, disassembler, compiler back end and the emulator's decoder are all
-derived from this table; `build_table` rejects duplicate mnemonics or opcodes,
-fields that do not fit in the word, and syntax templates that do not name every
-operand exactly once.
+A row gives everything about one instruction: the mnemonic, the operands (name,
+kind, read or written), the assembly syntax template, the functional unit, the
+timing class, what else it reads and writes (matrix-unit state, memories: its
+access sets), whether it is global (it talks to other cores, DMA engines or the
+event loop) and, for every other row, its semantics as an `exec` clause that the
+emulator's compiled issue loop runs. The assembler, disassembler, compiler back end,
+the emulator's decoder, scoreboard, race footprints and executor are all derived
+from this table; `build_table` rejects duplicate mnemonics or opcodes, fields that
+do not fit in the word, syntax templates that do not name every operand exactly
+once, and a row that is neither global nor has an `exec` clause.
 
-Semantics come in two forms. Pure computations carry a function: scalar ALU rows
-take and return Python ints (the emulator wraps results to int32), vector rows
-take and return numpy arrays of the declared element types. Rows that touch
-memory, control flow or other cores name an `effect` that the emulator
-implements once for the whole family (e.g. every `vld.*` is the effect "vld"
-with its element type as a parameter).
+An `exec` clause is a few Python statements in the subset numba compiles. It sees
+its operands by name (register numbers and immediates as ints), the core's state
+(`S` scalar registers, `V`/`VF`/`VI` vector registers as raw bits/f32/i32 with one
+row of 1024 elements per register, `M` masks and `MR` their known rectangles, `VMEM`,
+`SMEM`, the matrix units' `MXW`/`MXWU` weights, `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
+accumulators, `MXR` loaded weight rows, `SPEC` special registers, `MXD` the array
+size, `n_ops` the kernel length), the helpers of `semantics.py`, and sets `nxt` to
+jump or `err` (via `fault`) to stop with a fault. `{check}` marks where the race
+check of its memory footprint goes when it is not simply first.
 """
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable
 
 import attrs
-import numpy as np
 
-from mkemu.isa import numerics as nx
 from mkemu.isa.encoding import (
     ACC, F32, FLAG, IMM32, MXU, OFF27, OPCODE_BITS, OPERAND_BITS, REG_M, REG_S,
     REG_V, SCOPE, SPACE, SPECIAL, TARGET, UIMM8, UIMM24, OperandKind,
@@ -32,6 +35,15 @@ from mkemu.isa.encoding import (
 from mkemu.isa.hardware import TIMING_CLASSES
 
 UNITS = ("scalar", "vld", "vst", "valu", "xlu", "eup", "mxu", "dma", "sync", "meta")
+# The operations global rows ask the machine for (it implements each once).
+GLOBAL_KINDS = ("dma", "dma_remote", "signal", "signal_remote", "wait", "barrier", "halt")
+# Matrix-unit state an instruction may read or write besides registers: per unit its
+# weight tile, its staged LHS and each accumulator (scoreboard slots, see the emulator).
+MXU_STATE = ("mxu.w", "mxu.lhs", "mxu.acc")
+# Memory footprints: (space, "r" or "w", shape). "tile": 8 rows x 128 elements at
+# S[sa] + off, S[stride] apart ("w" words or "bf16" halves); "span": the rows x cols
+# bf16 weight tile of mxu.ldw; "word": one SMEM word; "block": a DMA's strided block.
+FOOTPRINTS = ("tile", "span", "word", "block")
 
 
 @attrs.frozen
@@ -61,12 +73,21 @@ class Instr:
     syntax: str            # e.g. "{vd}, {off}({sa}), {stride}, {mask}"
     unit: str
     timing: str | None     # None: costs no time (region markers)
-    effect: str            # how the emulator executes it: "salu", "valu", "vld", ...
-    fn: Callable | None = None
-    types: tuple[str, ...] = ()   # element types of a vector op's inputs and output
-    param: object = None          # effect parameter (element type, reduce kind, ...)
+    family: str            # what kind of operation, for docs and tests: "elementwise", ...
+    types: tuple[str, ...] = ()    # element types of a vector op's inputs and output
+    exec: str | None = None        # semantics for the compiled loop; None for global rows
+    global_kind: str | None = None  # the machine operation of a global row
+    reads: tuple[str, ...] = ()    # matrix-unit state read (MXU_STATE), "vd": its destination too
+    writes: tuple[str, ...] = ()   # matrix-unit state written
+    accumulates: bool = False      # writes its accumulator in issue order, without waiting for it
+    memory: tuple[tuple[str, str, str], ...] = ()   # footprints: (space, "r"/"w", FOOTPRINTS)
+    elem_bytes: int = 4            # bytes per element of a "tile" footprint
     doc: str = ""
     fields: tuple[Field, ...] = ()
+
+    @property
+    def is_global(self) -> bool:
+        return self.global_kind is not None
 
     def operand(self, name: str) -> Operand:
         for op in self.operands:
@@ -93,279 +114,296 @@ def _i(name, kind):
     return Operand(name, kind, "i")
 
 
-# --- scalar semantics (Python ints in, Python int out; wrapped by the emulator) --
+# --- exec clause builders -----------------------------------------------------
 
-def _shl(a, b):
-    return a << (b & 31)
-
-
-def _shr(a, b):
-    return (a & 0xFFFFFFFF) >> (b & 31)
+def _each(statement: str) -> str:
+    """`statement` for every element i of a vector register."""
+    return f"for i in range(TILE):\n    {statement}"
 
 
-def _sra(a, b):
-    return a >> (b & 31)
+def _set_s(expr: str) -> str:
+    """sd = expr, wrapped to int32; writes to s0 are dropped."""
+    return f"if sd:\n    S[sd] = w32({expr})"
 
 
+def _set_mask(expr: str) -> str:
+    """md = expr per element (m0 is read-only); its rectangle becomes unknown."""
+    return (f"if md:\n    for i in range(TILE):\n        M[md, i] = {expr}\n"
+            "    MR[md, 0] = -1\n    MR[md, 1] = -1")
+
+
+def _jump(cond: str | None) -> str:
+    body = ("if target >= n_ops:\n    err = fault(E, E_BRANCH, target, n_ops, 0, 0)\n"
+            "else:\n    nxt = target")
+    if cond is None:
+        return body
+    return f"if {cond}:\n" + "\n".join("    " + line for line in body.splitlines())
+
+
+# Scalar ALU: name -> expression over a = S[sa] and b = S[sb] (or the immediate).
 SCALAR_BINARY = {
-    "add": operator.add, "sub": operator.sub, "and": operator.and_,
-    "or": operator.or_, "xor": operator.xor, "shl": _shl, "shr": _shr, "sra": _sra,
-    "slt": lambda a, b: int(a < b), "sle": lambda a, b: int(a <= b),
-    "seq": lambda a, b: int(a == b), "sne": lambda a, b: int(a != b),
-    "min": min, "max": max,
+    "add": "{a} + {b}", "sub": "{a} - {b}", "and": "{a} & {b}", "or": "{a} | {b}",
+    "xor": "{a} ^ {b}", "shl": "{a} << ({b} & 31)", "shr": "({a} & 0xFFFFFFFF) >> ({b} & 31)",
+    "sra": "{a} >> ({b} & 31)", "slt": "1 if {a} < {b} else 0", "sle": "1 if {a} <= {b} else 0",
+    "seq": "1 if {a} == {b} else 0", "sne": "1 if {a} != {b} else 0",
+    "min": "min({a}, {b})", "max": "max({a}, {b})",
 }
-def _div(a, b):
-    """Truncating division (C semantics); the emulator faults on b == 0 first."""
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
+SCALAR_MUL = {"mul": "{a} * {b}"}
+SCALAR_DIV = {"div": "idiv({a}, {b})", "rem": "irem({a}, {b})"}
+BRANCHES = {"beq": "==", "bne": "!=", "blt": "<", "bge": ">="}
 
-
-def _rem(a, b):
-    return a - b * _div(a, b)
-
-
-SCALAR_MUL = {"mul": operator.mul}
-SCALAR_DIV = {"div": _div, "rem": _rem}
-
-BRANCHES = {
-    "beq": operator.eq, "bne": operator.ne, "blt": operator.lt, "bge": operator.ge,
-}
-
-# --- vector semantics ---------------------------------------------------------
-
-def _v_shl(a, b):
-    return np.left_shift(a, b & 31)
-
-
-def _v_shr(a, b):
-    return np.right_shift(a.view(np.uint32), (b & 31).view(np.uint32)).view(np.int32)
-
-
-def _v_sra(a, b):
-    return np.right_shift(a, b & 31)
-
-
-def _tree_i32(combine):
-    """An int32 reduction along `axis` (axis removed, like `numerics.tree_sum_f32`)."""
-    def reduce(x, axis):
-        while x.shape[axis] > 1:
-            half = x.shape[axis] // 2
-            lo, hi = np.split(x, [half], axis=axis)
-            x = combine(lo, hi)
-        return np.squeeze(x, axis)
-    return reduce
-
-
-def _pack_bf16(a):
-    return nx.f32_to_bf16_bits(a).astype(np.uint32)
-
-
-def _unpack_bf16(a):
-    return nx.bf16_bits_to_f32((a & 0xFFFF).astype(np.uint16))
-
-
+# Vector ALU: name -> per-element expression over a and b (in the view of the type).
 VALU_F32 = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": nx.f32_max, "min": nx.f32_min,
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
+    "max": "f32_max({a}, {b})", "min": "f32_min({a}, {b})",
 }
 VALU_I32 = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply,
-    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-    "shl": _v_shl, "shr": _v_shr, "sra": _v_sra,
-    "max": np.maximum, "min": np.minimum,
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}",
+    "and": "{a} & {b}", "or": "{a} | {b}", "xor": "{a} ^ {b}",
+    "shl": "{a} << ({b} & 31)", "sra": "{a} >> ({b} & 31)",
+    "max": "max({a}, {b})", "min": "min({a}, {b})",
 }
-COMPARES = {
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal,
-}
-EUP = {
-    "exp": nx.exp, "log": nx.log, "exp2": nx.exp2, "log2": nx.log2,
-    "rcp": nx.reciprocal, "rsqrt": nx.rsqrt, "sqrt": nx.sqrt,
-    "sigmoid": nx.sigmoid, "tanh": nx.tanh, "silu": nx.silu,
-}
-REDUCE_F32 = {"sum": nx.tree_sum_f32, "max": nx.tree_max_f32, "min": nx.tree_min_f32}
-REDUCE_I32 = {"sum": _tree_i32(np.add), "max": _tree_i32(np.maximum),
-              "min": _tree_i32(np.minimum)}
+COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+EUP = ("exp", "log", "exp2", "log2", "rcp", "rsqrt", "sqrt", "sigmoid", "tanh", "silu")
+REDUCE_KINDS = ("sum", "max", "min")
+VIEWS = {"f32": "VF", "i32": "VI", "u32": "V"}
+
+
+def _binary(ty: str, template: str) -> str:
+    view = VIEWS[ty]
+    return _each(f"{view}[vd, i] = " + template.format(a=f"{view}[va, i]", b=f"{view}[vb, i]"))
 
 
 def _declare() -> list[dict]:
     """All rows, in opcode order within each group."""
     rows: list[dict] = []
 
-    def add(group, mnemonic, operands, syntax, unit, timing, effect, **extra):
+    def add(group, mnemonic, operands, syntax, unit, timing, family, **extra):
         rows.append(dict(group=group, mnemonic=mnemonic, operands=tuple(operands),
-                         syntax=syntax, unit=unit, timing=timing, effect=effect, **extra))
+                         syntax=syntax, unit=unit, timing=timing, family=family, **extra))
 
     # -- scalar ------------------------------------------------------------------
     g = "scalar"
-    add(g, "nop", [], "", "scalar", "scalar", "nop", doc="Do nothing for one issue slot.")
-    add(g, "li", [_s("sd", "w"), _i("imm", IMM32)], "{sd}, {imm}", "scalar", "scalar",
-        "li", doc="sd = imm (a 32-bit constant, or the address of a symbol).")
-    for name, fn in SCALAR_BINARY.items():
-        add(g, name, [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}",
-            "scalar", "scalar", "salu", fn=fn, doc=f"sd = sa {name} sb (int32).")
-        add(g, name + "i", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)],
-            "{sd}, {sa}, {imm}", "scalar", "scalar", "salui", fn=fn,
+    add(g, "nop", [], "", "scalar", "scalar", "scalar", exec="pass",
+        doc="Do nothing for one issue slot.")
+    add(g, "li", [_s("sd", "w"), _i("imm", IMM32)], "{sd}, {imm}", "scalar", "scalar", "scalar",
+        exec=_set_s("imm"), doc="sd = imm (a 32-bit constant, or the address of a symbol).")
+    for name, expr in SCALAR_BINARY.items():
+        add(g, name, [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}", "scalar", "scalar",
+            "scalar", exec=_set_s(expr.format(a="S[sa]", b="S[sb]")), doc=f"sd = sa {name} sb (int32).")
+        add(g, name + "i", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)], "{sd}, {sa}, {imm}",
+            "scalar", "scalar", "scalar", exec=_set_s(expr.format(a="S[sa]", b="imm")),
             doc=f"sd = sa {name} imm (int32).")
     for table, timing in ((SCALAR_MUL, "scalar_mul"), (SCALAR_DIV, "scalar_div")):
-        for name, fn in table.items():
-            add(g, name, [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}",
-                "scalar", timing, "salu", fn=fn, param=name,
-                doc=f"sd = sa {name} sb (int32; division truncates, by zero faults).")
-            add(g, name + "i", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)],
-                "{sd}, {sa}, {imm}", "scalar", timing, "salui", fn=fn, param=name,
-                doc=f"sd = sa {name} imm (int32).")
-    for name, fn in BRANCHES.items():
+        for name, expr in table.items():
+            reg, imm = _set_s(expr.format(a="S[sa]", b="S[sb]")), _set_s(expr.format(a="S[sa]", b="imm"))
+            if table is SCALAR_DIV:
+                reg = "if S[sb] == 0:\n    err = fault(E, E_DIV_REG, sb, 0, 0, 0)\nelse:\n" + \
+                    "\n".join("    " + line for line in reg.splitlines())
+                imm = "if imm == 0:\n    err = fault(E, E_DIV_IMM, 0, 0, 0, 0)\nelse:\n" + \
+                    "\n".join("    " + line for line in imm.splitlines())
+            add(g, name, [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}", "scalar", timing,
+                "scalar", exec=reg, doc=f"sd = sa {name} sb (int32; division truncates, by zero faults).")
+            add(g, name + "i", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)], "{sd}, {sa}, {imm}",
+                "scalar", timing, "scalar", exec=imm, doc=f"sd = sa {name} imm (int32).")
+    for name, op in BRANCHES.items():
         add(g, name, [_s("sa"), _s("sb"), _i("target", TARGET)], "{sa}, {sb}, {target}",
-            "scalar", "branch", "branch", fn=fn,
+            "scalar", "branch", "branch", exec=_jump(f"S[sa] {op} S[sb]"),
             doc=f"if sa {name[1:]} sb: jump to target (an instruction index).")
-    add(g, "jmp", [_i("target", TARGET)], "{target}", "scalar", "branch", "jump",
-        doc="Jump to target.")
+    add(g, "jmp", [_i("target", TARGET)], "{target}", "scalar", "branch", "branch",
+        exec=_jump(None), doc="Jump to target.")
     add(g, "lds", [_s("sd", "w"), _i("off", OFF27), _s("sa")], "{sd}, {off}({sa})",
-        "scalar", "smem", "lds", doc="sd = SMEM word at byte address sa + off (4-aligned).")
+        "scalar", "smem", "smem", memory=(("smem", "r", "word"),),
+        exec="err = smem_addr_ok(SMEM, S[sa] + off, E)\nif err == 0 and sd:\n"
+             "    S[sd] = smem_load(SMEM, S[sa] + off)",
+        doc="sd = SMEM word at byte address sa + off (4-aligned).")
     add(g, "sts", [_s("sb"), _i("off", OFF27), _s("sa")], "{sb}, {off}({sa})",
-        "scalar", "smem", "sts", doc="SMEM word at byte address sa + off = sb.")
+        "scalar", "smem", "smem", memory=(("smem", "w", "word"),),
+        exec="err = smem_addr_ok(SMEM, S[sa] + off, E)\nif err == 0:\n"
+             "    smem_store(SMEM, S[sa] + off, S[sb])",
+        doc="SMEM word at byte address sa + off = sb.")
     add(g, "rdsr", [_s("sd", "w"), _i("which", SPECIAL)], "{sd}, {which}", "scalar",
-        "scalar", "rdsr", doc="sd = a special register: core, chip, chip_x.., mesh_x.., cores, chips, gcore.")
+        "scalar", "scalar", exec=_set_s("SPEC[which]"),
+        doc="sd = a special register: core, chip, chip_x.., mesh_x.., cores, chips, gcore.")
 
     # -- vector memory -----------------------------------------------------------
     g = "vmem"
-    for ty, doc in (("w", "32-bit words"), ("bf16", "bf16 values widened exactly to f32")):
+    for ty, size, doc in (("w", 4, "32-bit words"), ("bf16", 2, "bf16 values widened exactly to f32")):
         add(g, f"vld.{ty}", [_v("vd", "w"), _i("off", OFF27), _s("sa"), _s("stride"), _m("mask")],
-            "{vd}, {off}({sa}), {stride}, {mask}", "vld", "vld", "vld", param=ty,
+            "{vd}, {off}({sa}), {stride}, {mask}", "vld", "vld", "vmem",
+            memory=(("vmem", "r", "tile"),), elem_bytes=size,
+            exec=f"err = vload(VMEM, V, M, MR, vd, S[sa] + off, S[stride], mask, {size}, E)",
             doc=f"Load 8 rows of 128 {doc}: row r from VMEM byte address sa + off + r*stride. "
                 "Masked-off elements read nothing and load 0.")
         add(g, f"vst.{ty}", [_v("va"), _i("off", OFF27), _s("sa"), _s("stride"), _m("mask")],
-            "{va}, {off}({sa}), {stride}, {mask}", "vst", "vst", "vst", param=ty,
+            "{va}, {off}({sa}), {stride}, {mask}", "vst", "vst", "vmem",
+            memory=(("vmem", "w", "tile"),), elem_bytes=size,
+            exec=f"err = vstore(VMEM, V, M, MR, va, S[sa] + off, S[stride], mask, {size}, E)",
             doc="Store 8 rows of 128 lanes (bf16: rounded to nearest even); masked-off elements are not written.")
 
     # -- vector ALU --------------------------------------------------------------
     g = "valu"
-    for name, fn in VALU_F32.items():
+    for name, template in VALU_F32.items():
         add(g, f"v{name}.f32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
-            "valu", "valu", "valu", fn=fn, types=("f32", "f32", "f32"),
+            "valu", "valu", "elementwise", exec=_binary("f32", template), types=("f32",) * 3,
             doc=f"vd = va {name} vb, IEEE binary32, round to nearest even.")
-    for name, fn in VALU_I32.items():
+    for name, template in VALU_I32.items():
         add(g, f"v{name}.i32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
-            "valu", "valu", "valu", fn=fn, types=("i32", "i32", "i32"),
+            "valu", "valu", "elementwise", exec=_binary("i32", template), types=("i32",) * 3,
             doc=f"vd = va {name} vb, int32 wrapping.")
-    add(g, "vabs.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "valu",
-        fn=np.abs, types=("f32", "f32"), doc="vd = |va|.")
-    add(g, "vmov", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "valu",
-        fn=np.copy, types=("u32", "u32"), doc="vd = va (raw bits).")
-    add(g, "vbcast", [_v("vd", "w"), _s("sa")], "{vd}, {sa}", "valu", "valu", "vbcast",
-        doc="Every lane of vd = the 32 bits of sa.")
-    add(g, "vli.f32", [_v("vd", "w"), _i("imm", F32)], "{vd}, {imm}", "valu", "valu", "vli",
-        doc="Every lane of vd = a float32 constant.")
-    add(g, "vli.i32", [_v("vd", "w"), _i("imm", IMM32)], "{vd}, {imm}", "valu", "valu", "vli",
-        doc="Every lane of vd = an int32 constant.")
-    for name, fn in COMPARES.items():
+        if name == "shl":
+            # Logical right shift works on the raw bits.
+            add(g, "vshr.i32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
+                "valu", "valu", "elementwise", exec=_each("V[vd, i] = V[va, i] >> (V[vb, i] & 31)"),
+                types=("i32",) * 3,
+                doc="vd = va shr vb, int32 wrapping.")
+    add(g, "vabs.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "elementwise",
+        exec=_each("V[vd, i] = V[va, i] & 0x7FFFFFFF"), types=("f32", "f32"), doc="vd = |va|.")
+    add(g, "vmov", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "elementwise",
+        exec=_each("V[vd, i] = V[va, i]"), types=("u32", "u32"), doc="vd = va (raw bits).")
+    add(g, "vbcast", [_v("vd", "w"), _s("sa")], "{vd}, {sa}", "valu", "valu", "broadcast",
+        exec=_each("VI[vd, i] = S[sa]"), doc="Every lane of vd = the 32 bits of sa.")
+    add(g, "vli.f32", [_v("vd", "w"), _i("imm", F32)], "{vd}, {imm}", "valu", "valu", "broadcast",
+        exec=_each("V[vd, i] = imm & 0xFFFFFFFF"), doc="Every lane of vd = a float32 constant.")
+    add(g, "vli.i32", [_v("vd", "w"), _i("imm", IMM32)], "{vd}, {imm}", "valu", "valu", "broadcast",
+        exec=_each("V[vd, i] = imm & 0xFFFFFFFF"), doc="Every lane of vd = an int32 constant.")
+    for name, op in COMPARES.items():
         for ty in ("f32", "i32"):
+            view = VIEWS[ty]
             add(g, f"vcmp{name}.{ty}", [_m("md", "w"), _v("va"), _v("vb")], "{md}, {va}, {vb}",
-                "valu", "valu", "vcmp", fn=fn, types=(ty, ty, "mask"),
+                "valu", "valu", "compare", exec=_set_mask(f"{view}[va, i] {op} {view}[vb, i]"),
+                types=(ty, ty, "mask"),
                 doc=f"md = va {name} vb per element ({ty}); NaN compares unordered.")
     add(g, "vsel", [_v("vd", "w"), _m("mk"), _v("va"), _v("vb")], "{vd}, {mk}, {va}, {vb}",
-        "valu", "valu", "vsel", doc="vd = mk ? va : vb per element (raw bits).")
+        "valu", "valu", "select", exec=_each("V[vd, i] = V[va, i] if M[mk, i] else V[vb, i]"),
+        doc="vd = mk ? va : vb per element (raw bits).")
     add(g, "mand", [_m("md", "w"), _m("ma"), _m("mb")], "{md}, {ma}, {mb}", "valu", "valu",
-        "mlogic", fn=np.logical_and, doc="md = ma and mb.")
+        "mask", exec=_set_mask("M[ma, i] & M[mb, i]"), doc="md = ma and mb.")
     add(g, "mor", [_m("md", "w"), _m("ma"), _m("mb")], "{md}, {ma}, {mb}", "valu", "valu",
-        "mlogic", fn=np.logical_or, doc="md = ma or mb.")
-    add(g, "mnot", [_m("md", "w"), _m("ma")], "{md}, {ma}", "valu", "valu", "mlogic",
-        fn=np.logical_not, doc="md = not ma.")
+        "mask", exec=_set_mask("M[ma, i] | M[mb, i]"), doc="md = ma or mb.")
+    add(g, "mnot", [_m("md", "w"), _m("ma")], "{md}, {ma}", "valu", "valu", "mask",
+        exec=_set_mask("1 - M[ma, i]"), doc="md = not ma.")
     add(g, "mrows", [_m("md", "w"), _s("sa"), _s("sb")], "{md}, {sa}, {sb}", "valu", "valu",
-        "mrows", doc="md = elements with sublane < sa and lane < sb (partial-tile masks).")
+        "mask", exec="mask_rect(M, MR, md, S[sa], S[sb])",
+        doc="md = elements with sublane < sa and lane < sb (partial-tile masks).")
     conversions = (
-        ("vcvt.f32.i32", nx.i32_to_f32, ("i32", "f32"), "int32 to nearest float32"),
-        ("vcvt.i32.f32", nx.f32_to_i32, ("f32", "i32"), "float32 to int32, truncating, saturating, NaN to 0"),
-        ("vround.bf16", nx.bf16_round, ("f32", "f32"), "round to the nearest bf16 value, kept as f32"),
-        ("vpack.bf16", _pack_bf16, ("f32", "u32"), "f32 to bf16 bits in the low half (nearest even)"),
-        ("vunpack.bf16", _unpack_bf16, ("u32", "f32"), "bf16 bits in the low half to f32 (exact)"),
+        ("vcvt.f32.i32", "VF[vd, i] = i32_to_f32(VI[va, i])", ("i32", "f32"), "int32 to nearest float32"),
+        ("vcvt.i32.f32", "VI[vd, i] = f32_to_i32(VF[va, i])", ("f32", "i32"),
+         "float32 to int32, truncating, saturating, NaN to 0"),
+        ("vround.bf16", "V[vd, i] = bf16_round_bits(V[va, i])", ("f32", "f32"),
+         "round to the nearest bf16 value, kept as f32"),
+        ("vpack.bf16", "V[vd, i] = bf16_round_bits(V[va, i]) >> 16", ("f32", "u32"),
+         "f32 to bf16 bits in the low half (nearest even)"),
+        ("vunpack.bf16", "V[vd, i] = (V[va, i] & 0xFFFF) << 16", ("u32", "f32"),
+         "bf16 bits in the low half to f32 (exact)"),
     )
-    for name, fn, types, doc in conversions:
-        add(g, name, [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "vcvt", "valu",
-            fn=fn, types=types, doc=f"vd = {doc}.")
-    add(g, "viota.lane", [_v("vd", "w")], "{vd}", "valu", "valu", "viota", param=1,
-        doc="vd = the lane index (int32) of each element.")
-    add(g, "viota.sub", [_v("vd", "w")], "{vd}", "valu", "valu", "viota", param=0,
-        doc="vd = the sublane index (int32) of each element.")
+    for name, statement, types, doc in conversions:
+        add(g, name, [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "vcvt", "elementwise",
+            exec=_each(statement), types=types, doc=f"vd = {doc}.")
+    add(g, "viota.lane", [_v("vd", "w")], "{vd}", "valu", "valu", "broadcast",
+        exec=_each("VI[vd, i] = i % 128"), doc="vd = the lane index (int32) of each element.")
+    add(g, "viota.sub", [_v("vd", "w")], "{vd}", "valu", "valu", "broadcast",
+        exec=_each("VI[vd, i] = i // 128"), doc="vd = the sublane index (int32) of each element.")
 
     # -- cross-lane unit ---------------------------------------------------------
     g = "xlu"
-    for ty, table in (("f32", REDUCE_F32), ("i32", REDUCE_I32)):
-        for name, fn in table.items():
+    for ty in ("f32", "i32"):
+        for kind, name in enumerate(REDUCE_KINDS):
             for axis, axis_name in ((1, "lane"), (0, "sub")):
                 add(g, f"vred{name}.{axis_name}.{ty}", [_v("vd", "w"), _v("va")], "{vd}, {va}",
-                    "xlu", "xlu", "vreduce", fn=fn, types=(ty, ty), param=axis,
+                    "xlu", "xlu", "reduce", exec=f"reduce_{ty}({VIEWS[ty]}, vd, va, {axis}, {kind})",
+                    types=(ty, ty),
                     doc=f"Reduce va with {name} across {axis_name}s in the fixed tree order of "
                         "the numeric contract; the result is broadcast along that axis.")
     add(g, "vbcast.lane", [_v("vd", "w"), _v("va"), _i("idx", UIMM8)], "{vd}, {va}, {idx}",
-        "xlu", "xlu", "vbcastidx", param=1, doc="vd[s, l] = va[s, idx].")
+        "xlu", "xlu", "permute", exec="err = bcast_index(V, vd, va, idx, 1, E)",
+        doc="vd[s, l] = va[s, idx].")
     add(g, "vbcast.sub", [_v("vd", "w"), _v("va"), _i("idx", UIMM8)], "{vd}, {va}, {idx}",
-        "xlu", "xlu", "vbcastidx", param=0, doc="vd[s, l] = va[idx, l].")
+        "xlu", "xlu", "permute", exec="err = bcast_index(V, vd, va, idx, 0, E)",
+        doc="vd[s, l] = va[idx, l].")
     add(g, "vrot.lane", [_v("vd", "w"), _v("va"), _i("amount", UIMM8)], "{vd}, {va}, {amount}",
-        "xlu", "xlu", "vrot", param=1, doc="vd[s, l] = va[s, (l - amount) mod 128].")
+        "xlu", "xlu", "permute", exec="rotate(V, vd, va, amount, 1)",
+        doc="vd[s, l] = va[s, (l - amount) mod 128].")
     add(g, "vrot.sub", [_v("vd", "w"), _v("va"), _i("amount", UIMM8)], "{vd}, {va}, {amount}",
-        "xlu", "xlu", "vrot", param=0, doc="vd[s, l] = va[(s - amount) mod 8, l].")
+        "xlu", "xlu", "permute", exec="rotate(V, vd, va, amount, 0)",
+        doc="vd[s, l] = va[(s - amount) mod 8, l].")
     add(g, "vcol", [_v("vd", "w"), _v("va"), _i("block", UIMM8)], "{vd}, {va}, {block}",
-        "xlu", "xlu", "vcol", doc="vd[s, l] = va[0, 8*block + s]: 8 lanes of sublane 0 become a "
-                                  "column, broadcast across lanes (a row vector to column form).")
+        "xlu", "xlu", "permute", exec="err = column(V, vd, va, block, E)",
+        doc="vd[s, l] = va[0, 8*block + s]: 8 lanes of sublane 0 become a "
+            "column, broadcast across lanes (a row vector to column form).")
     add(g, "vextract", [_s("sd", "w"), _v("va"), _s("sb")], "{sd}, {va}, {sb}", "xlu",
-        "vextract", "vextract", doc="sd = the 32 bits of element sb (= sublane*128 + lane) of va.")
+        "vextract", "element", exec="err = element_ok(S[sb], E)\nif err == 0 and sd:\n"
+                                    "    S[sd] = VI[va, S[sb]]",
+        doc="sd = the 32 bits of element sb (= sublane*128 + lane) of va.")
     add(g, "vinsert", [_v("vd", "w"), _s("sa"), _s("sb")], "{vd}, {sa}, {sb}", "xlu",
-        "vextract", "vinsert", doc="Element sb (= sublane*128 + lane) of vd = the 32 bits of sa.")
+        "vextract", "element", reads=("vd",),
+        exec="err = element_ok(S[sb], E)\nif err == 0:\n    VI[vd, S[sb]] = S[sa]",
+        doc="Element sb (= sublane*128 + lane) of vd = the 32 bits of sa.")
 
     # -- transcendentals ---------------------------------------------------------
     g = "eup"
-    for name, fn in EUP.items():
-        add(g, f"v{name}.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "eup", "eup", "valu",
-            fn=fn, types=("f32", "f32"), doc=f"vd = {name}(va), the contract's algorithm.")
+    for name in EUP:
+        add(g, f"v{name}.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "eup", "eup", "elementwise",
+            exec=_each(f"VF[vd, i] = {name}_f32(VF[va, i])"), types=("f32", "f32"),
+            doc=f"vd = {name}(va), the contract's algorithm.")
 
     # -- matrix unit -------------------------------------------------------------
     g = "mxu"
+    ldw = ("rows, cols = wtile_shape(S[shape], MXD, E)\nif rows == 0:\n    err = E[0]\nelse:\n"
+           "    {{check}}\n    if err == 0:\n"
+           "        err = load_weights(VMEM, MXWU, MXR, x, S[sa] + off, S[stride], rows, cols, {t}, E)")
     add(g, "mxu.ldw", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
-        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "mxu_ldw",
+        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        memory=(("vmem", "r", "span"),), exec=ldw.format(t=0),
         doc="Load the weight tile: rows k < shape>>16 of shape&0xffff bf16 values from VMEM "
             "byte address sa + off + k*stride; the rest of the D x D tile is zero.")
     add(g, "mxu.ldwt", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
-        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "mxu_ldw", param="t",
+        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        memory=(("vmem", "r", "span"),), exec=ldw.format(t=1),
         doc="Load the transposed weight tile: memory row j (of shape>>16 rows, shape&0xffff "
             "bf16 values each) becomes weight column j; loaded rows k < shape&0xffff.")
     add(g, "mxu.push", [_i("x", MXU), _v("va"), _i("chunk", UIMM8)], "{x}, {va}, {chunk}",
-        "mxu", "mxu_push", "mxu_push",
+        "mxu", "mxu_push", "matrix", writes=("mxu.lhs",), exec="push_lhs(V, MXLU, x, va, chunk)",
         doc="Stage va (rounded to bf16) as LHS columns chunk*128 .. chunk*128+127.")
     add(g, "mxu.mac", [_i("x", MXU), _i("acc", ACC), _i("zero", FLAG)], "{x}, {acc}, {zero}",
-        "mxu", "mxu_mac", "mxu_mac",
+        "mxu", "mxu_mac", "matrix", reads=("mxu.w", "mxu.lhs"), writes=("mxu.acc",), accumulates=True,
+        exec="err = mac(MXW, MXL, MXA, MXR, x, acc, zero, E)",
         doc="acc = (zero ? 0 : acc) + LHS @ W, products of bf16 accumulated in f32 in "
             "increasing k over the tile's loaded rows.")
     add(g, "mxu.pop", [_v("vd", "w"), _i("x", MXU), _i("acc", ACC), _i("chunk", UIMM8)],
-        "{vd}, {x}, {acc}, {chunk}", "mxu", "mxu_pop", "mxu_pop",
+        "{vd}, {x}, {acc}, {chunk}", "mxu", "mxu_pop", "matrix", reads=("mxu.acc",),
+        exec="pop_acc(V, MXAU, vd, x, acc, chunk)",
         doc="vd = accumulator columns chunk*128 .. chunk*128+127 (f32).")
 
     # -- DMA and synchronisation -------------------------------------------------
     g = "dma"
     dma_ops = [_i("dsp", SPACE), _s("dst"), _i("ssp", SPACE), _s("src"), _s("desc"), _s("sem")]
     add(g, "dma.start", dma_ops, "{dsp}[{dst}], {ssp}[{src}], {desc}, {sem}", "dma",
-        "dma_issue", "dma",
+        "dma_issue", "dma", global_kind="dma", memory=(("any", "r", "block"), ("any", "w", "block")),
         doc="Start an async copy; the shape is the 7-word SMEM descriptor at desc "
             "(inner_bytes, n1, src_stride1, dst_stride1, n2, src_stride2, dst_stride2); "
             "semaphore sem gains the byte count on completion.")
     add(g, "dma.start.r", dma_ops[:2] + [_s("tgt")] + dma_ops[2:] + [_s("rsem")],
-        "{dsp}[{dst}]@{tgt}, {ssp}[{src}], {desc}, {sem}, {rsem}", "dma", "dma_issue", "dma_remote",
+        "{dsp}[{dst}]@{tgt}, {ssp}[{src}], {desc}, {sem}, {rsem}", "dma", "dma_issue", "dma",
+        global_kind="dma_remote", memory=(("any", "r", "block"), ("any", "w", "block")),
         doc="Push to global core tgt: read local, write remote; local sem counts bytes sent, "
             "the target's rsem counts bytes received.")
     g = "sync"
-    add(g, "sem.signal", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "signal",
-        doc="Semaphore sem += val.")
+    add(g, "sem.signal", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "sync",
+        global_kind="signal", doc="Semaphore sem += val.")
     add(g, "sem.signal.r", [_s("sem"), _s("val"), _s("tgt")], "{sem}, {val}, {tgt}", "sync",
-        "sync", "signal_remote", doc="Semaphore sem of global core tgt += val.")
-    add(g, "sem.wait", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "wait",
-        doc="Block until semaphore sem >= val, then sem -= val.")
-    add(g, "barrier", [_i("scope", SCOPE)], "{scope}", "sync", "sync", "barrier",
+        "sync", "sync", global_kind="signal_remote", doc="Semaphore sem of global core tgt += val.")
+    add(g, "sem.wait", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "sync",
+        global_kind="wait", doc="Block until semaphore sem >= val, then sem -= val.")
+    add(g, "barrier", [_i("scope", SCOPE)], "{scope}", "sync", "sync", "sync", global_kind="barrier",
         doc="Block until every core in scope (chip, all, or the x/y/z line) has arrived.")
-    add(g, "halt", [], "", "sync", "sync", "halt", doc="Stop this core.")
-    add(g, "mark.push", [_i("region", UIMM24), _s("sa")], "{region}, {sa}", "meta", None,
-        "mark_push", doc="Enter source region `region` with dynamic index sa (free).")
-    add(g, "mark.pop", [], "", "meta", None, "mark_pop", doc="Leave the innermost region (free).")
+    add(g, "halt", [], "", "sync", "sync", "sync", global_kind="halt", doc="Stop this core.")
+    add(g, "mark.push", [_i("region", UIMM24), _s("sa")], "{region}, {sa}", "meta", None, "region",
+        exec="err = region_enter(RSTACK, I, region, S[sa], issue, pc, E)",
+        doc="Enter source region `region` with dynamic index sa (free).")
+    add(g, "mark.pop", [], "", "meta", None, "region",
+        exec="err = region_leave(RSTACK, RSTAT, TRR, I, issue, E)",
+        doc="Leave the innermost region (free).")
     return rows
 
 
@@ -399,6 +437,16 @@ def build_table(rows: list[dict]) -> dict[str, Instr]:
             raise ValueError(f"{mnemonic!r}: unknown unit {row['unit']!r}")
         if row["timing"] is not None and row["timing"] not in TIMING_CLASSES:
             raise ValueError(f"{mnemonic!r}: unknown timing class {row['timing']!r}")
+        if (row.get("exec") is None) == (row.get("global_kind") is None):
+            raise ValueError(f"{mnemonic!r} must have exactly one of an exec clause and a global kind")
+        if row.get("global_kind") not in (None, *GLOBAL_KINDS):
+            raise ValueError(f"{mnemonic!r}: unknown global kind {row['global_kind']!r}")
+        for state in row.get("reads", ()) + row.get("writes", ()):
+            if state not in (*MXU_STATE, "vd"):
+                raise ValueError(f"{mnemonic!r}: unknown state {state!r} in its access sets")
+        for space, access, shape in row.get("memory", ()):
+            if access not in ("r", "w") or shape not in FOOTPRINTS:
+                raise ValueError(f"{mnemonic!r}: bad memory footprint {(space, access, shape)}")
         names = _PLACEHOLDER.findall(row["syntax"])
         declared = [op.name for op in row["operands"]]
         if sorted(names) != sorted(declared) or len(set(declared)) != len(declared):

@@ -1,19 +1,23 @@
-"""Tile loads and stores (emulator/memory.py) against a lane-by-lane model.
+"""Vector tile loads and stores (`vload`/`vstore` of isa/semantics.py, compiled as the
+emulator's loop compiles them) against a lane-by-lane model.
 
-The module has fast paths (whole rows, one broadcast row, a rectangular mask); each must
-give the same bits, the same memory and the same traps as moving every active lane on
-its own: lane (r, l) is at addr + r*stride + l*size, an access traps iff an active lane
-falls outside memory, and where rows overlap in a store the later row wins."""
+They have a rectangle path (m0, or a mask known to be rows x lanes) besides the
+general masked one; both must give the same bits, the same memory and the same faults
+as moving every active lane on its own: lane (r, l) is at addr + r*stride + l*size,
+an access faults iff an active lane falls outside memory (and then writes nothing),
+and where rows overlap in a store the later row wins."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mkemu.emulator.memory import LANES, ROWS, Trap, load_tile, store_tile
+from mkemu.isa import semantics as sem
 from mkemu.isa.numerics import f32_to_bf16_bits
+
+ROWS, LANES = sem.ROWS, sem.LANES
 
 SIZES = {"w": 4, "bf16": 2}
 
@@ -53,22 +57,50 @@ def _memory(mem_bytes: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, mem_bytes, dtype=np.uint8)
 
 
+def _registers(mask, rect, bits=None):
+    """V, M, MR and the mask register index for a mask (None: m0), as the loop keeps them."""
+    V = np.zeros((2, ROWS * LANES), np.uint32)
+    if bits is not None:
+        V[1] = bits.reshape(-1)
+    M = np.zeros((2, ROWS * LANES), np.uint8)
+    M[0] = 1
+    MR = np.array([[ROWS, LANES], [-1, -1]], np.int64)
+    if mask is None:
+        return V, M, MR, 0
+    M[1] = mask.reshape(-1)
+    if rect is not None:
+        MR[1] = rect
+    return V, M, MR, 1
+
+
+@numba.njit(error_model="numpy")
+def _vload(mem, V, M, MR, mask, addr, stride, size):
+    E = np.zeros(5, np.int64)
+    return sem.vload(mem, V, M, MR, 1, addr, stride, mask, size, E)
+
+
+@numba.njit(error_model="numpy")
+def _vstore(mem, V, M, MR, mask, addr, stride, size):
+    E = np.zeros(5, np.int64)
+    return sem.vstore(mem, V, M, MR, 1, addr, stride, mask, size, E)
+
+
 @given(accesses(), st.integers(0, 2**16))
 def test_load_tile_moves_every_active_lane_and_zeroes_the_rest(access, seed):
     elem, mem_bytes, addr, stride, mask, rect = access
     size = SIZES[elem]
     mem = _memory(mem_bytes, seed)
+    V, M, MR, index = _registers(mask, rect)
+    err = _vload(mem, V, M, MR, index, addr, stride, size)
     if _out_of_bounds(mem_bytes, addr, stride, size, mask):
-        with pytest.raises(Trap):
-            load_tile(mem, "vmem", addr, stride, elem, mask, rect)
+        assert err == sem.E_OOB
         return
+    assert err == 0
     expected = np.zeros((ROWS, LANES), np.uint32)
     for r, l, start in _lanes(addr, stride, size, mask):
         word = int.from_bytes(mem[start:start + size].tobytes(), "little")
         expected[r, l] = word if size == 4 else word << 16
-    got = load_tile(mem, "vmem", addr, stride, elem, mask, rect)
-    assert got.dtype == np.uint32 and got.shape == (ROWS, LANES)
-    assert np.array_equal(got, expected)
+    assert np.array_equal(V[1].reshape(ROWS, LANES), expected)
 
 
 @given(accesses(), st.integers(0, 2**16))
@@ -79,14 +111,15 @@ def test_store_tile_writes_every_active_lane_in_row_order(access, seed):
     rng = np.random.default_rng(seed + 1)
     bits = (rng.standard_normal((ROWS, LANES)).astype(np.float32) * 100).view(np.uint32)
     before = mem.copy()
+    V, M, MR, index = _registers(mask, rect, bits)
+    err = _vstore(mem, V, M, MR, index, addr, stride, size)
     if _out_of_bounds(mem_bytes, addr, stride, size, mask):
-        with pytest.raises(Trap):
-            store_tile(mem, "vmem", addr, stride, elem, bits, mask, rect)
-        assert np.array_equal(mem, before), "a trapping store must not write"
+        assert err == sem.E_OOB
+        assert np.array_equal(mem, before), "a faulting store must not write"
         return
+    assert err == 0
     stored = bits if size == 4 else f32_to_bf16_bits(bits.view(np.float32))
     expected = before.copy()
     for r, l, start in _lanes(addr, stride, size, mask):
         expected[start:start + size] = np.frombuffer(stored[r, l].tobytes(), np.uint8)
-    store_tile(mem, "vmem", addr, stride, elem, bits, mask, rect)
     assert np.array_equal(mem, expected)

@@ -1,0 +1,371 @@
+"""The compiled issue loop: generated from the instruction table, compiled once by numba.
+
+`compiled_loop()` returns `run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK,
+RSTAT, RACES, TR, TRR) -> exit code`. It runs one core's local instructions from
+`I[H_PC]` with the timing rules of docs/architecture.md (an instruction issues when
+its unit is free and its sources are ready; it books the unit for its occupancy and
+its results for its latency) and executes each one by its table row's exec clause.
+It returns at a global instruction (EXIT_GLOBAL, with its issue cycle in
+`I[H_ISSUE]`), at a fault (EXIT_FAULT, the fault in `I[H_E:]`), or when a trace
+buffer is full (EXIT_TRACE_FULL). The same loop records traces (flag bit 0: one
+(pc, issue, unit stall, operand stall) row per instruction into TR, region rows
+into TRR) and checks races against the DMAs in flight (flag bit 1, RACES rows of
+(lo, hi, role)).
+
+The source of the loop is generated from the table: one branch per row, holding the
+row's operand names, its race check (from its memory footprint) and its exec
+clause, dispatched by a balanced tree of comparisons on the row's exec id. The
+generated module is written to a user cache directory under a name that hashes
+everything it is made from, so numba's on-disk cache (next to it) compiles it once
+per machine and version, and neither a non-editable install nor a read-only
+checkout gets written to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mkemu.emulator import decode as dec
+from mkemu.isa import semantics
+from mkemu.isa.semantics import E_REGION_DEEP, E_REGION_POP, fault, jitable
+
+# --- the layout of I, the core's int64 state --------------------------------------
+H_PC, H_T, H_COUNT, H_STALL_UNIT, H_STALL_DEP, H_NTR, H_NTRR, H_RDEPTH = range(8)
+H_NRACE, H_FLAGS, H_LIMIT, H_EXIT, H_ISSUE, H_NREGNAMES = range(8, 14)
+H_DIRTY = 14          # VMEM [lo, hi) written since the launch began (two words)
+H_SDIRTY = 16         # SMEM [lo, hi) likewise
+H_E = 18              # a fault: code, a, b, c, d
+H_O_S, H_O_READY, H_O_UFREE, H_O_BUSY, H_O_SPEC, H_O_MR, H_O_MXR = range(24, 31)
+H_NSREG, H_NREADY, H_NUNITS, H_NMREG, H_NMXU, H_MXD = range(31, 37)
+HEADER = 40
+
+EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL = 1, 2, 3
+FLAG_TRACE, FLAG_RACES = 1, 2
+# Faults the loop itself raises (the rows' own are in isa/semantics.py).
+E_RAN_OFF, E_MAX_CYCLES, E_RACE = 40, 41, 42
+REGION_DEPTH = 64
+REGION_OPEN, REGION_CLOSE = 0, 1
+# Compiled eagerly for exactly these array types (all C-contiguous).
+SIGNATURE = ("int64(int64[:, ::1], int64[::1], uint32[:, ::1], uint8[:, ::1], uint8[::1], uint8[::1], "
+             "uint32[:, :, ::1], uint32[:, :, ::1], uint32[:, :, :, ::1], int64[:, ::1], int64[:, ::1], "
+             "int64[:, ::1], int64[:, ::1], int64[:, ::1])")
+
+
+def layout(nsreg: int, nready: int, nunits: int, nmreg: int, nmxu: int) -> dict[str, int]:
+    """Offsets of the register file and scoreboard inside I, and I's length."""
+    offsets, at = {}, HEADER
+    for name, size in (("S", nsreg), ("READY", nready), ("UFREE", nunits), ("BUSY", nunits),
+                       ("SPEC", 16), ("MR", 2 * nmreg), ("MXR", nmxu)):
+        offsets[name] = at
+        at += size
+    offsets["size"] = at
+    return offsets
+
+
+# --- helpers of the loop's own bookkeeping (compiled with the loop) ---------------
+
+@jitable
+def region_enter(RSTACK, I, region, index, issue, pc, E):
+    """mark.push: push (region, index, start cycle, pc); a traced run notes a region id
+    the kernel has no name for when it opens, so names are assigned in opening order."""
+    d = I[H_RDEPTH]
+    if d >= RSTACK.shape[0]:
+        return fault(E, E_REGION_DEEP, RSTACK.shape[0], 0, 0, 0)
+    RSTACK[d, 0] = region
+    RSTACK[d, 1] = index
+    RSTACK[d, 2] = issue
+    RSTACK[d, 3] = pc
+    I[H_RDEPTH] = d + 1
+    return 0
+
+
+@jitable
+def region_leave(RSTACK, RSTAT, TRR, I, issue, E):
+    """mark.pop: time spent in the innermost region, and its trace row."""
+    d = I[H_RDEPTH]
+    if d == 0:
+        return fault(E, E_REGION_POP, 0, 0, 0, 0)
+    d -= 1
+    I[H_RDEPTH] = d
+    rid = RSTACK[d, 0]
+    RSTAT[rid, 0] += issue - RSTACK[d, 2]
+    RSTAT[rid, 1] += 1
+    if I[H_FLAGS] & FLAG_TRACE:
+        n = I[H_NTRR]
+        TRR[n, 0] = REGION_CLOSE
+        TRR[n, 1] = rid
+        TRR[n, 2] = RSTACK[d, 1]
+        TRR[n, 3] = d
+        TRR[n, 4] = RSTACK[d, 2]
+        TRR[n, 5] = issue
+        TRR[n, 6] = RSTACK[d, 3]
+        I[H_NTRR] = n + 1
+    return 0
+
+
+@jitable
+def region_named(TRR, I, region):
+    """Trace row noting that region id `region` (unnamed by the kernel) opens now."""
+    n = I[H_NTRR]
+    TRR[n, 0] = REGION_OPEN
+    TRR[n, 1] = region
+    I[H_NTRR] = n + 1
+
+
+@jitable
+def race_check(RACES, n, lo, hi, write, E):
+    """The first DMA in flight whose footprint this access conflicts with: any access to
+    a destination not yet waited for (role 0), a write to a source still read (role 1)."""
+    for k in range(n):
+        if lo < RACES[k, 1] and RACES[k, 0] < hi and (RACES[k, 2] == 0 or write):
+            return fault(E, E_RACE, k, lo, hi, 0)
+    return 0
+
+
+@jitable
+def mark_dirty(I, at, lo, hi):
+    """Widen the written range [I[at], I[at + 1]) by [lo, hi)."""
+    if lo < I[at]:
+        I[at] = lo
+    if hi > I[at + 1]:
+        I[at + 1] = hi
+
+
+_SUPPORT = (region_enter, region_leave, region_named, race_check, mark_dirty)
+_HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
+            "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
+            "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "reduce_f32", "reduce_i32",
+            "bcast_index", "rotate", "column", "element_ok", "smem_addr_ok", "smem_load",
+            "smem_store", "vload", "vstore", "vtile_span", "rows_span", "wtile_shape",
+            "load_weights", "push_lhs", "mac", "pop_acc", "mask_rect")
+
+
+# --- the generated source ---------------------------------------------------------
+
+def _indent(text: str, levels: int) -> str:
+    pad = "    " * levels
+    return "\n".join(pad + line if line.strip() else line for line in text.splitlines())
+
+
+def _footprint_check(instr) -> str:
+    """The race check of a row's VMEM footprint (only while DMAs are in flight)."""
+    for space, access, shape in instr.memory:
+        if space != "vmem":
+            continue
+        write = 1 if access == "w" else 0
+        if shape == "tile":
+            span = f"lo, hi = vtile_span(S[sa] + off, S[stride], {instr.elem_bytes})"
+        else:   # "span": the weight tile's rows x cols bf16 values
+            span = "lo, hi = rows_span(S[sa] + off, S[stride], rows, cols * 2)"
+        return (f"if races and I[H_NRACE] > 0:\n    {span}\n"
+                f"    err = race_check(RACES, I[H_NRACE], lo, hi, {write}, E)")
+    return ""
+
+
+def _dirty_update(instr) -> str:
+    """Note the VMEM/SMEM bytes a row writes, so the next launch clears only those."""
+    for space, access, shape in instr.memory:
+        if access == "w" and shape == "tile":
+            return (f"if err == 0:\n    lo, hi = vtile_span(S[sa] + off, S[stride], {instr.elem_bytes})\n"
+                    "    mark_dirty(I, H_DIRTY, lo, hi)")
+        if access == "w" and shape == "word":
+            return "if err == 0:\n    mark_dirty(I, H_SDIRTY, S[sa] + off, S[sa] + off + 4)"
+    return ""
+
+
+def _branch(instr) -> str:
+    """The body run for one row: operands by name, race check, exec clause, bookkeeping."""
+    lines = [f"{op.name} = C[pc, {dec.C_ARG + k}]" for k, op in enumerate(instr.operands)]
+    check = _footprint_check(instr)
+    body = instr.exec
+    if "{check}" in body:
+        lines.append(body.replace("{check}", _indent(check, 1).strip() or "pass"))
+    else:
+        if check:
+            lines += [check, "if err == 0:", _indent(body, 1)]
+        else:
+            lines.append(body)
+    if instr.mnemonic == "mark.push":
+        lines.append("if tracing and region >= I[H_NREGNAMES]:\n    region_named(TRR, I, region)")
+    dirty = _dirty_update(instr)
+    if dirty:
+        lines.append(dirty)
+    return "\n".join(lines)
+
+
+def _dispatch(ids: list[int], levels: int) -> str:
+    """A balanced tree of comparisons on the exec id `x_id` over `ids`."""
+    if len(ids) == 1:
+        xid = ids[0]
+        if xid == dec.ILLEGAL_XID:
+            return _indent("err = fault(E, E_ILLEGAL, pc, 0, 0, 0)", levels)
+        instr = dec.LOCAL_ROWS[xid]
+        return _indent(f"# {instr.mnemonic}\n" + _branch(instr), levels)
+    mid = len(ids) // 2
+    return "\n".join([_indent(f"if x_id < {ids[mid]}:", levels), _dispatch(ids[:mid], levels + 1),
+                      _indent("else:", levels), _dispatch(ids[mid:], levels + 1)])
+
+
+_PROLOGUE = '''
+@njit(SIGNATURE, cache=True, error_model="numpy", nogil=True)
+def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR):
+    VF = V.view(np.float32)
+    VI = V.view(np.int32)
+    MXW = MXWU.view(np.float32)
+    MXL = MXLU.view(np.float32)
+    MXA = MXAU.view(np.float32)
+    S = I[I[H_O_S]:I[H_O_S] + I[H_NSREG]]
+    READY = I[I[H_O_READY]:I[H_O_READY] + I[H_NREADY]]
+    UFREE = I[I[H_O_UFREE]:I[H_O_UFREE] + I[H_NUNITS]]
+    BUSY = I[I[H_O_BUSY]:I[H_O_BUSY] + I[H_NUNITS]]
+    SPEC = I[I[H_O_SPEC]:I[H_O_SPEC] + 16]
+    MR = I[I[H_O_MR]:I[H_O_MR] + 2 * I[H_NMREG]].reshape(I[H_NMREG], 2)
+    MXR = I[I[H_O_MXR]:I[H_O_MXR] + I[H_NMXU]]
+    E = I[H_E:H_E + 5]
+    MXD = I[H_MXD]
+    n_ops = C.shape[0]
+    tracing = (I[H_FLAGS] & FLAG_TRACE) != 0
+    races = (I[H_FLAGS] & FLAG_RACES) != 0
+    limit = I[H_LIMIT]
+    pc = I[H_PC]
+    t = I[H_T]
+    count = 0
+    stall_unit = 0
+    stall_dep = 0
+    code = 0
+    while True:
+        if tracing and (I[H_NTR] >= TR.shape[0] or I[H_NTRR] >= TRR.shape[0] - 1):
+            code = EXIT_TRACE_FULL
+            break
+        if pc >= n_ops or pc < 0:
+            fault(E, E_RAN_OFF, pc, n_ops, 0, 0)
+            code = EXIT_FAULT
+            break
+        issue = t
+        u = C[pc, C_UNIT]
+        if UFREE[u] > issue:
+            issue = UFREE[u]
+        unit_ready = issue
+        for j in range(C[pc, C_NSRC]):
+            r = READY[C[pc, C_SRC + j]]
+            if r > issue:
+                issue = r
+        stall_unit += unit_ready - t
+        stall_dep += issue - unit_ready
+        if tracing:
+            n = I[H_NTR]
+            TR[n, 0] = pc
+            TR[n, 1] = issue
+            TR[n, 2] = unit_ready - t
+            TR[n, 3] = issue - unit_ready
+            I[H_NTR] = n + 1
+        if C[pc, C_GLOBAL]:
+            I[H_ISSUE] = issue
+            code = EXIT_GLOBAL
+            break
+        if issue > limit:
+            fault(E, E_MAX_CYCLES, limit, 0, 0, 0)
+            code = EXIT_FAULT
+            break
+        occ = C[pc, C_OCC]
+        UFREE[u] = issue + occ
+        BUSY[u] += occ
+        done = issue + C[pc, C_LAT]
+        for j in range(C[pc, C_NDST]):
+            READY[C[pc, C_DST + j]] = done
+        t = issue + (1 if occ else 0)
+        count += 1
+        nxt = -1
+        err = 0
+        x_id = C[pc, C_XID]
+'''
+
+_EPILOGUE = '''
+        if err:
+            code = EXIT_FAULT
+            break
+        pc = pc + 1 if nxt < 0 else nxt
+    I[H_PC] = pc
+    I[H_T] = t
+    I[H_COUNT] += count
+    I[H_STALL_UNIT] += stall_unit
+    I[H_STALL_DEP] += stall_dep
+    I[H_EXIT] = code
+    return code
+'''
+
+
+def generate_source() -> str:
+    """The loop module's source text, derived from the table and the helpers."""
+    consts = {name: value for name, value in vars(semantics).items()
+              if name.startswith("E_") or name in ("TILE", "ROWS", "LANES")}
+    consts.update({name: value for name, value in globals().items()
+                   if name.startswith(("H_", "EXIT_", "FLAG_", "E_"))})
+    consts.update({name: getattr(dec, name) for name in ("C_UNIT", "C_NSRC", "C_SRC", "C_GLOBAL",
+                                                         "C_OCC", "C_LAT", "C_NDST", "C_DST", "C_XID")})
+    head = ["# Generated by mkemu.emulator.loop from the instruction table: do not edit.",
+            "import numpy as np", "from numba import njit",
+            f"from mkemu.isa.semantics import {', '.join(_HELPERS)}",
+            f"from mkemu.emulator.loop import {', '.join(fn.__name__ for fn in _SUPPORT)}", ""]
+    head += [f"{name} = {value!r}" for name, value in sorted(consts.items())]
+    head.append(f"SIGNATURE = {SIGNATURE!r}")
+    ids = list(range(len(dec.LOCAL_ROWS))) + [dec.ILLEGAL_XID]
+    return "\n".join(head) + "\n" + _PROLOGUE + _dispatch(ids, 2) + "\n" + _EPILOGUE
+
+
+def _fingerprint(source: str) -> str:
+    import numba
+
+    parts = [source, inspect.getsource(semantics), inspect.getsource(sys.modules[__name__]),
+             numba.__version__, sys.version]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    """Where the generated loop and numba's compiled copy of it live: the user's cache
+    directory (XDG_CACHE_HOME or ~/.cache), else a per-user temporary directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for candidate in (Path(base) / "mkemu", Path(tempfile.gettempdir()) / f"mkemu-cache-{os.getuid()}"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+            probe = candidate / f".probe{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+            return candidate
+        except OSError:
+            continue
+    raise OSError("no writable cache directory for the compiled emulator loop")
+
+
+_compiled = None
+compile_seconds = 0.0   # wall time the last `compiled_loop()` spent loading or compiling
+
+
+def compiled_loop():
+    """The loop function, generated, written and compiled (or loaded from cache) once
+    per process."""
+    global _compiled, compile_seconds
+    if _compiled is None:
+        t0 = time.perf_counter()
+        source = generate_source()
+        name = f"mkemu_loop_{_fingerprint(source)}"
+        path = cache_dir() / f"{name}.py"
+        if not path.is_file() or path.read_text() != source:
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        # Registered before it runs: numba's cache finds the module again by name.
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _compiled = module.run
+        compile_seconds = time.perf_counter() - t0
+    return _compiled

@@ -1,0 +1,677 @@
+"""What instructions do, in the form the emulator's compiled issue loop runs.
+
+The instruction table (`table.py`) gives each row an `exec` clause: a few Python
+statements over the core's state arrays and the row's operands. Those statements
+call the helpers below. Every helper is plain Python written in the subset numba
+compiles (scalars, loops, numpy arrays, no objects), so the emulator can compile
+the whole issue loop with them, and the same code also runs uncompiled
+(NUMBA_DISABLE_JIT=1) for debugging.
+
+The numeric helpers are a second, element-at-a-time implementation of the numeric
+contract in `numerics.py` (which stays the definition the numpy references use);
+tests/isa/test_semantics.py proves them bit-identical, including NaN, infinities,
+signed zeros and subnormals. The memory helpers implement vector tile loads and
+stores with the exact bounds and alignment checks and fault reports of the ISA.
+
+Faults: a helper that finds a problem stores a fault code and its numbers in the
+`E` array (`fault`) and returns the code; the loop stops at once and the emulator
+turns the code into a message naming the numbers (`FAULTS`).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from math import factorial
+
+import numpy as np
+from numba.extending import register_jitable
+
+# Plain Python functions that numba compiles into any jitted caller (the loop), with
+# IEEE results instead of exceptions for float division by zero.
+jitable = register_jitable(error_model="numpy")
+
+ROWS, LANES = 8, 128
+TILE = ROWS * LANES
+
+# --- faults -------------------------------------------------------------------
+# code -> (kind, message template over the fault's numbers a, b, c, d)
+FAULTS = {
+    1: ("out-of-bounds", "{name} access [{a}, {b}) is outside {name} of {c} bytes"),
+    2: ("misaligned", "{name} address {a} / stride {b} not {c}-byte aligned"),
+    3: ("misaligned", "SMEM address {a} is not 4-byte aligned"),
+    4: ("out-of-bounds", "SMEM access at {a} is outside SMEM of {b} bytes"),
+    5: ("divide-by-zero", "{op} by zero (s{a} = 0)"),
+    6: ("divide-by-zero", "{op} by zero (immediate 0)"),
+    7: ("bad-branch", "branch target {a} is past the end of the kernel ({b} instructions)"),
+    8: ("bad-operand", "lane index {a} >= 128"),
+    9: ("bad-operand", "sublane index {a} >= 8"),
+    10: ("bad-operand", "vcol block {a} is beyond lane 127"),
+    11: ("bad-operand", "element index {a} is outside 0..1023"),
+    12: ("bad-operand", "weight tile shape {a}x{b} does not fit the {c}x{c} matrix unit "
+                        "(columns must be a multiple of 128)"),
+    13: ("bad-operand", "mxu.mac on x{a} before any weight tile was loaded"),
+    14: ("illegal-instruction", "{problem}"),
+    15: ("bad-region", "mark.pop without a matching mark.push"),
+    16: ("bad-region", "regions nested deeper than {a}"),
+}
+E_OOB, E_ALIGN, E_SMEM_ALIGN, E_SMEM_OOB, E_DIV_REG, E_DIV_IMM, E_BRANCH = 1, 2, 3, 4, 5, 6, 7
+E_LANE, E_SUBLANE, E_VCOL, E_ELEMENT, E_WSHAPE, E_NOWEIGHTS, E_ILLEGAL = 8, 9, 10, 11, 12, 13, 14
+E_REGION_POP, E_REGION_DEEP = 15, 16
+
+
+@jitable
+def fault(E, code, a, b, c, d):
+    E[0] = code
+    E[1] = a
+    E[2] = b
+    E[3] = c
+    E[4] = d
+    return code
+
+
+# --- integers -----------------------------------------------------------------
+
+@jitable
+def w32(x):
+    """Two's complement wraparound of an integer to int32."""
+    x &= 0xFFFFFFFF
+    return x - 0x100000000 if x >= 0x80000000 else x
+
+
+@jitable
+def idiv(a, b):
+    """int32 division truncating toward zero (C); b != 0 (the caller faults first)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+@jitable
+def irem(a, b):
+    return a - b * idiv(a, b)
+
+
+# --- float32 elements -----------------------------------------------------------
+
+@jitable
+def f32_max(a, b):
+    """`numerics.f32_max` for one element: max(+0, -0) = +0; a NaN operand gives a's
+    NaN if a is NaN, else b's."""
+    if a != a:
+        return a
+    if b != b:
+        return b
+    if a > b or (a == b and math.copysign(1.0, a) > 0):
+        return a
+    return b
+
+
+@jitable
+def f32_min(a, b):
+    """`numerics.f32_min` for one element: min(+0, -0) = -0, NaN as in f32_max."""
+    if a != a:
+        return a
+    if b != b:
+        return b
+    if a < b or (a == b and math.copysign(1.0, a) < 0):
+        return a
+    return b
+
+
+@jitable
+def bf16_round_bits(bits):
+    """`numerics.bf16_round` on float32 bits (uint32 in, uint32 out)."""
+    bits = np.uint32(bits)
+    if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint32(((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16))
+    rounded = ((bits >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + bits
+    return np.uint32(rounded & np.uint32(0xFFFF0000))
+
+
+@jitable
+def f32_to_i32(x):
+    """float32 -> int32 truncating toward zero, saturating; NaN -> 0."""
+    x64 = np.float64(x)
+    if x64 != x64:
+        return 0
+    x64 = min(max(x64, -2147483648.0), 2147483647.0)
+    return int(x64)
+
+
+@jitable
+def i32_to_f32(x):
+    return np.float32(np.float64(x))
+
+
+# --- transcendentals (float64 kernels of numerics.py, one element at a time) ----
+
+_EXPM1 = tuple(float(Fraction(1, factorial(n))) for n in range(1, 15))
+_ATANH = tuple(float(Fraction(1, 2 * n + 1)) for n in range(12))
+_LN2 = float(Fraction(6931471805599453094172321214581765680755, 10**40))
+_LN2_HI = math.ldexp(math.floor(math.ldexp(_LN2, 32)), -32)
+_LN2_LO = float(Fraction(6931471805599453094172321214581765680755, 10**40) - Fraction(_LN2_HI))
+_LOG2E = float(1 / Fraction(6931471805599453094172321214581765680755, 10**40))
+_SQRT_HALF = math.sqrt(0.5)
+_INF = math.inf
+
+
+@jitable
+def _expm1_small(r):
+    acc = _EXPM1[13]
+    for i in range(12, -1, -1):
+        acc = acc * r + _EXPM1[i]
+    return r * acc
+
+
+@jitable
+def _exp_f64(t):
+    if t != t:
+        return t
+    tc = min(max(t, -1500.0), 1500.0)
+    k = np.rint(tc * _LOG2E)
+    r = (tc - k * _LN2_HI) - k * _LN2_LO
+    return math.ldexp(1.0 + _expm1_small(r), int(k))
+
+
+@jitable
+def _expm1_f64(t):
+    if abs(t) <= 0.34:
+        return _expm1_small(t)
+    return _exp_f64(t) - 1.0
+
+
+@jitable
+def _log_m(x):
+    """(e, log(m)) for finite x > 0 with x = m 2^e, m in [sqrt(1/2), sqrt(2))."""
+    m, e = math.frexp(x)
+    if m < _SQRT_HALF:
+        m = m * 2.0
+        e = e - 1
+    f = m - 1.0
+    s = f / (2.0 + f)
+    z = s * s
+    acc = _ATANH[11]
+    for i in range(10, -1, -1):
+        acc = acc * z + _ATANH[i]
+    return float(e), 2.0 * s * acc
+
+
+@jitable
+def _log_special(x):
+    """log's value where it is fixed: NaN and x < 0 -> NaN, 0 -> -inf, +inf -> +inf;
+    0.5 (not a possible log value) marks "finite x > 0: compute it"."""
+    if x != x or x < 0.0:
+        return math.nan
+    if x == 0.0:
+        return -_INF
+    if x == _INF:
+        return _INF
+    return 0.5
+
+
+@jitable
+def _sigmoid_f64(x):
+    e = _exp_f64(-abs(x))
+    pos = 1.0 / (1.0 + e)
+    return pos if x >= 0.0 else e * pos
+
+
+# A NaN argument comes back as itself, quieted (x + x), as the contract's numpy gives
+# it; spelled out because the compiler may drop a float32 -> float64 -> float32 round
+# trip, and with it the quieting, or reorder a product's NaN operands.
+
+@jitable
+def exp_f32(x):
+    if x != x:
+        return x + x
+    return np.float32(_exp_f64(np.float64(x)))
+
+
+@jitable
+def exp2_f32(x):
+    if x != x:
+        return x + x
+    x64 = np.float64(x)
+    xc = min(max(x64, -1500.0), 1500.0)
+    k = np.rint(xc)
+    return np.float32(math.ldexp(1.0 + _expm1_small((xc - k) * _LN2), int(k)))
+
+
+@jitable
+def log_f32(x):
+    x64 = np.float64(x)
+    special = _log_special(x64)
+    if special != 0.5:
+        return np.float32(special)
+    e, lm = _log_m(x64)
+    return np.float32(e * _LN2 + lm)
+
+
+@jitable
+def log2_f32(x):
+    x64 = np.float64(x)
+    special = _log_special(x64)
+    if special != 0.5:
+        return np.float32(special)
+    e, lm = _log_m(x64)
+    return np.float32(e + lm * _LOG2E)
+
+
+@jitable
+def rcp_f32(x):
+    return np.float32(1.0) / x
+
+
+@jitable
+def sqrt_f32(x):
+    return np.sqrt(x)
+
+
+@jitable
+def rsqrt_f32(x):
+    # np.sqrt, not math.sqrt: the same NaN for x < 0 as numpy, and no exception uncompiled.
+    return np.float32(np.float64(1.0) / np.sqrt(np.float64(x)))
+
+
+@jitable
+def sigmoid_f32(x):
+    return np.float32(_sigmoid_f64(np.float64(x)))
+
+
+@jitable
+def silu_f32(x):
+    if x != x:
+        return x + x
+    x64 = np.float64(x)
+    if x64 == -_INF:
+        return np.float32(-0.0)
+    return np.float32(x64 * _sigmoid_f64(x64))
+
+
+@jitable
+def tanh_f32(x):
+    x64 = np.float64(x)
+    m = _expm1_f64(-2.0 * abs(x64))
+    return np.float32(math.copysign(-m / (2.0 + m), x64))
+
+
+# --- cross-lane -----------------------------------------------------------------
+# Reductions in the contract's halving order (numerics.tree_sum_f32): while n > 1,
+# x[i] = combine(x[i], x[i + n/2]) for i < n/2. `kind` 0 sum, 1 max, 2 min.
+
+@jitable
+def reduce_f32(VF, vd, va, axis, kind):
+    tmp = np.empty(LANES, np.float32)
+    if axis == 1:
+        for r in range(ROWS):
+            for i in range(LANES):
+                tmp[i] = VF[va, r * LANES + i]
+            n = LANES
+            while n > 1:
+                n //= 2
+                for i in range(n):
+                    tmp[i] = _combine_f32(tmp[i], tmp[i + n], kind)
+            for i in range(LANES):
+                VF[vd, r * LANES + i] = tmp[0]
+    else:
+        for lane in range(LANES):
+            for r in range(ROWS):
+                tmp[r] = VF[va, r * LANES + lane]
+            n = ROWS
+            while n > 1:
+                n //= 2
+                for i in range(n):
+                    tmp[i] = _combine_f32(tmp[i], tmp[i + n], kind)
+            for r in range(ROWS):
+                VF[vd, r * LANES + lane] = tmp[0]
+
+
+@jitable
+def _combine_f32(a, b, kind):
+    if kind == 0:
+        return a + b
+    if kind == 1:
+        return f32_max(a, b)
+    return f32_min(a, b)
+
+
+@jitable
+def reduce_i32(VI, vd, va, axis, kind):
+    tmp = np.empty(LANES, np.int32)
+    if axis == 1:
+        for r in range(ROWS):
+            for i in range(LANES):
+                tmp[i] = VI[va, r * LANES + i]
+            n = LANES
+            while n > 1:
+                n //= 2
+                for i in range(n):
+                    tmp[i] = _combine_i32(tmp[i], tmp[i + n], kind)
+            for i in range(LANES):
+                VI[vd, r * LANES + i] = tmp[0]
+    else:
+        for lane in range(LANES):
+            for r in range(ROWS):
+                tmp[r] = VI[va, r * LANES + lane]
+            n = ROWS
+            while n > 1:
+                n //= 2
+                for i in range(n):
+                    tmp[i] = _combine_i32(tmp[i], tmp[i + n], kind)
+            for r in range(ROWS):
+                VI[vd, r * LANES + lane] = tmp[0]
+
+
+@jitable
+def _combine_i32(a, b, kind):
+    if kind == 0:
+        return a + b
+    if kind == 1:
+        return max(a, b)
+    return min(a, b)
+
+
+@jitable
+def bcast_index(V, vd, va, idx, axis, E):
+    tmp = np.empty(TILE, np.uint32)
+    if axis == 1:
+        if idx >= LANES:
+            return fault(E, E_LANE, idx, 0, 0, 0)
+        for r in range(ROWS):
+            for i in range(LANES):
+                tmp[r * LANES + i] = V[va, r * LANES + idx]
+    else:
+        if idx >= ROWS:
+            return fault(E, E_SUBLANE, idx, 0, 0, 0)
+        for r in range(ROWS):
+            for i in range(LANES):
+                tmp[r * LANES + i] = V[va, idx * LANES + i]
+    V[vd, :] = tmp
+    return 0
+
+
+@jitable
+def rotate(V, vd, va, amount, axis):
+    """np.roll(va, amount, axis): vd[s, l] = va[s, (l - amount) mod 128] (lanes)."""
+    tmp = np.empty(TILE, np.uint32)
+    for r in range(ROWS):
+        for i in range(LANES):
+            if axis == 1:
+                tmp[r * LANES + i] = V[va, r * LANES + (i - amount) % LANES]
+            else:
+                tmp[r * LANES + i] = V[va, ((r - amount) % ROWS) * LANES + i]
+    V[vd, :] = tmp
+
+
+@jitable
+def column(V, vd, va, block, E):
+    if block * ROWS >= LANES:
+        return fault(E, E_VCOL, block, 0, 0, 0)
+    tmp = np.empty(ROWS, np.uint32)
+    for r in range(ROWS):
+        tmp[r] = V[va, block * ROWS + r]
+    for r in range(ROWS):
+        for i in range(LANES):
+            V[vd, r * LANES + i] = tmp[r]
+    return 0
+
+
+@jitable
+def element_ok(index, E):
+    if index < 0 or index >= TILE:
+        return fault(E, E_ELEMENT, index, 0, 0, 0)
+    return 0
+
+
+# --- scalar memory --------------------------------------------------------------
+
+@jitable
+def smem_addr_ok(SMEM, addr, E):
+    if addr % 4:
+        return fault(E, E_SMEM_ALIGN, addr, 0, 0, 0)
+    if addr < 0 or addr > SMEM.size - 4:
+        return fault(E, E_SMEM_OOB, addr, SMEM.size, 0, 0)
+    return 0
+
+
+@jitable
+def smem_load(SMEM, addr):
+    return w32(int(SMEM[addr]) | int(SMEM[addr + 1]) << 8 | int(SMEM[addr + 2]) << 16 | int(SMEM[addr + 3]) << 24)
+
+
+@jitable
+def smem_store(SMEM, addr, value):
+    value &= 0xFFFFFFFF
+    for i in range(4):
+        SMEM[addr + i] = (value >> (8 * i)) & 0xFF
+
+
+# --- vector memory --------------------------------------------------------------
+# Tiles are 8 rows of 128 elements (4-byte words, or bf16 widened to the high half
+# of a word), row r at addr + r * stride. A mask known to be a rectangle of rows x
+# lanes (from mrows; m0 is 8 x 128) touches only that rectangle, so only its bytes
+# are bounds-checked; any other mask touches exactly its true elements.
+
+@jitable
+def _check(mem_size, lo, hi, E):
+    if lo < 0 or hi > mem_size:
+        return fault(E, E_OOB, lo, hi, mem_size, 0)
+    return 0
+
+
+@jitable
+def _align(addr, stride, size, E):
+    if addr % size or stride % size:
+        return fault(E, E_ALIGN, addr, stride, size, 0)
+    return 0
+
+
+@jitable
+def rows_span(addr, stride, rows, row_bytes):
+    """[lo, hi) of `rows` rows of `row_bytes` bytes, `stride` bytes apart."""
+    last = (rows - 1) * stride
+    return addr + min(0, last), addr + max(0, last) + row_bytes
+
+
+@jitable
+def _read(mem, addr, size):
+    if size == 4:
+        return np.uint32(mem[addr]) | np.uint32(mem[addr + 1]) << np.uint32(8) \
+            | np.uint32(mem[addr + 2]) << np.uint32(16) | np.uint32(mem[addr + 3]) << np.uint32(24)
+    return (np.uint32(mem[addr]) | np.uint32(mem[addr + 1]) << np.uint32(8)) << np.uint32(16)
+
+
+@jitable
+def _write(mem, addr, size, bits):
+    if size == 4:
+        for i in range(4):
+            mem[addr + i] = (bits >> np.uint32(8 * i)) & np.uint32(0xFF)
+    else:
+        half = bf16_round_bits(bits) >> np.uint32(16)
+        mem[addr] = half & np.uint32(0xFF)
+        mem[addr + 1] = half >> np.uint32(8)
+
+
+@jitable
+def vload(mem, V, M, MR, vd, addr, stride, mask, size, E):
+    """vld: V[vd] = 8 rows at addr (words, or bf16 widened); masked-off elements load 0."""
+    err = _align(addr, stride, size, E)
+    if err:
+        return err
+    rows, lanes = MR[mask, 0], MR[mask, 1]
+    tmp = np.zeros(TILE, np.uint32)
+    if rows >= 0:
+        if rows and lanes:
+            if stride == 0:
+                lo, hi = addr, addr + lanes * size
+            else:
+                lo, hi = rows_span(addr, stride, rows, lanes * size)
+            err = _check(mem.size, lo, hi, E)
+            if err:
+                return err
+            for r in range(rows):
+                for i in range(lanes):
+                    tmp[r * LANES + i] = _read(mem, addr + r * stride + i * size, size)
+        V[vd, :] = tmp
+        return 0
+    first, last = TILE, -1
+    for e in range(TILE):
+        if M[mask, e]:
+            first = min(first, e)
+            last = e
+    if last >= 0:
+        lo, hi = _masked_span(M, mask, addr, stride, size)
+        err = _check(mem.size, lo, hi, E)
+        if err:
+            return err
+        for e in range(TILE):
+            if M[mask, e]:
+                tmp[e] = _read(mem, addr + (e // LANES) * stride + (e % LANES) * size, size)
+    V[vd, :] = tmp
+    return 0
+
+
+@jitable
+def _masked_span(M, mask, addr, stride, size):
+    lo, hi = 1 << 62, -(1 << 62)
+    for e in range(TILE):
+        if M[mask, e]:
+            start = addr + (e // LANES) * stride + (e % LANES) * size
+            lo = min(lo, start)
+            hi = max(hi, start + size)
+    return lo, hi
+
+
+@jitable
+def vstore(mem, V, M, MR, va, addr, stride, mask, size, E):
+    """vst: 8 rows to addr (bf16: rounded to nearest even); masked-off elements untouched.
+    Where rows overlap, later rows win. A one-row buffer (stride 0) gets the last row."""
+    err = _align(addr, stride, size, E)
+    if err:
+        return err
+    rows, lanes = MR[mask, 0], MR[mask, 1]
+    if rows >= 0 and (stride == 0 or stride >= lanes * size):
+        if rows and lanes:
+            first = rows - 1 if stride == 0 else 0
+            step = stride if stride else lanes * size
+            lo, hi = rows_span(addr, step, rows - first, lanes * size)
+            err = _check(mem.size, lo, hi, E)
+            if err:
+                return err
+            for r in range(first, rows):
+                for i in range(lanes):
+                    _write(mem, addr + (r - first) * step + i * size, size, V[va, r * LANES + i])
+        return 0
+    lo, hi = _masked_span(M, mask, addr, stride, size)
+    if hi < lo:
+        return 0
+    err = _check(mem.size, lo, hi, E)
+    if err:
+        return err
+    for e in range(TILE):
+        if M[mask, e]:
+            _write(mem, addr + (e // LANES) * stride + (e % LANES) * size, size, V[va, e])
+    return 0
+
+
+@jitable
+def vtile_span(addr, stride, size):
+    """The outer byte range a tile access may touch (the race check's footprint)."""
+    return addr + min(0, 7 * stride), addr + max(0, 7 * stride) + 128 * size
+
+
+@jitable
+def mask_rect(M, MR, md, rows, lanes):
+    """mrows: md = the elements with sublane < rows and lane < lanes; m0 is read-only."""
+    if md:
+        rows = min(max(rows, 0), ROWS)
+        lanes = min(max(lanes, 0), LANES)
+        for e in range(TILE):
+            M[md, e] = 1 if e // LANES < rows and e % LANES < lanes else 0
+        MR[md, 0] = rows
+        MR[md, 1] = lanes
+
+
+# --- matrix unit ----------------------------------------------------------------
+
+@jitable
+def wtile_shape(shape_value, d, E):
+    """(rows, cols) of a weight-tile shape word (rows << 16 | cols), or a fault."""
+    rows, cols = (shape_value >> 16) & 0xFFFF, shape_value & 0xFFFF
+    if not (0 < rows <= d and 0 < cols <= d and cols % LANES == 0):
+        fault(E, E_WSHAPE, rows, cols, d, 0)
+        return 0, 0
+    return rows, cols
+
+
+@jitable
+def load_weights(VMEM, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
+    """mxu.ldw / mxu.ldwt: the weight tile of matrix unit x from VMEM bf16 rows
+    (MXWU: the weight tiles as float32 bits)."""
+    err = _align(addr, step, 2, E)
+    if err:
+        return err
+    if step >= cols * 2:
+        lo, hi = addr, addr + (rows - 1) * step + cols * 2
+    else:
+        lo, hi = rows_span(addr, step, rows, cols * 2)
+    err = _check(VMEM.size, lo, hi, E)
+    if err:
+        return err
+    d = MXWU.shape[1]
+    for k in range(rows):
+        base = addr + k * step
+        for n in range(cols):
+            bits = (np.uint32(VMEM[base + 2 * n]) | np.uint32(VMEM[base + 2 * n + 1]) << np.uint32(8)) \
+                << np.uint32(16)
+            if transposed:
+                MXWU[x, n, k] = bits
+            else:
+                MXWU[x, k, n] = bits
+    if transposed:
+        for n in range(cols):
+            for k in range(rows, d):
+                MXWU[x, n, k] = 0
+        MXR[x] = cols
+    else:
+        for k in range(rows):
+            for n in range(cols, d):
+                MXWU[x, k, n] = 0
+        MXR[x] = rows
+    return 0
+
+
+@jitable
+def push_lhs(V, MXLU, x, va, chunk):
+    """mxu.push: stage va, rounded to bf16, as LHS columns chunk*128 ... (MXLU: bits)."""
+    for r in range(ROWS):
+        for i in range(LANES):
+            MXLU[x, r, chunk * LANES + i] = bf16_round_bits(V[va, r * LANES + i])
+
+
+@jitable
+def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
+    """mxu.mac: acc = (zero ? 0 : acc) + LHS @ W, each output summing its products in
+    increasing k (the contract's order; `numerics.mxu_matmul`)."""
+    rows = MXR[x]
+    if rows == 0:
+        return fault(E, E_NOWEIGHTS, x, 0, 0, 0)
+    for r in range(ROWS):
+        out = MXA[x, acc, r]
+        if zero:
+            out[:] = 0.0
+        lhs = MXL[x, r]
+        for k in range(rows):
+            av = lhs[k]
+            w = MXW[x, k]
+            for n in range(out.size):
+                out[n] = out[n] + av * w[n]
+    return 0
+
+
+@jitable
+def pop_acc(V, MXAU, vd, x, acc, chunk):
+    """mxu.pop: V[vd] = accumulator columns chunk*128 ... (MXAU: accumulator bits)."""
+    for r in range(ROWS):
+        for i in range(LANES):
+            V[vd, r * LANES + i] = MXAU[x, acc, r, chunk * LANES + i]
