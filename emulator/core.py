@@ -240,15 +240,25 @@ class Core:
 
     # -- DMAs in flight, as the loop's race check sees them ---------------------
 
-    def sync_races(self) -> None:
-        """Mirror `in_flight` into the array the loop checks."""
+    def add_in_flight(self, role: str, dma) -> None:
+        """A DMA starts reading ("src") or writing ("dst") this core's VMEM."""
         n = len(self.in_flight)
-        if n > self.races.shape[0]:
-            self.races = np.zeros((2 * n, 3), np.int64)
-        for k, (role, dma) in enumerate(self.in_flight):
-            lo, hi = dma.dst_range if role == "dst" else dma.src_range
-            self.races[k] = (lo, hi, 0 if role == "dst" else 1)
-        self.I[lp.H_NRACE] = n
+        self.in_flight.append((role, dma))
+        if n >= self.races.shape[0]:
+            self.races = np.concatenate([self.races, np.zeros_like(self.races)])
+        lo, hi = dma.dst_range if role == "dst" else dma.src_range
+        self.races[n] = (lo, hi, 0 if role == "dst" else 1)
+        self.I[lp.H_NRACE] = n + 1
+
+    def keep_in_flight(self, keep) -> None:
+        """Drop the DMAs for which keep(role, dma) is false (their race window ended)."""
+        kept = [(role, dma) for role, dma in self.in_flight if keep(role, dma)]
+        if len(kept) == len(self.in_flight):
+            return
+        self.in_flight = []
+        self.I[lp.H_NRACE] = 0
+        for role, dma in kept:
+            self.add_in_flight(role, dma)
 
     def race_trap(self, k: int, lo: int, hi: int) -> Trap:
         role, dma = self.in_flight[k]

@@ -141,7 +141,8 @@ def mark_dirty(I, at, lo, hi):
 _SUPPORT = (region_enter, region_leave, region_named, race_check, mark_dirty)
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
-            "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "reduce_f32", "reduce_i32",
+            "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
+            "log2_row", "rcp_row", "rsqrt_row", "sqrt_row", "sigmoid_row", "tanh_row", "silu_row", "reduce_f32", "reduce_i32",
             "bcast_index", "rotate", "column", "element_ok", "smem_addr_ok", "smem_load",
             "smem_store", "vload", "vstore", "vtile_span", "rows_span", "wtile_shape",
             "load_weights", "push_lhs", "mac", "pop_acc", "mask_rect")
@@ -216,6 +217,9 @@ def _dispatch(ids: list[int], levels: int) -> str:
 _PROLOGUE = '''
 @njit(SIGNATURE, cache=True, error_model="numpy", nogil=True)
 def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR):
+    VMEM16 = VMEM.view(np.uint16)
+    VMEM32 = VMEM.view(np.uint32)
+    SMEM32 = SMEM.view(np.uint32)
     VF = V.view(np.float32)
     VI = V.view(np.int32)
     MXW = MXWU.view(np.float32)

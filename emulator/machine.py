@@ -25,6 +25,7 @@ from mkemu.emulator.config import RunConfig
 from mkemu.emulator.core import Core
 from mkemu.emulator.decode import decode_kernel, unit_names
 from mkemu.emulator.flows import FlowNetwork, completion_cycle
+from mkemu.emulator.hbm import ChipMemories
 from mkemu.emulator.memory import Trap, block_ranges, read_block, write_block
 from mkemu.emulator.topology import Mesh
 
@@ -104,7 +105,7 @@ class Machine:
         self.engine_res = [self.net.add_resource(f"chip{c.chip} core{c.index} DMA engine",
                                                  p.dma_engine_bw_bytes_per_cycle) for c in self.cores]
         self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle)
-        self.hbm = [np.zeros(0, np.uint8) for _ in range(self.mesh.num_chips)]
+        self._hbm = ChipMemories(self.mesh.num_chips, 0)
         self.program: Program | None = None
         self.decoded: dict = {}
         self.now = 0
@@ -130,14 +131,28 @@ class Machine:
         if program.hbm_bytes > self.profile.hbm_bytes:
             raise EmulatorFault("out-of-memory", f"program needs {program.hbm_bytes} bytes of HBM, "
                                                  f"the chip has {self.profile.hbm_bytes}")
-        self.hbm = [np.zeros(program.hbm_bytes, np.uint8) for _ in range(self.mesh.num_chips)]
+        self._hbm = ChipMemories(self.mesh.num_chips, program.hbm_bytes)
 
-    def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
+    @property
+    def hbm(self) -> list[np.ndarray]:
+        """Each chip's HBM as a byte array."""
+        return self._hbm.arrays
+
+    def _buffer_data(self, name: str, array: np.ndarray):
         buf = self.program.buffer(name)
         data = np.ascontiguousarray(array, dtype=NP_DTYPES[buf.dtype])
         if data.shape != buf.shape:
             raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.shape}")
-        self.hbm[chip][buf.offset_bytes:buf.offset_bytes + buf.size_bytes] = data.view(np.uint8).reshape(-1)
+        return buf, data.view(np.uint8).reshape(-1)
+
+    def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
+        buf, raw = self._buffer_data(name, array)
+        self.hbm[chip][buf.offset_bytes:buf.offset_bytes + buf.size_bytes] = raw
+
+    def write_buffer_all(self, name: str, array: np.ndarray) -> None:
+        """The same data into every chip's copy of a buffer (stored once until written)."""
+        buf, raw = self._buffer_data(name, array)
+        self._hbm.write_all(buf.offset_bytes, raw)
 
     def read_buffer(self, chip: int, name: str) -> np.ndarray:
         buf = self.program.buffer(name)
@@ -147,6 +162,7 @@ class Machine:
     # -- running -------------------------------------------------------------
 
     def run(self) -> RunResult:
+        self._chip_hbm = self.hbm
         with np.errstate(all="ignore"):
             for launch in self.program.launches:
                 start = self.now + self.profile.kernel_launch_cycles
@@ -435,11 +451,9 @@ class Machine:
             self.trace.on_dma_issue(dma)
         if "races" in self.config.checks:
             if dst_space == "vmem":
-                target.in_flight.append(("dst", dma))
-                target.sync_races()
+                target.add_in_flight("dst", dma)
             if src_space == "vmem":
-                core.in_flight.append(("src", dma))
-                core.sync_races()
+                core.add_in_flight("src", dma)
         limit = 1 if self.config.dma_order == "fifo" else self.profile.dma_max_in_flight
         if self.engine_active[core.gid] < limit:
             self.engine_active[core.gid] += 1
@@ -466,7 +480,7 @@ class Machine:
 
     def _memory(self, core: Core, space: str) -> np.ndarray:
         if space == "hbm":
-            return self.hbm[core.chip]
+            return self._chip_hbm[core.chip]
         return core.vmem if space == "vmem" else core.smem
 
     def _begin_dma(self, dma: Dma, t: int) -> None:
@@ -517,10 +531,8 @@ class Machine:
     def _retire_dmas(self, core: Core, sem: int) -> None:
         """A successful wait on `sem` ends the race window of the DMAs it counted."""
         if core.in_flight:
-            core.in_flight = [(role, d) for role, d in core.in_flight
-                              if d.done_at is None or (d.sem if d.src_core is core and role == "src"
-                                                       else (d.rsem if d.rsem is not None else d.sem)) != sem]
-            core.sync_races()
+            core.keep_in_flight(lambda role, d: d.done_at is None or (
+                d.sem if d.src_core is core and role == "src" else (d.rsem if d.rsem is not None else d.sem)) != sem)
 
     def _race(self, core: Core, lo: int, hi: int, write: bool) -> None:
         for k, (role, dma) in enumerate(core.in_flight):

@@ -99,9 +99,13 @@ def bf16_round(x) -> np.ndarray:
     Rounding works on the bit pattern: add 0x7FFF plus the lowest kept bit, then clear
     the low half. This is RNE for normals and subnormals, and carries the largest
     finite values over to infinity exactly as RNE does. NaN becomes the quiet NaN
-    0x7FC0 (high half) with the input's sign (the same as ml_dtypes). Kept in 32 bits
-    and in place: a hot path (the matrix unit rounds every operand)."""
+    0x7FC0 (high half) with the input's sign (the same as ml_dtypes). Large arrays (a
+    model's weights) take a compiled loop computing the same bits in one pass."""
     bits = _f32_bits(x)
+    if bits.size >= _BF16_COMPILED_FROM:
+        out = np.empty_like(bits)
+        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1))
+        return out.view(_F32)
     rounded = (bits >> np.uint32(16)) & np.uint32(1)
     rounded += np.uint32(0x7FFF)
     rounded += bits
@@ -111,6 +115,29 @@ def bf16_round(x) -> np.ndarray:
         quiet = ((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
         rounded = np.where(is_nan, quiet, rounded)
     return rounded.view(_F32)
+
+
+_BF16_COMPILED_FROM = 1 << 16
+_bf16_kernel = None
+
+
+def _get_bf16_kernel():
+    """The one-pass rounding loop, compiled on first use (cached on disk), not at import."""
+    global _bf16_kernel
+    if _bf16_kernel is None:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def kernel(bits, out):
+            for i in range(bits.size):
+                b = bits[i]
+                if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                    out[i] = ((b >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+                else:
+                    out[i] = (((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + b) & np.uint32(0xFFFF0000)
+
+        _bf16_kernel = kernel
+    return _bf16_kernel
 
 
 # ------------------------------------------------------------- float64 kernels

@@ -25,11 +25,16 @@ from fractions import Fraction
 from math import factorial
 
 import numpy as np
+from numba import njit
 from numba.extending import register_jitable
 
 # Plain Python functions that numba compiles into any jitted caller (the loop), with
 # IEEE results instead of exceptions for float division by zero.
 jitable = register_jitable(error_model="numpy")
+
+# Helpers that loop over a whole register or tile are compiled on their own (njit),
+# not inlined as source into the issue loop: small functions vectorise well.
+compiled = njit(error_model="numpy", nogil=True)
 
 ROWS, LANES = 8, 128
 TILE = ROWS * LANES
@@ -145,14 +150,29 @@ def i32_to_f32(x):
 
 # --- transcendentals (float64 kernels of numerics.py, one element at a time) ----
 
-_EXPM1 = tuple(float(Fraction(1, factorial(n))) for n in range(1, 15))
-_ATANH = tuple(float(Fraction(1, 2 * n + 1)) for n in range(12))
+# Arrays, not tuples: compiled code indexes a constant array directly.
+_EXPM1 = np.array([float(Fraction(1, factorial(n))) for n in range(1, 15)])
+_ATANH = np.array([float(Fraction(1, 2 * n + 1)) for n in range(12)])
 _LN2 = float(Fraction(6931471805599453094172321214581765680755, 10**40))
 _LN2_HI = math.ldexp(math.floor(math.ldexp(_LN2, 32)), -32)
 _LN2_LO = float(Fraction(6931471805599453094172321214581765680755, 10**40) - Fraction(_LN2_HI))
 _LOG2E = float(1 / Fraction(6931471805599453094172321214581765680755, 10**40))
 _SQRT_HALF = math.sqrt(0.5)
 _INF = math.inf
+_POW2 = np.array([math.ldexp(1.0, k) for k in range(-1021, 201)])   # exact powers of two
+
+
+@jitable
+def _scale2(m, k):
+    """m * 2^k for m in [0.7, 1.42] (1 + expm1 of a reduced argument), as `math.ldexp`
+    gives it wherever a float32 result can tell: exact while m * 2^k is a normal float64;
+    below that the value rounds to float32 zero, above 2^200 to infinity, either way.
+    A table instead of libm's ldexp, which costs more than the rest of exp."""
+    if k < -1021:
+        return 0.0
+    if k > 200:
+        return _INF
+    return m * _POW2[k + 1021]
 
 
 @jitable
@@ -170,7 +190,7 @@ def _exp_f64(t):
     tc = min(max(t, -1500.0), 1500.0)
     k = np.rint(tc * _LOG2E)
     r = (tc - k * _LN2_HI) - k * _LN2_LO
-    return math.ldexp(1.0 + _expm1_small(r), int(k))
+    return _scale2(1.0 + _expm1_small(r), int(k))
 
 
 @jitable
@@ -234,7 +254,7 @@ def exp2_f32(x):
     x64 = np.float64(x)
     xc = min(max(x64, -1500.0), 1500.0)
     k = np.rint(xc)
-    return np.float32(math.ldexp(1.0 + _expm1_small((xc - k) * _LN2), int(k)))
+    return np.float32(_scale2(1.0 + _expm1_small((xc - k) * _LN2), int(k)))
 
 
 @jitable
@@ -280,12 +300,13 @@ def sigmoid_f32(x):
 
 @jitable
 def silu_f32(x):
-    if x != x:
-        return x + x
     x64 = np.float64(x)
+    y = np.float32(x64 * _sigmoid_f64(x64))
     if x64 == -_INF:
-        return np.float32(-0.0)
-    return np.float32(x64 * _sigmoid_f64(x64))
+        y = np.float32(-0.0)
+    if x != x:
+        y = x + x
+    return y
 
 
 @jitable
@@ -295,11 +316,27 @@ def tanh_f32(x):
     return np.float32(math.copysign(-m / (2.0 + m), x64))
 
 
+def _row_of(fn):
+    """A compiled loop applying fn to every element of a vector register."""
+    @compiled
+    def row(VF, vd, va):
+        src = VF[va].copy()
+        dst = VF[vd]
+        for i in range(TILE):
+            dst[i] = fn(src[i])
+    return row
+
+
+exp_row, log_row, exp2_row, log2_row = (_row_of(f) for f in (exp_f32, log_f32, exp2_f32, log2_f32))
+rcp_row, rsqrt_row, sqrt_row = (_row_of(f) for f in (rcp_f32, rsqrt_f32, sqrt_f32))
+sigmoid_row, tanh_row, silu_row = (_row_of(f) for f in (sigmoid_f32, tanh_f32, silu_f32))
+
+
 # --- cross-lane -----------------------------------------------------------------
 # Reductions in the contract's halving order (numerics.tree_sum_f32): while n > 1,
 # x[i] = combine(x[i], x[i + n/2]) for i < n/2. `kind` 0 sum, 1 max, 2 min.
 
-@jitable
+@compiled
 def reduce_f32(VF, vd, va, axis, kind):
     tmp = np.empty(LANES, np.float32)
     if axis == 1:
@@ -335,7 +372,7 @@ def _combine_f32(a, b, kind):
     return f32_min(a, b)
 
 
-@jitable
+@compiled
 def reduce_i32(VI, vd, va, axis, kind):
     tmp = np.empty(LANES, np.int32)
     if axis == 1:
@@ -371,7 +408,7 @@ def _combine_i32(a, b, kind):
     return min(a, b)
 
 
-@jitable
+@compiled
 def bcast_index(V, vd, va, idx, axis, E):
     tmp = np.empty(TILE, np.uint32)
     if axis == 1:
@@ -390,7 +427,7 @@ def bcast_index(V, vd, va, idx, axis, E):
     return 0
 
 
-@jitable
+@compiled
 def rotate(V, vd, va, amount, axis):
     """np.roll(va, amount, axis): vd[s, l] = va[s, (l - amount) mod 128] (lanes)."""
     tmp = np.empty(TILE, np.uint32)
@@ -403,7 +440,7 @@ def rotate(V, vd, va, amount, axis):
     V[vd, :] = tmp
 
 
-@jitable
+@compiled
 def column(V, vd, va, block, E):
     if block * ROWS >= LANES:
         return fault(E, E_VCOL, block, 0, 0, 0)
@@ -435,15 +472,14 @@ def smem_addr_ok(SMEM, addr, E):
 
 
 @jitable
-def smem_load(SMEM, addr):
-    return w32(int(SMEM[addr]) | int(SMEM[addr + 1]) << 8 | int(SMEM[addr + 2]) << 16 | int(SMEM[addr + 3]) << 24)
+def smem_load(SMEM32, addr):
+    """The int32 word at aligned byte address addr (SMEM32: SMEM as 32-bit words)."""
+    return w32(int(SMEM32[addr >> 2]))
 
 
 @jitable
-def smem_store(SMEM, addr, value):
-    value &= 0xFFFFFFFF
-    for i in range(4):
-        SMEM[addr + i] = (value >> (8 * i)) & 0xFF
+def smem_store(SMEM32, addr, value):
+    SMEM32[addr >> 2] = value & 0xFFFFFFFF
 
 
 # --- vector memory --------------------------------------------------------------
@@ -474,32 +510,29 @@ def rows_span(addr, stride, rows, row_bytes):
 
 
 @jitable
-def _read(mem, addr, size):
+def _read(mem16, mem32, addr, size):
+    """The element at aligned byte address addr: a word, or bf16 widened to f32 bits."""
     if size == 4:
-        return np.uint32(mem[addr]) | np.uint32(mem[addr + 1]) << np.uint32(8) \
-            | np.uint32(mem[addr + 2]) << np.uint32(16) | np.uint32(mem[addr + 3]) << np.uint32(24)
-    return (np.uint32(mem[addr]) | np.uint32(mem[addr + 1]) << np.uint32(8)) << np.uint32(16)
+        return mem32[addr >> 2]
+    return np.uint32(mem16[addr >> 1]) << np.uint32(16)
 
 
 @jitable
-def _write(mem, addr, size, bits):
+def _write(mem16, mem32, addr, size, bits):
     if size == 4:
-        for i in range(4):
-            mem[addr + i] = (bits >> np.uint32(8 * i)) & np.uint32(0xFF)
+        mem32[addr >> 2] = bits
     else:
-        half = bf16_round_bits(bits) >> np.uint32(16)
-        mem[addr] = half & np.uint32(0xFF)
-        mem[addr + 1] = half >> np.uint32(8)
+        mem16[addr >> 1] = bf16_round_bits(bits) >> np.uint32(16)
 
 
 @jitable
-def vload(mem, V, M, MR, vd, addr, stride, mask, size, E):
-    """vld: V[vd] = 8 rows at addr (words, or bf16 widened); masked-off elements load 0."""
+def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
+    """vld: V[vd] = 8 rows at addr (words, or bf16 widened); masked-off elements load 0.
+    mem16 and mem32 are the same bytes as mem, as 16- and 32-bit words."""
     err = _align(addr, stride, size, E)
     if err:
         return err
     rows, lanes = MR[mask, 0], MR[mask, 1]
-    tmp = np.zeros(TILE, np.uint32)
     if rows >= 0:
         if rows and lanes:
             if stride == 0:
@@ -509,24 +542,31 @@ def vload(mem, V, M, MR, vd, addr, stride, mask, size, E):
             err = _check(mem.size, lo, hi, E)
             if err:
                 return err
-            for r in range(rows):
-                for i in range(lanes):
-                    tmp[r * LANES + i] = _read(mem, addr + r * stride + i * size, size)
-        V[vd, :] = tmp
+        for r in range(ROWS):
+            row = V[vd, r * LANES:(r + 1) * LANES]
+            if r < rows:
+                base = addr + r * stride
+                if size == 4:
+                    src32 = mem32[base >> 2:(base >> 2) + lanes]
+                    for i in range(lanes):
+                        row[i] = src32[i]
+                else:
+                    src16 = mem16[base >> 1:(base >> 1) + lanes]
+                    for i in range(lanes):
+                        row[i] = np.uint32(src16[i]) << np.uint32(16)
+                row[lanes:] = 0
+            else:
+                row[:] = 0
         return 0
-    first, last = TILE, -1
-    for e in range(TILE):
-        if M[mask, e]:
-            first = min(first, e)
-            last = e
-    if last >= 0:
-        lo, hi = _masked_span(M, mask, addr, stride, size)
+    lo, hi = _masked_span(M, mask, addr, stride, size)
+    if hi > lo:
         err = _check(mem.size, lo, hi, E)
         if err:
             return err
-        for e in range(TILE):
-            if M[mask, e]:
-                tmp[e] = _read(mem, addr + (e // LANES) * stride + (e % LANES) * size, size)
+    tmp = np.zeros(TILE, np.uint32)
+    for e in range(TILE):
+        if M[mask, e]:
+            tmp[e] = _read(mem16, mem32, addr + (e // LANES) * stride + (e % LANES) * size, size)
     V[vd, :] = tmp
     return 0
 
@@ -543,7 +583,7 @@ def _masked_span(M, mask, addr, stride, size):
 
 
 @jitable
-def vstore(mem, V, M, MR, va, addr, stride, mask, size, E):
+def vstore(mem, mem16, mem32, V, M, MR, va, addr, stride, mask, size, E):
     """vst: 8 rows to addr (bf16: rounded to nearest even); masked-off elements untouched.
     Where rows overlap, later rows win. A one-row buffer (stride 0) gets the last row."""
     err = _align(addr, stride, size, E)
@@ -559,18 +599,26 @@ def vstore(mem, V, M, MR, va, addr, stride, mask, size, E):
             if err:
                 return err
             for r in range(first, rows):
-                for i in range(lanes):
-                    _write(mem, addr + (r - first) * step + i * size, size, V[va, r * LANES + i])
+                base = addr + (r - first) * step
+                src = V[va, r * LANES:r * LANES + lanes]
+                if size == 4:
+                    dst32 = mem32[base >> 2:(base >> 2) + lanes]
+                    for i in range(lanes):
+                        dst32[i] = src[i]
+                else:
+                    dst16 = mem16[base >> 1:(base >> 1) + lanes]
+                    for i in range(lanes):
+                        dst16[i] = bf16_round_bits(src[i]) >> np.uint32(16)
         return 0
     lo, hi = _masked_span(M, mask, addr, stride, size)
-    if hi < lo:
+    if hi <= lo:
         return 0
     err = _check(mem.size, lo, hi, E)
     if err:
         return err
     for e in range(TILE):
         if M[mask, e]:
-            _write(mem, addr + (e // LANES) * stride + (e % LANES) * size, size, V[va, e])
+            _write(mem16, mem32, addr + (e // LANES) * stride + (e % LANES) * size, size, V[va, e])
     return 0
 
 
@@ -604,8 +652,8 @@ def wtile_shape(shape_value, d, E):
     return rows, cols
 
 
-@jitable
-def load_weights(VMEM, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
+@compiled
+def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
     """mxu.ldw / mxu.ldwt: the weight tile of matrix unit x from VMEM bf16 rows
     (MXWU: the weight tiles as float32 bits)."""
     err = _align(addr, step, 2, E)
@@ -620,14 +668,14 @@ def load_weights(VMEM, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
         return err
     d = MXWU.shape[1]
     for k in range(rows):
-        base = addr + k * step
-        for n in range(cols):
-            bits = (np.uint32(VMEM[base + 2 * n]) | np.uint32(VMEM[base + 2 * n + 1]) << np.uint32(8)) \
-                << np.uint32(16)
-            if transposed:
-                MXWU[x, n, k] = bits
-            else:
-                MXWU[x, k, n] = bits
+        src = VMEM16[(addr + k * step) >> 1:((addr + k * step) >> 1) + cols]
+        if transposed:
+            for n in range(cols):
+                MXWU[x, n, k] = np.uint32(src[n]) << np.uint32(16)
+        else:
+            dst = MXWU[x, k]
+            for n in range(cols):
+                dst[n] = np.uint32(src[n]) << np.uint32(16)
     if transposed:
         for n in range(cols):
             for k in range(rows, d):
@@ -641,7 +689,7 @@ def load_weights(VMEM, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
     return 0
 
 
-@jitable
+@compiled
 def push_lhs(V, MXLU, x, va, chunk):
     """mxu.push: stage va, rounded to bf16, as LHS columns chunk*128 ... (MXLU: bits)."""
     for r in range(ROWS):
@@ -649,27 +697,29 @@ def push_lhs(V, MXLU, x, va, chunk):
             MXLU[x, r, chunk * LANES + i] = bf16_round_bits(V[va, r * LANES + i])
 
 
-@jitable
+@compiled
 def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
     """mxu.mac: acc = (zero ? 0 : acc) + LHS @ W, each output summing its products in
-    increasing k (the contract's order; `numerics.mxu_matmul`)."""
+    increasing k (the contract's order; `numerics.mxu_matmul`). k outermost: each weight
+    row is read once while the 8 accumulator rows stay in cache."""
     rows = MXR[x]
     if rows == 0:
         return fault(E, E_NOWEIGHTS, x, 0, 0, 0)
-    for r in range(ROWS):
-        out = MXA[x, acc, r]
-        if zero:
-            out[:] = 0.0
-        lhs = MXL[x, r]
-        for k in range(rows):
-            av = lhs[k]
-            w = MXW[x, k]
-            for n in range(out.size):
-                out[n] = out[n] + av * w[n]
+    out = MXA[x, acc]
+    if zero:
+        out[:] = 0.0
+    lhs = MXL[x]
+    for k in range(rows):
+        w = MXW[x, k]
+        for r in range(ROWS):
+            av = lhs[r, k]
+            o = out[r]
+            for n in range(w.size):
+                o[n] = o[n] + av * w[n]
     return 0
 
 
-@jitable
+@compiled
 def pop_acc(V, MXAU, vd, x, acc, chunk):
     """mxu.pop: V[vd] = accumulator columns chunk*128 ... (MXAU: accumulator bits)."""
     for r in range(ROWS):

@@ -15,7 +15,7 @@ An `exec` clause is a few Python statements in the subset numba compiles. It see
 its operands by name (register numbers and immediates as ints), the core's state
 (`S` scalar registers, `V`/`VF`/`VI` vector registers as raw bits/f32/i32 with one
 row of 1024 elements per register, `M` masks and `MR` their known rectangles, `VMEM`,
-`SMEM`, the matrix units' `MXW`/`MXWU` weights, `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
+`SMEM` (and `VMEM16`, `VMEM32`, `SMEM32`: the same bytes as 16- and 32-bit words), the matrix units' `MXW`/`MXWU` weights, `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
 accumulators, `MXR` loaded weight rows, `SPEC` special registers, `MXD` the array
 size, `n_ops` the kernel length), the helpers of `semantics.py`, and sets `nxt` to
 jump or `err` (via `fault`) to stop with a fault. `{check}` marks where the race
@@ -215,12 +215,12 @@ def _declare() -> list[dict]:
     add(g, "lds", [_s("sd", "w"), _i("off", OFF27), _s("sa")], "{sd}, {off}({sa})",
         "scalar", "smem", "smem", memory=(("smem", "r", "word"),),
         exec="err = smem_addr_ok(SMEM, S[sa] + off, E)\nif err == 0 and sd:\n"
-             "    S[sd] = smem_load(SMEM, S[sa] + off)",
+             "    S[sd] = smem_load(SMEM32, S[sa] + off)",
         doc="sd = SMEM word at byte address sa + off (4-aligned).")
     add(g, "sts", [_s("sb"), _i("off", OFF27), _s("sa")], "{sb}, {off}({sa})",
         "scalar", "smem", "smem", memory=(("smem", "w", "word"),),
         exec="err = smem_addr_ok(SMEM, S[sa] + off, E)\nif err == 0:\n"
-             "    smem_store(SMEM, S[sa] + off, S[sb])",
+             "    smem_store(SMEM32, S[sa] + off, S[sb])",
         doc="SMEM word at byte address sa + off = sb.")
     add(g, "rdsr", [_s("sd", "w"), _i("which", SPECIAL)], "{sd}, {which}", "scalar",
         "scalar", "scalar", exec=_set_s("SPEC[which]"),
@@ -232,13 +232,13 @@ def _declare() -> list[dict]:
         add(g, f"vld.{ty}", [_v("vd", "w"), _i("off", OFF27), _s("sa"), _s("stride"), _m("mask")],
             "{vd}, {off}({sa}), {stride}, {mask}", "vld", "vld", "vmem",
             memory=(("vmem", "r", "tile"),), elem_bytes=size,
-            exec=f"err = vload(VMEM, V, M, MR, vd, S[sa] + off, S[stride], mask, {size}, E)",
+            exec=f"err = vload(VMEM, VMEM16, VMEM32, V, M, MR, vd, S[sa] + off, S[stride], mask, {size}, E)",
             doc=f"Load 8 rows of 128 {doc}: row r from VMEM byte address sa + off + r*stride. "
                 "Masked-off elements read nothing and load 0.")
         add(g, f"vst.{ty}", [_v("va"), _i("off", OFF27), _s("sa"), _s("stride"), _m("mask")],
             "{va}, {off}({sa}), {stride}, {mask}", "vst", "vst", "vmem",
             memory=(("vmem", "w", "tile"),), elem_bytes=size,
-            exec=f"err = vstore(VMEM, V, M, MR, va, S[sa] + off, S[stride], mask, {size}, E)",
+            exec=f"err = vstore(VMEM, VMEM16, VMEM32, V, M, MR, va, S[sa] + off, S[stride], mask, {size}, E)",
             doc="Store 8 rows of 128 lanes (bf16: rounded to nearest even); masked-off elements are not written.")
 
     # -- vector ALU --------------------------------------------------------------
@@ -344,14 +344,14 @@ def _declare() -> list[dict]:
     g = "eup"
     for name in EUP:
         add(g, f"v{name}.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "eup", "eup", "elementwise",
-            exec=_each(f"VF[vd, i] = {name}_f32(VF[va, i])"), types=("f32", "f32"),
+            exec=f"{name}_row(VF, vd, va)", types=("f32", "f32"),
             doc=f"vd = {name}(va), the contract's algorithm.")
 
     # -- matrix unit -------------------------------------------------------------
     g = "mxu"
     ldw = ("rows, cols = wtile_shape(S[shape], MXD, E)\nif rows == 0:\n    err = E[0]\nelse:\n"
            "    {{check}}\n    if err == 0:\n"
-           "        err = load_weights(VMEM, MXWU, MXR, x, S[sa] + off, S[stride], rows, cols, {t}, E)")
+           "        err = load_weights(VMEM, VMEM16, MXWU, MXR, x, S[sa] + off, S[stride], rows, cols, {t}, E)")
     add(g, "mxu.ldw", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
         "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
         memory=(("vmem", "r", "span"),), exec=ldw.format(t=0),

@@ -76,8 +76,10 @@ class Session:
         if data.shape != buf.shape:
             raise ConfigError(f"buffer {name}: got shape {data.shape}, the program declares {buf.shape}",
                               key=name)
-        for c in range(self.info.chips) if chip is None else [chip]:
-            self._machine.write_buffer(c, name, data)
+        if chip is None:
+            self._machine.write_buffer_all(name, data)
+        else:
+            self._machine.write_buffer(chip, name, data)
 
     def read(self, name: str, chip: int = 0) -> np.ndarray:
         buf = self._buffer(name)

@@ -49,6 +49,13 @@ def test_bf16_round_matches_ml_dtypes_on_random_bits():
     np.testing.assert_array_equal(ours, theirs)
 
 
+def test_bf16_round_compiled_path_equals_the_numpy_path():
+    x = random_f32(200_000)[:200_000].reshape(400, 500)   # large: the compiled one-pass loop
+    pieces = np.concatenate([nm.bf16_round(row) for row in x])   # small: numpy
+    assert nm.bf16_round(x).shape == x.shape
+    np.testing.assert_array_equal(nm.bf16_round(x).reshape(-1).view(np.uint32), pieces.view(np.uint32))
+
+
 @given(any_f32)
 def test_bf16_round_matches_ml_dtypes_hypothesis(v):
     x = np.array([v], dtype=np.float32)

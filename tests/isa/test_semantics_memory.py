@@ -76,13 +76,13 @@ def _registers(mask, rect, bits=None):
 @numba.njit(error_model="numpy")
 def _vload(mem, V, M, MR, mask, addr, stride, size):
     E = np.zeros(5, np.int64)
-    return sem.vload(mem, V, M, MR, 1, addr, stride, mask, size, E)
+    return sem.vload(mem, mem.view(np.uint16), mem.view(np.uint32), V, M, MR, 1, addr, stride, mask, size, E)
 
 
 @numba.njit(error_model="numpy")
 def _vstore(mem, V, M, MR, mask, addr, stride, size):
     E = np.zeros(5, np.int64)
-    return sem.vstore(mem, V, M, MR, 1, addr, stride, mask, size, E)
+    return sem.vstore(mem, mem.view(np.uint16), mem.view(np.uint32), V, M, MR, 1, addr, stride, mask, size, E)
 
 
 @given(accesses(), st.integers(0, 2**16))
