@@ -241,3 +241,32 @@ def test_cli_run_trace_and_commands(tmp_path, capsys):
     assert "B-A" in capsys.readouterr().out
     assert main(["trace", "diff", str(a)]) == 1
     assert "two traces" in capsys.readouterr().err
+
+
+def test_window_narrows_instruction_and_region_counts():
+    t = record(NESTED, regions=("layer", "load", "empty")).trace
+    whole = summarize(t)
+    lo, hi = t.launches[0]["start"], t.launches[0]["end"]
+    mid = int(t.region["end"][0])                      # the end of the first layer
+    first, second = summarize(t, start=lo, end=mid), summarize(t, start=mid, end=hi)
+    assert first["instructions"] + second["instructions"] == whole["instructions"]
+    assert 0 < first["instructions"] < whole["instructions"]
+
+    def instances(s, label):
+        return next((r["instances"] for r in s["regions"] if r["region"] == label), 0)
+    # Each core runs layer 0 then layer 1: the first window holds only layer 0.
+    assert instances(first, "layer[0]") == instances(whole, "layer[0]") == 2
+    assert instances(first, "layer[1]") == 0 and instances(second, "layer[1]") == 2
+    assert instances(first, "layer") < instances(whole, "layer")
+
+
+def test_bubbles_at_one_site_are_listed_once():
+    # Both layers' DMAs start from the same instruction: the HBM idles before each of
+    # them, and the summary lists that site once with both occurrences.
+    s = summarize(record(NESTED, regions=("layer", "load", "empty")).trace)
+    sites = [(b.get("next_dma") or {}).get("pc") for b in s["bubbles"]]
+    assert len(sites) == len(set(sites))
+    top = s["bubbles"][0]
+    assert top["count"] == 2 and top["next_dma"]["instruction"].startswith("dma.start")
+    assert top["total_cycles"] > top["cycles"] > 0
+    assert "2 bubble(s)" in render_text(s)
