@@ -70,7 +70,7 @@ def _description(path: Path) -> str:
             break
         words.append(m.group(2).strip())
     text = " ".join(words)
-    sentence = re.split(r"(?<=[.:;])\s", text, maxsplit=1)[0] if text else ""
+    sentence = re.split(r"(?<=\.)\s", text, maxsplit=1)[0] if text else ""
     if not sentence:
         return "(assembly)" if path.suffix == ".s" else ""
     return sentence if len(sentence) <= 90 else sentence[:89].rstrip() + "…"
