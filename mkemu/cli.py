@@ -85,9 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
     trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
     trace.add_argument("--top", type=int, default=5, metavar="N", help="how many HBM bubbles to list (default 5)")
-    trace.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace-event JSON for Perfetto UI")
-    trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG)")
-    trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs matplotlib)")
+    trace.add_argument("--perfetto", metavar="OUT.pftrace",
+                       help="write a Perfetto protobuf trace (open at ui.perfetto.dev); honours "
+                            "--chip/--core/--from/--to")
+    trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG); "
+                       "honours --chip/--core/--from/--to")
+    trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs the [plot] extra: "
+                       "matplotlib); honours --chip/--core/--from/--to")
     trace.set_defaults(func=cmd_trace)
 
     hw = sub.add_parser("hw", help="hardware profiles")
@@ -226,22 +230,31 @@ def cmd_trace(args) -> int:
     if args.others:
         raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")
     trace = read_trace(args.path)
+    exports = [(flag, out) for flag, out in (("--perfetto", args.perfetto), ("--html", args.html),
+                                             ("--plot", args.plot)) if out]
+    if exports:
+        from mkemu.tools.view import view
+
+        if args.region:
+            raise ConfigError(f"--region narrows the summary and diff, not {exports[0][0]}; "
+                              "use --from/--to (and --chip/--core) to cut an export", key="--region")
+        v = view(trace, args.chip, args.core, args.start, args.end)
     if args.perfetto:
         from mkemu.tools.perfetto import to_perfetto
 
-        atomic_write(args.perfetto, json.dumps(to_perfetto(trace), separators=(",", ":")).encode())
+        atomic_write(args.perfetto, to_perfetto(trace, v))
     if args.html:
         from mkemu.tools.plot import to_html
 
-        atomic_write(args.html, to_html(trace).encode())
+        atomic_write(args.html, to_html(trace, v).encode())
     if args.plot:
         from mkemu.tools.plot import to_png
 
         try:
-            atomic_write(args.plot, to_png(trace))
+            atomic_write(args.plot, to_png(trace, v))
         except ImportError:
-            raise ConfigError("--plot needs matplotlib, which is not installed; use --html OUT.html "
-                              "(a self-contained timeline page) instead", key="--plot") from None
+            raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
+                              "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
     if args.json:
         print(json.dumps(trace_summary.summarize(trace, top=args.top, **filters), default=_json_default))
     elif not (args.perfetto or args.html or args.plot):
