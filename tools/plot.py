@@ -129,14 +129,17 @@ def _binned_mean(times, level, edges) -> np.ndarray:
 
 # -- HTML ----------------------------------------------------------------------
 
-LABEL_W, PLOT_W, AXIS_PX = 190, 1380, 22
+LABEL_W, PLOT_W, AXIS_PX = 170, 1360, 22
 
 _SCRIPT = """
 const T0 = %(t0)s, T1 = %(t1)s, NS = %(ns)s;
 document.querySelectorAll('.group').forEach(group => {
   const plot = group.querySelector('svg.plot'), axis = group.querySelector('g.axis');
   const labels = Array.from(group.querySelectorAll('text.lbl'));
-  let a = T0, b = T1, drag = null;
+  // The page opens zoomed to cycles [A, B) if its address ends in #t=A-B.
+  const m = /#t=(\d+)-(\d+)/.exec(location.hash);
+  let a = m ? Math.max(T0, +m[1]) : T0, b = m ? Math.min(T1, +m[2]) : T1, drag = null;
+  if (b <= a) { a = T0; b = T1; }
   function ticks() {
     const span = b - a, raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 5, 10].map(m => m * p).find(s => s >= raw);
@@ -218,14 +221,14 @@ def to_html(trace: Trace, v: View | None = None, title: str | None = None) -> st
         sections.append(
             f'<div class="group" id="g{n}"><h4>{name}</h4>'
             f'<svg width="{LABEL_W + PLOT_W}" height="{AXIS_PX}" font-size="10">'
-            f'<g class="axis" transform="translate({LABEL_W},0)"></g></svg><br>'
-            f'<svg width="{LABEL_W}" height="{height}" font-size="10">{"".join(names)}</svg>'
+            f'<g class="axis" transform="translate({LABEL_W},0)"></g></svg>'
+            f'<div class="row"><svg width="{LABEL_W}" height="{height}" font-size="8">{"".join(names)}</svg>'
             f'<div class="wrap" style="width:{PLOT_W}px;height:{height}px">'
             f'<svg class="plot" width="{PLOT_W}" height="{height}" viewBox="{t0:.0f} 0 {span:.0f} {height}" '
             f'preserveAspectRatio="none"><rect x="{t0:.0f}" y="0" width="{span:.0f}" height="{height}" '
             f'fill="#f7f7f7"/>{"".join(shapes)}</svg>'
             f'<svg class="labels" width="{PLOT_W}" height="{height}" font-size="10">{"".join(labels)}</svg>'
-            f'</div></div>')
+            f'</div></div></div>')
     legend = "".join(f'<span class="key"><i style="background:{COLORS[k]}"></i>{html.escape(text)}</span>'
                      for k, text in LEGEND.items())
     script = _SCRIPT % {"t0": json.dumps(t0), "t1": json.dumps(t1), "ns": json.dumps(1e9 / tl["clock_hz"]),
@@ -233,8 +236,8 @@ def to_html(trace: Trace, v: View | None = None, title: str | None = None) -> st
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title><style>"
         "body{font-family:sans-serif;font-size:12px;margin:8px}h3,h4{margin:4px 0}"
-        ".group{margin-bottom:10px}.group>svg{vertical-align:top}"
-        ".wrap{position:relative;display:inline-block;vertical-align:top;cursor:grab}"
+        ".group{margin-bottom:10px}.row{display:flex;flex-wrap:nowrap}"
+        ".wrap{position:relative;flex:none;cursor:grab}"
         ".wrap svg{position:absolute;left:0;top:0}.labels{pointer-events:none}"
         ".key{margin-right:10px;white-space:nowrap}.key i{display:inline-block;width:10px;height:10px;"
         "margin-right:3px;vertical-align:middle}</style></head><body>"
