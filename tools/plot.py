@@ -131,7 +131,7 @@ def _binned_mean(times, level, edges) -> np.ndarray:
 
 LABEL_W, PLOT_W, AXIS_PX = 170, 1360, 22
 
-_SCRIPT = """
+_SCRIPT = r"""
 const T0 = %(t0)s, T1 = %(t1)s, NS = %(ns)s;
 document.querySelectorAll('.group').forEach(group => {
   const plot = group.querySelector('svg.plot'), axis = group.querySelector('g.axis');
