@@ -19,6 +19,7 @@ landing on the destination core. Timestamps are nanoseconds of emulated time.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -36,15 +37,21 @@ EXPLICIT_ORDER = 3              # TrackDescriptor.ChildTracksOrdering.EXPLICIT
 
 # -- protobuf wire format -------------------------------------------------------
 
-def varint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
+def _varint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# Most varints (track ids, lengths, field tags) are small: looked up, not computed.
+_SMALL = [_varint(n) for n in range(1 << 14)]
+
+
+def varint(n: int) -> bytes:
+    return _SMALL[n] if n < 16384 else _varint(n)
 
 
 def tag(field: int, wire: int) -> bytes:
@@ -83,10 +90,15 @@ def packet(body: bytes) -> bytes:
     return _PACKET + varint(len(body)) + body
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _name(name: str) -> bytes:
+    return f_str(23, name)                  # TrackEvent.name
+
+
 def event_packet(ts: int, kind: int, track: int, name: str | None = None, extra: bytes = b"") -> bytes:
     ev = _TYPE[kind] + _TRACK + varint(track) + extra
     if name is not None:
-        ev += f_str(23, name)               # TrackEvent.name
+        ev += _name(name)
     return packet(_TS + varint(ts) + _SEQ + _EVENT + varint(len(ev)) + ev)
 
 
@@ -213,8 +225,10 @@ def to_perfetto(trace: Trace, v: View | None = None) -> bytes:
     _dmas(trace, v, tracks, events, stamp)
     _counters(trace, v, tracks, events, stamp)
 
-    events.sort(key=lambda e: (e[0], e[1]))
-    return b"".join(tracks.packets) + b"".join(p for _, _, p in events)
+    times = np.fromiter((e[0] for e in events), np.int64, len(events))
+    orders = np.fromiter((e[1] for e in events), np.int64, len(events))
+    order = np.lexsort((orders, times)).tolist()
+    return b"".join(tracks.packets) + b"".join([events[i][2] for i in order])
 
 
 def _dmas(trace: Trace, v: View, tracks: _Tracks, events: list, stamp) -> None:
