@@ -330,7 +330,8 @@ class ConstDecl:
 
 @attrs.frozen
 class Reference:
-    """`reference "file.py:function";` names the numpy reference."""
+    """`reference "file.py:function";` (a file next to the program) or
+    `reference "package.module:function";` (an importable module) names the numpy reference."""
 
     target: str
     span: SourceSpan

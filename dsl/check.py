@@ -1079,9 +1079,14 @@ class Elaborator(Checker):
 
     def reference(self, item: ast.Reference, main_dir: Path) -> ir.ReferenceFn | None:
         path, sep, fn = item.target.rpartition(":")
-        if not sep or not path or not fn.isidentifier():
-            self.error(item.span, f"reference must be \"FILE.py:FUNCTION\", got \"{item.target}\"")
+        is_module = bool(path) and not path.endswith(".py") and all(p.isidentifier() for p in path.split("."))
+        if not sep or not path or not fn.isidentifier() or not (is_module or path.endswith(".py")):
+            self.error(item.span, f"reference must be \"FILE.py:FUNCTION\" or \"package.module:FUNCTION\", "
+                                  f"got \"{item.target}\"")
             return None
+        if is_module:
+            # Imported when the program runs (the front end imports no Python code).
+            return ir.ReferenceFn(None, fn, item.span, module=path)
         full = (main_dir / path).resolve()
         if not full.is_file():
             self.error(item.span, f"reference file '{path}' not found (looked for {full})")

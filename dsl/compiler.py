@@ -23,7 +23,7 @@ from mkemu.dsl.lower_tile import TileLowering
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
 from mkemu.isa.asm import encode
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
-from mkemu.isa.hardware import HardwareProfile, load_profile
+from mkemu.isa.hardware import DEFAULT_PROFILE, HardwareProfile, load_profile
 from mkemu.isa.program import Kernel, Launch, Program, layout_buffers
 from mkemu.isa.table import TABLE
 
@@ -53,13 +53,13 @@ class CompileError(Exception):
 # ------------------------------------------------------------------- entry points
 
 
-def compile_file(path: str | os.PathLike, profile: HardwareProfile | str = "tpu-v7-like",
+def compile_file(path: str | os.PathLike, profile: HardwareProfile | str = DEFAULT_PROFILE,
                  params: dict[str, int] | None = None) -> Program:
     program = load_program(path, params)
     return compile_program(program, profile)
 
 
-def compile_text(text: str, filename: str = "<text>.mk", profile: HardwareProfile | str = "test",
+def compile_text(text: str, filename: str = "<text>.mk", profile: HardwareProfile | str = DEFAULT_PROFILE,
                  params: dict[str, int] | None = None) -> Program:
     program = load_program(filename, params, text=text)
     return compile_program(program, profile)
@@ -75,7 +75,9 @@ def compile_program(program: ir.Program, profile: HardwareProfile | str) -> Prog
     except CompileError as exc:
         raise SourceError([_diagnostic(exc.span, exc.message, program.sources)]) from None
     reference = None
-    if program.reference is not None:
+    if program.reference is not None and program.reference.module:
+        reference = f"{program.reference.module}:{program.reference.function}"
+    elif program.reference is not None:
         ref_path = program.reference.path
         try:
             ref_path = os.path.relpath(ref_path, Path(program.main_file).resolve().parent)

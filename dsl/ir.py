@@ -508,11 +508,13 @@ class Host:
 
 @attrs.frozen
 class ReferenceFn:
-    """The numpy reference: `function` in the Python file `path`."""
+    """The numpy reference: `function` in the Python file `path`, or in the importable
+    module `module` (then `path` is None)."""
 
-    path: str
+    path: str | None
     function: str
     span: SourceSpan
+    module: str | None = None
 
 
 @attrs.frozen(eq=False)

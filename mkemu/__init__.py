@@ -1,3 +1,32 @@
-"""mkemu: a cycle-approximate emulator of TPU-like accelerator chips and the .mk kernel language."""
+"""mkemu: a cycle-approximate emulator of TPU-like accelerator chips and the .mk kernel language.
+
+The Python API (docs/api.md) is this one import:
+
+    import mkemu
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1x1x1")
+    run = kernel(a=a, b=b)
+
+Names are loaded on first use, so `import mkemu` (and the `mkemu` command) stays
+quick until a program is compiled.
+"""
+
+from mkemu.errors import ConfigError, MkemuError
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "compile": "mkemu.api", "compile_source": "mkemu.api", "Kernel": "mkemu.api", "Run": "mkemu.api",
+    "Report": "mkemu.api", "BufferInfo": "mkemu.api", "Options": "mkemu.options",
+    "Session": "mkemu.session", "MachineInfo": "mkemu.session", "atomic_write": "mkemu.runner",
+    "list_programs": "mkemu.shipped",
+}
+__all__ = ["ConfigError", "MkemuError", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mkemu' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from mkemu.errors import ConfigError, MkemuError
+from mkemu.isa.hardware import DEFAULT_PROFILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(metavar="COMMAND")
 
     run = sub.add_parser("run", help="compile (if .mk), run and check a program")
-    run.add_argument("file")
+    run.add_argument("file", metavar="PROGRAM", help="a .mk or .s file, or a shipped program's name "
+                     "(`mkemu programs`)")
     _machine_options(run)
     run.add_argument("--inputs", metavar="NPZ", help="input arrays (default: generated from --seed)")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -62,9 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     compare.set_defaults(func=cmd_compare)
 
+    programs = sub.add_parser("programs", help="list the shipped programs (run one by name)")
+    programs.set_defaults(func=cmd_programs)
+
     asm = sub.add_parser("asm", help="print the assembler listing of a program")
-    asm.add_argument("file")
-    asm.add_argument("--hw", default="tpu-v7-like", metavar="NAME|PATH")
+    asm.add_argument("file", metavar="PROGRAM")
+    asm.add_argument("--hw", default=DEFAULT_PROFILE, metavar="NAME|PATH")
     asm.add_argument("--stats", action="store_true", help="add allocation map, counts and compile time")
     asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
@@ -81,9 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
     trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
     trace.add_argument("--top", type=int, default=5, metavar="N", help="how many HBM bubbles to list (default 5)")
-    trace.add_argument("--perfetto", metavar="OUT.json", help="write Chrome trace-event JSON for Perfetto UI")
-    trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG)")
-    trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs matplotlib)")
+    trace.add_argument("--perfetto", metavar="OUT.pftrace",
+                       help="write a Perfetto protobuf trace (open at ui.perfetto.dev); honours "
+                            "--chip/--core/--from/--to")
+    trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG); "
+                       "honours --chip/--core/--from/--to")
+    trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs the [plot] extra: "
+                       "matplotlib); honours --chip/--core/--from/--to")
     trace.set_defaults(func=cmd_trace)
 
     hw = sub.add_parser("hw", help="hardware profiles")
@@ -105,14 +113,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _machine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hw", default="tpu-v7-like", metavar="NAME|PATH",
-                   help="hardware profile: a shipped name or a TOML file (default tpu-v7-like)")
+    p.add_argument("--hw", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+                   help=f"hardware profile: a shipped name or a TOML file (default {DEFAULT_PROFILE})")
     p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-cycles", type=int, default=10**12)
-    p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"))
+    p.add_argument("--seed", type=int, default=0, help="seed of generated inputs and weights (default 0)")
+    p.add_argument("--max-cycles", type=int, default=10**12, help="stop a run that passes this cycle")
+    p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"),
+                   help="DMA engine order: round_robin (descriptors share the engine) or fifo")
     p.add_argument("--no-check", action="append", default=[], choices=("races", "semaphores"),
-                   help="turn off a runtime check")
+                   help="turn off a runtime check (repeatable): DMA races, or non-zero semaphores at "
+                        "kernel end")
 
 
 def _driver_options(p: argparse.ArgumentParser) -> None:
@@ -138,17 +148,16 @@ def _params(items: list[str]) -> dict[str, int]:
     return out
 
 
-def _run_options(args, file: str):
-    from mkemu.run import RunOptions
+def _options(args):
+    """The flags as the one `Options` object the API takes too."""
+    from mkemu.emulator.config import CHECKS
+    from mkemu.options import Options
 
-    driver = {"model": args.model, "batch": args.batch, "prompt_len": args.prompt_len,
-              "steps": args.steps, "check_layers": args.check_layers,
-              "dump": getattr(args, "dump", None)}
-    return RunOptions(file=file, hw=args.hw, mesh=args.mesh, seed=args.seed,
-                      max_cycles=args.max_cycles, dma_order=args.dma_order,
-                      no_check=tuple(args.no_check), inputs=getattr(args, "inputs", None),
-                      params=_params(args.set), trace=getattr(args, "trace", None),
-                      driver={k: v for k, v in driver.items() if v not in (None, False)})
+    return Options(hw=args.hw, mesh=args.mesh, seed=args.seed, max_cycles=args.max_cycles,
+                   dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
+                   params=_params(args.set), trace=getattr(args, "trace", None), model=args.model,
+                   batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
+                   check_layers=args.check_layers, dump=getattr(args, "dump", None))
 
 
 class _Progress:
@@ -173,7 +182,7 @@ class _Progress:
 def cmd_run(args) -> int:
     from mkemu.run import execute
 
-    report, render = execute(_run_options(args, args.file), progress=_Progress())
+    report, render = execute(args.file, _options(args), progress=_Progress(), inputs=args.inputs)
     if args.json:
         print(json.dumps(report, default=_json_default))
     else:
@@ -184,11 +193,12 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from mkemu.run import compare_text, execute
 
-    for file in (args.a, args.b):
-        # Both programs must be there before the first one's run, which may take a while.
-        if not Path(file).is_file():
-            raise ConfigError("cannot read program: No such file", file=file)
-    reports = [execute(_run_options(args, file), progress=_Progress())[0] for file in (args.a, args.b)]
+    from mkemu.shipped import resolve
+
+    # Both programs must be there before the first one's run, which may take a while.
+    files = [resolve(file) for file in (args.a, args.b)]
+    options = _options(args)
+    reports = [execute(file, options, progress=_Progress())[0] for file in files]
     if args.json:
         print(json.dumps({"a": reports[0], "b": reports[1]}, default=_json_default))
     else:
@@ -220,22 +230,31 @@ def cmd_trace(args) -> int:
     if args.others:
         raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")
     trace = read_trace(args.path)
+    exports = [(flag, out) for flag, out in (("--perfetto", args.perfetto), ("--html", args.html),
+                                             ("--plot", args.plot)) if out]
+    if exports:
+        from mkemu.tools.view import view
+
+        if args.region:
+            raise ConfigError(f"--region narrows the summary and diff, not {exports[0][0]}; "
+                              "use --from/--to (and --chip/--core) to cut an export", key="--region")
+        v = view(trace, args.chip, args.core, args.start, args.end)
     if args.perfetto:
         from mkemu.tools.perfetto import to_perfetto
 
-        atomic_write(args.perfetto, json.dumps(to_perfetto(trace), separators=(",", ":")).encode())
+        atomic_write(args.perfetto, to_perfetto(trace, v))
     if args.html:
         from mkemu.tools.plot import to_html
 
-        atomic_write(args.html, to_html(trace).encode())
+        atomic_write(args.html, to_html(trace, v).encode())
     if args.plot:
         from mkemu.tools.plot import to_png
 
         try:
-            atomic_write(args.plot, to_png(trace))
+            atomic_write(args.plot, to_png(trace, v))
         except ImportError:
-            raise ConfigError("--plot needs matplotlib, which is not installed; use --html OUT.html "
-                              "(a self-contained timeline page) instead", key="--plot") from None
+            raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
+                              "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
     if args.json:
         print(json.dumps(trace_summary.summarize(trace, top=args.top, **filters), default=_json_default))
     elif not (args.perfetto or args.html or args.plot):
@@ -260,6 +279,16 @@ def cmd_asm(args) -> int:
         atomic_write(args.output, text.encode())
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_programs(args) -> int:
+    from mkemu.shipped import list_programs
+
+    shipped = list_programs()
+    width = max(len(p.name) for p in shipped)
+    for p in shipped:
+        print(f"{p.name:{width}s}  {p.description}")
     return 0
 
 

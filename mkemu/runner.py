@@ -1,10 +1,10 @@
 """Wires a program to the emulator: inputs, the run, and the bit-exact check.
 
 Inputs come from a `.npz` (one array per input buffer, by name, or per chip as
-`name@chip`) or are generated from the seed. If the program names a numpy
-reference (`.reference file.py:function` / `reference "file.py:function";`), the
-function is called with the inputs as a dict of arrays and the mesh shape, and
-must return a dict of expected outputs; the run then compares them bit for bit.
+`name@chip`) or are generated from the seed. A program's numpy reference
+(`.reference file.py:function` / `reference "file.py:function";`, or an importable
+`package.module:function`) is loaded here; the reference contract is in docs/api.md.
+Also bf16 storage conversion, the bit-exact comparison and atomic file writes.
 """
 
 from __future__ import annotations
@@ -52,10 +52,16 @@ def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
 
 def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     try:
-        with np.load(path) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
+        data = np.load(path)
+    except (OSError, ValueError, EOFError) as exc:
         raise ConfigError(f"cannot read inputs: {exc}", file=path) from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ConfigError("inputs must be a .npz file (np.savez) of arrays named by buffer", file=path)
+    with data:
+        try:
+            arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read inputs: {exc}", file=path) from None
     names = {b.name for b in program.buffers}
     for key in arrays:
         if key.split("@")[0] not in names:
@@ -80,35 +86,57 @@ def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def load_reference_named(reference: str, program_path: str | None):
-    """Import `file.py:function` (file relative to the program) and return the function."""
-    file, _, func = reference.partition(":")
-    base = Path(program_path).parent if program_path else Path.cwd()
-    path = base / file
-    if not path.is_file():
-        raise ConfigError(f"reference file {file!r} not found next to the program ({path})",
-                          file=program_path)
-    package = _package_of(path)
-    try:
+    """The reference function a program names: `package.module:function` (imported by
+    name) or `file.py:function` (a file relative to the program's folder). A file that
+    lies inside the installed `mkemu.programs` package is imported under its package
+    name, so shipped references may use relative imports; any other file is loaded on
+    its own (it may import installed modules, not its neighbours)."""
+    target, _, func = reference.rpartition(":")
+    if not target:
+        target, func = reference, "reference"
+    if not target.endswith(".py"):
+        module = _import(target, target, program_path)
+        where = f"module {target}"
+    else:
+        base = Path(program_path).parent if program_path else Path.cwd()
+        path = base / target
+        if not path.is_file():
+            raise ConfigError(f"reference file {target!r} not found next to the program ({path})",
+                              file=program_path)
+        package = _package_of(path)
         if package:
-            module = importlib.import_module(package)
+            module = _import(package, str(path), program_path)
         else:
             spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-    except MkemuError:
-        raise
-    except Exception as exc:  # a broken reference file is the user's error, not ours
-        raise ConfigError(f"reference {path} failed to load: {type(exc).__name__}: {exc}",
-                          file=program_path) from None
-    fn = getattr(module, func or "reference", None)
-    if fn is None:
-        raise ConfigError(f"reference file {path} has no function {func!r}", file=program_path)
+            _guard(lambda: spec.loader.exec_module(module), str(path), program_path)
+        where = f"reference file {path}"
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise ConfigError(f"{where} has no function {func!r}", file=program_path)
     return fn
 
 
+def _import(name: str, shown: str, program_path: str | None):
+    return _guard(lambda: importlib.import_module(name), shown, program_path)
+
+
+def _guard(load, shown: str, program_path: str | None):
+    try:
+        return load()
+    except MkemuError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"reference {shown} failed to load: no module named {exc.name!r}",
+                          file=program_path) from None
+    except Exception as exc:  # a broken reference file is the user's error, not ours
+        raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {exc}",
+                          file=program_path) from None
+
+
 def _package_of(path: Path) -> str | None:
-    """The import name of a reference inside the shipped programs package (it may use
-    relative imports), or None for a stand-alone file."""
+    """The import name of a file inside the installed `mkemu.programs` package, or
+    None for a file elsewhere."""
     import mkemu.programs
 
     root = Path(mkemu.programs.__file__).parent.resolve()

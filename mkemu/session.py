@@ -54,8 +54,9 @@ def machine_info(profile, mesh) -> MachineInfo:
 
 
 class Session:
-    def __init__(self, machine, program, profile):
+    def __init__(self, machine, program, profile, recorder=None):
         self._machine = machine
+        self.recorder = recorder           # the trace recorder, if the run records one
         self.program = program
         self.info = machine_info(profile, machine.mesh)
         self.launches_per_run = len(program.launches)

@@ -13,7 +13,7 @@ import "k3/shard.mk";
 import "k3/allreduce.mk";
 import "k3/moe_ep.mk";
 
-reference "k3/driver.py:drive";
+reference "mkemu.programs.k3.driver:drive";
 
 // The gather sites rotate over 2 slots by layer parity; a barrier every GROT layers
 // keeps a fast core from writing a slot a slow core still reads (docs/k3_programs.md).

@@ -21,7 +21,7 @@ import "k3/shard.mk";
 import "k3/ops.mk";
 import "k3/ep_ops.mk";
 
-reference "k3/driver.py:drive";
+reference "mkemu.programs.k3.driver:drive";
 
 assert NMLA == NLAYERS / 4 + (NLAYERS % 4 != 0),
     "k3_per_op.mk unrolls the K3 layer layout (MLA at l % 4 == 3 and at the last layer)";

@@ -1,4 +1,5 @@
-"""Sets of half-open cycle intervals [start, end), as sorted numpy arrays.
+"""Sets of half-open cycle intervals [start, end), as sorted numpy arrays, and sums
+of piecewise-constant rates (`step_rate`).
 
 The trace tools measure everything as "how much of this interval lies inside the
 window": a window is a `Spans` (disjoint, sorted) and `Spans.overlap` answers that
@@ -78,3 +79,17 @@ class Spans:
         a, b = points[:-1], points[1:]
         keep = (within.overlap(a, b) > 0) & (self.overlap(a, b) == 0)
         return Spans.union(a[keep], b[keep])
+
+
+def step_rate(starts, ends, rates) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of piecewise-constant rates as (change times, value from each time on)."""
+    times = np.concatenate([starts, ends])
+    deltas = np.concatenate([rates, -np.asarray(rates)])
+    if not times.size:
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(times, kind="stable")
+    times, level = times[order], np.cumsum(deltas[order])
+    last = np.ones(times.size, bool)
+    last[:-1] = times[1:] != times[:-1]
+    level = np.where(np.abs(level[last]) < 1e-9, 0.0, level[last])
+    return times[last], level

@@ -1,133 +1,290 @@
-"""Chrome trace-event JSON from a trace, for Perfetto UI and chrome://tracing.
+"""A trace as a Perfetto protobuf trace (open it at https://ui.perfetto.dev).
 
-Layout: one process per chip (pid = chip id); per core one thread per unit that
-was used (instructions as complete "X" slices), one for its waits (semaphore,
-DMA, barrier), one for its DMA engine (DMAs as async "b"/"e" slices, id = DMA
-sequence number) and one for its source regions (nested "B"/"E" slices). Counter
-("C") tracks per chip give HBM bandwidth and per link its bandwidth, in GB/s.
-Timestamps are microseconds of emulated time (cycles / clock).
+Written with a minimal protobuf wire encoder (varints, length-delimited fields,
+fixed64) for the few messages it needs. Field numbers are those of Perfetto's
+`protos/perfetto/trace/trace_packet.proto`, `track_event/track_event.proto`,
+`track_event/track_descriptor.proto`, `track_event/counter_descriptor.proto`,
+`track_event/process_descriptor.proto` and `track_event/debug_annotation.proto`.
+
+Layout: one process track per chip ("chip N"); under it, per selected core, in this
+order: its source regions (nested slices: layers, operators), a stall row (waits on
+semaphores, DMAs and barriers), one row per unit that did work, its DMA engine
+(one row per DMA in flight at once) and the DMAs that landed in it; then the chip's
+HBM and each used link's bandwidth as counters in GB/s. A unit's row shows busy
+runs, not single instructions: back-to-back instructions merge into one slice
+named after the first one and how many followed (this keeps the main job's trace
+small). Each DMA is a slice on its engine's row joined by a flow arrow to its
+landing on the destination core. Timestamps are nanoseconds of emulated time.
 """
 
 from __future__ import annotations
 
+import functools
+import struct
+
 import numpy as np
 
+from mkemu.tools.intervals import step_rate
 from mkemu.tools.trace_reader import Trace
 from mkemu.tools.trace_summary import traffic_segments, wait_reasons
+from mkemu.tools.view import View, unit_runs, view
 
-TID_WAITS, TID_DMA, TID_REGIONS = 90, 91, 92
-
-
-def step_rate(starts, ends, rates) -> tuple[np.ndarray, np.ndarray]:
-    """The sum of piecewise-constant rates as (change times, value from each time on)."""
-    times = np.concatenate([starts, ends])
-    deltas = np.concatenate([rates, -np.asarray(rates)])
-    if not times.size:
-        return np.zeros(0), np.zeros(0)
-    order = np.argsort(times, kind="stable")
-    times, level = times[order], np.cumsum(deltas[order])
-    last = np.ones(times.size, bool)
-    last[:-1] = times[1:] != times[:-1]
-    level = np.where(np.abs(level[last]) < 1e-9, 0.0, level[last])
-    return times[last], level
+# TrackEvent.type
+SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
+SEQUENCE_ID = 1                 # every packet is on one writer sequence
+EXPLICIT_ORDER = 3              # TrackDescriptor.ChildTracksOrdering.EXPLICIT
 
 
-def to_perfetto(trace: Trace) -> dict:
-    us = 1e6 / trace.clock_hz
-    events: list[tuple] = []   # (ts, order, event)
-    pid_of = [c["chip"] for c in trace.cores]
-    index_of = [c["core"] for c in trace.cores]
+# -- protobuf wire format -------------------------------------------------------
 
-    def tid(gid: int, lane: int) -> int:
-        return index_of[gid] * 100 + lane
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
-    meta = []
-    for chip in range(trace.num_chips):
-        meta.append({"ph": "M", "name": "process_name", "pid": chip, "tid": 0, "ts": 0,
-                     "args": {"name": f"chip {chip}"}})
-    instr = trace.instr
-    used = sorted(set(zip(instr["core"].tolist(), instr["unit"].tolist())))
-    names = {}
-    for gid, unit in used:
-        names[(gid, unit)] = f"core {index_of[gid]} {trace.units[unit]}"
-    for gid in range(len(trace.cores)):
-        names[(gid, TID_WAITS)] = f"core {index_of[gid]} waits"
-        names[(gid, TID_DMA)] = f"core {index_of[gid]} DMA engine"
-        names[(gid, TID_REGIONS)] = f"core {index_of[gid]} regions"
-    for (gid, lane), name in sorted(names.items()):
-        meta.append({"ph": "M", "name": "thread_name", "pid": pid_of[gid], "tid": tid(gid, lane), "ts": 0,
-                     "args": {"name": name}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid_of[gid], "tid": tid(gid, lane), "ts": 0,
-                     "args": {"sort_index": tid(gid, lane) + 1000 * pid_of[gid]}})
 
-    busy = instr["occupancy"] > 0
-    for i in np.flatnonzero(busy):
-        gid, launch, pc = int(instr["core"][i]), int(instr["launch"][i]), int(instr["pc"][i])
-        start = int(instr["issue"][i])
-        ev = {"ph": "X", "name": trace.text(launch, pc).split(" ")[0], "pid": pid_of[gid],
-              "tid": tid(gid, int(instr["unit"][i])), "ts": start * us, "dur": int(instr["occupancy"][i]) * us,
-              "args": {"pc": pc, "instruction": trace.text(launch, pc), "cycle": start}}
-        src = trace.source(launch, pc)
-        if src:
-            ev["args"]["source"] = src
-        if instr["stall_dep"][i] or instr["stall_unit"][i]:
-            ev["args"]["stall_dependency"] = int(instr["stall_dep"][i])
-            ev["args"]["stall_unit"] = int(instr["stall_unit"][i])
-        events.append((start, 1, ev))
+# Most varints (track ids, lengths, field tags) are small: looked up, not computed.
+_SMALL = [_varint(n) for n in range(1 << 14)]
+
+
+def varint(n: int) -> bytes:
+    return _SMALL[n] if n < 16384 else _varint(n)
+
+
+def tag(field: int, wire: int) -> bytes:
+    return varint(field << 3 | wire)
+
+
+def f_varint(field: int, n: int) -> bytes:
+    return tag(field, 0) + varint(n)
+
+
+def f_bytes(field: int, data: bytes) -> bytes:
+    return tag(field, 2) + varint(len(data)) + data
+
+
+def f_str(field: int, text: str) -> bytes:
+    return f_bytes(field, text.encode())
+
+
+def f_fixed64(field: int, n: int) -> bytes:
+    return tag(field, 1) + struct.pack("<Q", n)
+
+
+def f_double(field: int, x: float) -> bytes:
+    return tag(field, 1) + struct.pack("<d", x)
+
+
+_PACKET = tag(1, 2)                         # Trace.packet
+_TS = tag(8, 0)                             # TracePacket.timestamp
+_SEQ = f_varint(10, SEQUENCE_ID)            # TracePacket.trusted_packet_sequence_id
+_EVENT = tag(11, 2)                         # TracePacket.track_event
+_TYPE = {t: f_varint(9, t) for t in (SLICE_BEGIN, SLICE_END, INSTANT, COUNTER)}
+_TRACK = tag(11, 0)                         # TrackEvent.track_uuid
+
+
+def packet(body: bytes) -> bytes:
+    return _PACKET + varint(len(body)) + body
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _name(name: str) -> bytes:
+    return f_str(23, name)                  # TrackEvent.name
+
+
+def event_packet(ts: int, kind: int, track: int, name: str | None = None, extra: bytes = b"") -> bytes:
+    ev = _TYPE[kind] + _TRACK + varint(track) + extra
+    if name is not None:
+        ev += _name(name)
+    return packet(_TS + varint(ts) + _SEQ + _EVENT + varint(len(ev)) + ev)
+
+
+def annotation(name: str, value) -> bytes:
+    """TrackEvent.debug_annotations (4): name (10) and an int (4) or string (6) value."""
+    body = f_str(10, name) + (f_varint(4, value) if isinstance(value, int) else f_str(6, str(value)))
+    return f_bytes(4, body)
+
+
+def track_packet(uuid: int, name: str, parent: int | None = None, rank: int | None = None,
+                 pid: int | None = None, counter_unit: str | None = None, first: bool = False) -> bytes:
+    desc = f_varint(1, uuid) + f_str(2, name)
+    if parent is not None:
+        desc += f_varint(5, parent)
+    if pid is not None:                     # ProcessDescriptor: pid (1), process_name (6)
+        desc += f_bytes(3, f_varint(1, pid) + f_str(6, name)) + f_varint(11, EXPLICIT_ORDER)
+    if rank is not None:
+        desc += f_varint(12, rank)          # sibling_order_rank
+    if counter_unit is not None:
+        desc += f_bytes(8, f_str(6, counter_unit))   # CounterDescriptor.unit_name
+    body = f_bytes(60, desc) + _SEQ
+    if first:
+        body += f_varint(13, 1)             # sequence_flags: SEQ_INCREMENTAL_STATE_CLEARED
+    return packet(body)
+
+
+# -- the export -----------------------------------------------------------------
+
+# Display order of a core's rows under its chip (sibling_order_rank = core * 100 + slot).
+SLOT_REGIONS, SLOT_STALLS, SLOT_UNIT, SLOT_DMA, SLOT_LANDED = 0, 1, 10, 50, 90
+RANK_COUNTERS = 100_000
+
+
+class _Tracks:
+    """Track uuids: a process track per chip, and child tracks under it in an
+    explicit order (per core: regions, stalls, units, DMA engine; then counters)."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.packets: list[bytes] = []
+        self.uuid: dict[tuple, int] = {}
+
+    def chip(self, chip: int) -> int:
+        key = ("chip", chip)
+        if key not in self.uuid:
+            self.uuid[key] = len(self.uuid) + 1
+            self.packets.append(track_packet(self.uuid[key], f"chip {chip}", pid=chip + 1,
+                                             first=not self.packets))
+        return self.uuid[key]
+
+    def core(self, gid: int, slot: int, key: tuple, label: str) -> int:
+        """The row `label` of core `gid` (named "core N label")."""
+        c = self.trace.cores[gid]
+        return self.child(c["chip"], key, f"core {c['core']} {label}", c["core"] * 100 + slot)
+
+    def child(self, chip: int, key: tuple, name: str, rank: int, counter_unit: str | None = None) -> int:
+        if key not in self.uuid:
+            parent = self.chip(chip)
+            self.uuid[key] = len(self.uuid) + 1
+            self.packets.append(track_packet(self.uuid[key], name, parent=parent, rank=rank,
+                                             counter_unit=counter_unit))
+        return self.uuid[key]
+
+
+def to_perfetto(trace: Trace, v: View | None = None) -> bytes:
+    """The trace (the cores and window of `v`, default all) as Perfetto protobuf bytes."""
+    v = v or view(trace)
+    ns = 1e9 / trace.clock_hz
+
+    def stamp(cycles) -> np.ndarray:
+        return np.rint(np.asarray(cycles, np.float64) * ns).astype(np.int64)
+
+    tracks = _Tracks(trace)
+    events: list[tuple[int, int, bytes]] = []     # (ns, order at that time, packet)
+    for chip in v.chips:
+        tracks.chip(chip)
+
+    # Regions first in each core's group, then stalls, units, the DMA engine.
+    region = trace.region
+    keep, _, _ = v.clip(region["start"], region["end"])
+    rows = np.flatnonzero(keep & v.has_core(region["core"]))
+    rs, re_ = np.clip(region["start"][rows], v.t0, v.t1), np.clip(region["end"][rows], v.t0, v.t1)
+    for gid in v.gids:
+        tracks.core(gid, SLOT_REGIONS, ("regions", gid), "regions")
+        tracks.core(gid, SLOT_STALLS, ("stalls", gid), "stalls")
+    depth = region["depth"][rows]
+    for i, s, e, d in zip(rows.tolist(), stamp(rs).tolist(), stamp(re_).tolist(), depth.tolist()):
+        gid = int(region["core"][i])
+        track = tracks.uuid[("regions", gid)]
+        name = f"{trace.region_names[region['name'][i]]}[{int(region['index'][i])}]"
+        # At one time: ends (innermost first) before begins (outermost first); an
+        # empty region's end comes right after its own begin.
+        events.append((s, 10 + d, event_packet(s, SLICE_BEGIN, track, name)))
+        events.append((e, -d if e > s else 1000 - d, event_packet(e, SLICE_END, track)))
 
     wait = trace.wait
     reasons = wait_reasons(trace)
-    for i in np.flatnonzero(wait["end"] > wait["start"]):
-        gid, launch, pc = int(wait["core"][i]), int(wait["launch"][i]), int(wait["pc"][i])
-        start = int(wait["start"][i])
-        events.append((start, 1, {
-            "ph": "X", "name": f"wait ({reasons[i]})", "pid": pid_of[gid], "tid": tid(gid, TID_WAITS),
-            "ts": start * us, "dur": (int(wait["end"][i]) - start) * us,
-            "args": {"pc": pc, "instruction": trace.text(launch, pc), "cycles": int(wait["end"][i]) - start}}))
+    keep, _, _ = v.clip(wait["start"], wait["end"])
+    rows = np.flatnonzero(keep & v.has_core(wait["core"]))
+    ws, we = stamp(np.clip(wait["start"][rows], v.t0, v.t1)), stamp(np.clip(wait["end"][rows], v.t0, v.t1))
+    for i, s, e in zip(rows.tolist(), ws.tolist(), we.tolist()):
+        if wait["end"][i] <= wait["start"][i]:
+            continue
+        track = tracks.uuid[("stalls", int(wait["core"][i]))]
+        events.append((s, 10, event_packet(s, SLICE_BEGIN, track, f"wait {reasons[i]}")))
+        events.append((e, 0, event_packet(e, SLICE_END, track)))
 
+    runs = unit_runs(trace, v)
+    mnemonic = {}
+    for gid, unit in sorted(set(zip(runs["core"].tolist(), runs["unit"].tolist()))):
+        tracks.core(gid, SLOT_UNIT + unit, ("unit", gid, unit), trace.units[unit])
+    instr = trace.instr
+    for gid, unit, s, e, n, first in zip(runs["core"].tolist(), runs["unit"].tolist(), stamp(runs["start"]).tolist(),
+                                         stamp(runs["end"]).tolist(), runs["count"].tolist(),
+                                         runs["first"].tolist()):
+        key = (int(instr["launch"][first]), int(instr["pc"][first]))
+        if key not in mnemonic:
+            mnemonic[key] = trace.text(*key).split(" ")[0]
+        name = mnemonic[key] if n == 1 else f"{mnemonic[key]} +{n - 1}"
+        track = tracks.uuid[("unit", gid, unit)]
+        events.append((s, 10, event_packet(s, SLICE_BEGIN, track, name)))
+        events.append((e, 0, event_packet(e, SLICE_END, track)))
+
+    _dmas(trace, v, tracks, events, stamp)
+    _counters(trace, v, tracks, events, stamp)
+
+    times = np.fromiter((e[0] for e in events), np.int64, len(events))
+    orders = np.fromiter((e[1] for e in events), np.int64, len(events))
+    order = np.lexsort((orders, times)).tolist()
+    return b"".join(tracks.packets) + b"".join([events[i][2] for i in order])
+
+
+def _dmas(trace: Trace, v: View, tracks: _Tracks, events: list, stamp) -> None:
+    """DMA slices on their issuing core's engine rows (a DMA per row at a time: the
+    engine moves several at once), each joined by a flow to where it landed."""
     dma = trace.dma
     spaces = trace.meta["spaces"]
-    for i in range(dma["seq"].size):
-        if dma["begun"][i] < 0 or dma["done"][i] < 0:
-            continue
-        gid = int(dma["src_core"][i])
-        launch, pc = int(dma["launch"][i]), int(dma["pc"][i])
-        name = f"{spaces[dma['src_space'][i]]}->{spaces[dma['dst_space'][i]]}"
-        common = {"cat": "dma", "id": int(dma["seq"][i]), "name": name, "pid": pid_of[gid], "tid": tid(gid, TID_DMA)}
-        args = {"bytes": int(dma["size_bytes"][i]), "issued": int(dma["issued"][i]), "pc": pc,
-                "instruction": trace.text(launch, pc),
-                "from": trace.core_name(gid), "to": trace.core_name(int(dma["dst_core"][i]))}
-        events.append((int(dma["begun"][i]), 2, dict(common, ph="b", ts=int(dma["begun"][i]) * us, args=args)))
-        events.append((int(dma["done"][i]), 0, dict(common, ph="e", ts=int(dma["done"][i]) * us)))
+    done = (dma["begun"] >= 0) & (dma["done"] >= 0)
+    keep, _, _ = v.clip(dma["begun"], dma["done"])
+    rows = np.flatnonzero(done & keep & (v.has_core(dma["src_core"]) | v.has_core(dma["dst_core"])))
+    rows = rows[np.lexsort((dma["seq"][rows], dma["begun"][rows]))]
+    lane_free: dict[int, list[int]] = {}
+    for i in rows.tolist():
+        src, dst = int(dma["src_core"][i]), int(dma["dst_core"][i])
+        begun, finished, seq = int(dma["begun"][i]), int(dma["done"][i]), int(dma["seq"][i])
+        flow = f_fixed64(47, seq + 1)         # TrackEvent.flow_ids (0 is not a valid id)
+        if src in v.gids:
+            free = lane_free.setdefault(src, [])
+            lane = next((k for k, t in enumerate(free) if t <= begun), len(free))
+            if lane == len(free):
+                free.append(0)
+            free[lane] = finished
+            track = tracks.core(src, SLOT_DMA + lane, ("dma", src, lane), f"DMA engine {lane}")
+            s, e = (int(x) for x in stamp([max(begun, v.t0), min(finished, v.t1)]))
+            name = f"{spaces[dma['src_space'][i]]}->{spaces[dma['dst_space'][i]]}"
+            extra = flow + annotation("bytes", int(dma["size_bytes"][i])) + annotation(
+                "to", trace.core_name(dst)) + annotation("pc", int(dma["pc"][i]))
+            events.append((s, 10, event_packet(s, SLICE_BEGIN, track, name, extra)))
+            events.append((e, 0, event_packet(e, SLICE_END, track)))
+        if dst in v.gids and v.t0 <= finished <= v.t1:
+            track = tracks.core(dst, SLOT_LANDED, ("landed", dst), "DMAs landed")
+            t = int(stamp([finished])[0])
+            end_flow = f_fixed64(48, seq + 1) if src in v.gids else b""   # terminating_flow_ids
+            events.append((t, 5, event_packet(t, INSTANT, track, f"from {trace.core_name(src)}", end_flow)))
 
-    region = trace.region
-    for i in range(region["core"].size):
-        gid = int(region["core"][i])
-        start, end, depth = int(region["start"][i]), int(region["end"][i]), int(region["depth"][i])
-        name = f"{trace.region_names[region['name'][i]]}[{int(region['index'][i])}]"
-        common = {"name": name, "pid": pid_of[gid], "tid": tid(gid, TID_REGIONS)}
-        # At one timestamp: ends (innermost first) before begins (outermost first);
-        # an empty region's end comes after its own begin.
-        events.append((start, 3 + depth, dict(common, ph="B", ts=start * us)))
-        events.append((end, -depth if end > start else 1000 - depth, dict(common, ph="E", ts=end * us)))
 
+def _counters(trace: Trace, v: View, tracks: _Tracks, events: list, stamp) -> None:
+    """HBM and link bandwidth per chip in GB/s, from the DMAs' rate segments."""
     segs = traffic_segments(trace)
     length = segs["end"] - segs["start"]
     rate = np.divide(segs["bytes"], length, out=np.zeros(length.size), where=length > 0)
     gb = trace.clock_hz / 1e9
     for res in trace.resources:
-        if res["kind"] not in ("hbm", "link"):
+        if res["kind"] not in ("hbm", "link") or res["chip"] not in v.chips:
             continue
         sel = segs["resource"] == res["id"]
         if res["kind"] == "link" and not sel.any():
             continue
         times, level = step_rate(segs["start"][sel], segs["end"][sel], rate[sel])
-        name = "HBM GB/s" if res["kind"] == "hbm" else f"{res['name']} GB/s"
-        for t, v in zip(times.tolist(), level.tolist()):
-            events.append((t, 1, {"ph": "C", "name": name, "pid": res["chip"], "tid": 0, "ts": t * us,
-                                  "args": {"GB/s": round(v * gb, 6)}}))
-
-    events.sort(key=lambda e: (e[0], e[1]))
-    return {"traceEvents": meta + [e for _, _, e in events], "displayTimeUnit": "ns",
-            "otherData": {"profile": trace.meta.get("profile"), "clock_hz": trace.clock_hz,
-                          "emulated_cycles": trace.end_cycle}}
+        inside = (times >= v.t0) & (times < v.t1)
+        # The level in force at the window's start, then every change inside it.
+        before = np.flatnonzero(times < v.t0)
+        times = np.concatenate([[v.t0], times[inside]])
+        level = np.concatenate([[level[before[-1]] if before.size else 0.0], level[inside]])
+        name = f"chip {res['chip']} HBM" if res["kind"] == "hbm" else res["name"]
+        track = tracks.child(res["chip"], ("counter", res["id"]), f"{name} GB/s", RANK_COUNTERS + res["id"],
+                             counter_unit="GB/s")
+        for t, value in zip(stamp(times).tolist(), level.tolist()):
+            events.append((t, 1, event_packet(t, COUNTER, track, extra=f_double(44, round(value * gb, 6)))))

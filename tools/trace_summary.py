@@ -152,7 +152,9 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
         "filters": {"chips": chip_set, "cores": sorted({trace.cores[g]["core"] for g in gids}),
                     "region": region, "from": start, "to": end},
         "window_cycles": measure,
-        "instructions": int(np.isin(instr["core"], gids).sum()),
+        # Instructions issued inside the window (a one-cycle probe at the issue cycle).
+        "instructions": int((np.isin(instr["core"], gids)
+                             & (win.overlap(instr["issue"], instr["issue"] + 1) > 0)).sum()),
     }
 
     # Per-unit busy fraction per core.
@@ -256,32 +258,60 @@ def region_table(trace: Trace, gids: list[int], win: Spans) -> list[dict]:
             mine = dsel & (dma["src_core"] == g)
             inside = per_core.overlap(dma["issued"][mine], dma["issued"][mine] + 1) > 0
             nbytes += int(dma["size_bytes"][mine][inside].sum())
-        instances = sum(l["kernel"] == label[7:] for l in trace.launches) if label.startswith("kernel:") else s.size
-        rows.append({"region": label, "instances": int(instances), "cycles": time,
+        if label.startswith("kernel:"):
+            ls = [l for l in trace.launches if l["kernel"] == label[7:]]
+            instances = int((_touched(win, [l["start"] for l in ls], [l["end"] for l in ls])).sum())
+        else:
+            instances = int(_touched(win, s, e).sum())
+        if not instances:
+            continue
+        rows.append({"region": label, "instances": instances, "cycles": time,
                      "share": _frac(time, measure), "dma_bytes": nbytes,
                      "gb_per_s": _frac(nbytes, time) * trace.clock_hz / 1e9})
     return rows
 
 
+def _touched(win: Spans, starts, ends) -> np.ndarray:
+    """Which intervals lie at least partly inside the window; an empty interval counts
+    where its start does."""
+    starts = np.asarray(starts, float)
+    return win.overlap(starts, np.maximum(np.asarray(ends, float), starts + 1)) > 0
+
+
 def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, reasons, top: int) -> list[dict]:
-    """The longest stretches inside the window where a chip's HBM moved no bytes."""
+    """The HBM bubbles inside the window (stretches where a chip's HBM moved no bytes),
+    grouped by site: the instruction of the DMA that ended the bubble. A program that
+    loops over steps or layers leaves the same bubble at the same site every time; it
+    is listed once, with how often it happened, on which chips, the cycles of all
+    occurrences and its longest occurrence. Sites are ordered by their total cycles."""
     dma = trace.dma
-    found = []
+    sites: dict = {}
     for res in trace.resources:
         if res["kind"] != "hbm" or res["chip"] not in chip_set:
             continue
         sel = segs["resource"] == res["id"]
-        busy = Spans.union(segs["start"][sel], segs["end"][sel])
-        idle = busy.gaps(win)
-        for a, b in zip(idle.starts, idle.ends):
-            found.append((b - a, res["chip"], a, b, np.unique(segs["row"][sel])))
-    found.sort(key=lambda f: (-f[0], f[1], f[2]))
+        idle = Spans.union(segs["start"][sel], segs["end"][sel]).gaps(win)
+        if not len(idle):
+            continue
+        rows = np.unique(segs["row"][sel])
+        rows = rows[np.argsort(dma["begun"][rows], kind="stable")]
+        nxt = np.searchsorted(dma["begun"][rows], idle.ends, side="left")
+        for a, b, k in zip(idle.starts.tolist(), idle.ends.tolist(), nxt.tolist()):
+            d = int(rows[k]) if k < rows.size else -1
+            key = (trace.launches[dma["launch"][d]]["kernel"], int(dma["pc"][d])) if d >= 0 else None
+            site = sites.setdefault(key, {"count": 0, "total": 0.0, "chips": set(), "longest": None})
+            site["count"] += 1
+            site["total"] += b - a
+            site["chips"].add(res["chip"])
+            if site["longest"] is None or b - a > site["longest"][0]:
+                site["longest"] = (b - a, res["chip"], a, b, d)
+    ranked = sorted(sites.values(), key=lambda s: (-s["total"], -s["longest"][0], s["longest"][1], s["longest"][2]))
     out = []
-    for length, chip, a, b, rows in found[:top]:
-        entry = {"chip": int(chip), "start": float(a), "end": float(b), "cycles": float(length)}
-        after = rows[dma["begun"][rows] >= b]
-        if after.size:
-            d = after[np.argmin(dma["begun"][after])]
+    for site in ranked[:top]:
+        length, chip, a, b, d = site["longest"]
+        entry = {"count": site["count"], "total_cycles": float(site["total"]), "chips": sorted(site["chips"]),
+                 "chip": int(chip), "start": float(a), "end": float(b), "cycles": float(length)}
+        if d >= 0:
             launch, pc, core = int(dma["launch"][d]), int(dma["pc"][d]), int(dma["src_core"][d])
             entry["next_dma"] = {"core": trace.core_name(core), "issued": int(dma["issued"][d]),
                                  "pc": pc, "instruction": trace.text(launch, pc),
@@ -383,11 +413,13 @@ def render_text(s: dict, max_regions: int = 40) -> str:
     if len(regions) > max_regions:
         lines.append(f"  ... {len(regions) - max_regions} more (use --json or --region)")
     lines.append("")
-    lines.append("top HBM bubbles (HBM idle)")
+    lines.append("top HBM bubbles (HBM idle), by the site that ended them")
     if not s["bubbles"]:
         lines.append("  none")
     for b in s["bubbles"]:
-        lines.append(f"  chip {b['chip']}: {b['cycles']:,.0f} cycles [{b['start']:,.0f}, {b['end']:,.0f})")
+        chips = ",".join(map(str, b["chips"]))
+        lines.append(f"  {b['total_cycles']:,.0f} cycles in {b['count']} bubble(s) on chip(s) {chips}; longest "
+                     f"{b['cycles']:,.0f} cycles on chip {b['chip']} [{b['start']:,.0f}, {b['end']:,.0f})")
         w = b.get("waited_on")
         if w:
             lines.append(f"    waited on ({w['reason']}, {w['cycles']:,.0f} cycles): pc {w['pc']:#06x} "

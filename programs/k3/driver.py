@@ -7,8 +7,9 @@ program's launch sequence once per decode step. After each step the program's
 logits must equal the numpy reference's bit for bit; on a mismatch, the per-layer
 debug outputs (`dbg_attn`, `dbg_ffn`) name the first layer and operator that differ.
 
-The driver sees the emulator only through `mkemu.session.Session`; the reference
-is `programs/k3/reference.py`, written from the model math alone.
+The driver sees the emulator only through the public API (`mkemu.Session`, handed
+to it by `mkemu run` or by `mkemu.compile("k3_megakernel")(...)`); the reference is
+`programs/k3/reference.py`, written from the model math alone.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mkemu.errors import ConfigError
-from mkemu.runner import atomic_write
+import mkemu
+from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
@@ -229,7 +230,7 @@ def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
                          ("emulator.npz", {"logits": np.stack(emu_logits)})):
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
-        atomic_write(str(path / name), buf.getvalue())
+        mkemu.atomic_write(str(path / name), buf.getvalue())
 
 
 def render(report: dict) -> str:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import xml.etree.ElementTree as ET
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -14,10 +14,12 @@ from mkemu.cli import main
 from mkemu.errors import ConfigError, TraceError
 from mkemu.tools import trace_diff
 from mkemu.tools.perfetto import to_perfetto
-from mkemu.tools.plot import timeline, to_html
+from mkemu.tools.plot import LEGEND, SCREEN_PX, timeline, to_html, to_png
+from mkemu.tools.view import view
 from mkemu.tools.trace_reader import HEADER, parse_trace, read_trace
 from mkemu.tools.trace_summary import render_text, summarize
 
+from protobuf_wire import read_perfetto
 from trace_programs import DMA_BOUND, DMA_BOUND_BYTES_PER_CORE, MXU_BOUND, MXU_ROUNDS, record
 
 
@@ -77,38 +79,6 @@ def test_filters(dma_bound):
     assert "top HBM bubbles" in render_text(summarize(t))
 
 
-def _check_trace_events(doc):
-    tracks = defaultdict(list)
-    stacks = defaultdict(list)
-    open_async = {}
-    for ev in doc["traceEvents"]:
-        for field in ("ph", "ts", "pid", "tid", "name"):
-            assert field in ev, (field, ev)
-        assert isinstance(ev["ts"], (int, float)) and ev["ts"] >= 0
-        if ev["ph"] == "M":
-            continue
-        key = (ev["pid"], ev["tid"])
-        if tracks[key]:
-            assert ev["ts"] >= tracks[key][-1], f"timestamps go backwards on track {key}"
-        tracks[key].append(ev["ts"])
-        if ev["ph"] == "B":
-            stacks[key].append(ev["name"])
-        elif ev["ph"] == "E":
-            assert stacks[key] and stacks[key].pop() == ev["name"], f"unmatched E on {key}"
-        elif ev["ph"] == "X":
-            assert ev["dur"] >= 0
-        elif ev["ph"] == "b":
-            open_async[(ev["cat"], ev["id"])] = ev["ts"]
-        elif ev["ph"] == "e":
-            assert open_async.pop((ev["cat"], ev["id"])) <= ev["ts"]
-        elif ev["ph"] == "C":
-            assert ev["args"]
-        else:
-            raise AssertionError(f"unexpected phase {ev['ph']}")
-    assert not any(stacks.values()), "B without E"
-    assert not open_async, "async begin without end"
-
-
 NESTED = """
 .buffer a f32 8x128 input
 .kernel main
@@ -135,16 +105,6 @@ layer:
 """
 
 
-def test_perfetto_json_is_valid(dma_bound, mxu_bound):
-    for rec in (dma_bound, mxu_bound, record(NESTED, regions=("layer", "load", "empty"))):
-        doc = json.loads(json.dumps(to_perfetto(rec.trace)))
-        _check_trace_events(doc)
-        phases = {e["ph"] for e in doc["traceEvents"]}
-        assert {"M", "X"} <= phases
-    assert {"b", "e", "C", "B", "E"} <= {e["ph"] for e in to_perfetto(record(
-        NESTED, regions=("layer", "load", "empty")).trace)["traceEvents"]}
-
-
 def test_nested_regions_and_per_index_rows():
     rec = record(NESTED, regions=("layer", "load", "empty"))
     r = rec.trace.region
@@ -161,9 +121,10 @@ def test_nested_regions_and_per_index_rows():
 def test_html_and_timeline(dma_bound):
     page = to_html(dma_bound.trace)
     assert page.startswith("<!DOCTYPE html>")
-    svg = page[page.index("<svg"):page.index("</svg>") + 6]
-    ET.fromstring(svg)                                    # well-formed
-    rows = timeline(dma_bound.trace)["rows"]
+    svgs = re.findall(r"<svg.*?</svg>", page, re.S)
+    for svg in svgs:
+        ET.fromstring(svg)                                # well-formed
+    rows = [r for g in timeline(dma_bound.trace)["groups"] for r in g["rows"]]
     hbm = next(r for r in rows if r["kind"] == "hbm")
     assert hbm["values"].max() == pytest.approx(1.0)
 
@@ -233,11 +194,144 @@ def test_cli_run_trace_and_commands(tmp_path, capsys):
     assert s["filters"]["cores"] == [0] and _hbm(s)["utilisation"] > 0.99
     assert main(["trace", str(a), "--from", "1000", "--to", "5000", "--chip", "0"]) == 0
     assert "window: 4,000 cycles" in capsys.readouterr().out
-    perf, page = tmp_path / "p.json", tmp_path / "p.html"
+    perf, page = tmp_path / "p.pftrace", tmp_path / "p.html"
     assert main(["trace", str(a), "--perfetto", str(perf), "--html", str(page)]) == 0
-    _check_trace_events(json.loads(perf.read_text()))
+    tracks, events = read_perfetto(perf.read_bytes())
+    assert events and {e["track"] for e in events} <= set(tracks)
     assert "<svg" in page.read_text()
     assert main(["trace", "diff", str(a), str(b)]) == 0
     assert "B-A" in capsys.readouterr().out
     assert main(["trace", "diff", str(a)]) == 1
     assert "two traces" in capsys.readouterr().err
+
+
+def test_window_narrows_instruction_and_region_counts():
+    t = record(NESTED, regions=("layer", "load", "empty")).trace
+    whole = summarize(t)
+    lo, hi = t.launches[0]["start"], t.launches[0]["end"]
+    mid = int(t.region["end"][0])                      # the end of the first layer
+    first, second = summarize(t, start=lo, end=mid), summarize(t, start=mid, end=hi)
+    assert first["instructions"] + second["instructions"] == whole["instructions"]
+    assert 0 < first["instructions"] < whole["instructions"]
+
+    def instances(s, label):
+        return next((r["instances"] for r in s["regions"] if r["region"] == label), 0)
+    # Each core runs layer 0 then layer 1: the first window holds only layer 0.
+    assert instances(first, "layer[0]") == instances(whole, "layer[0]") == 2
+    assert instances(first, "layer[1]") == 0 and instances(second, "layer[1]") == 2
+    assert instances(first, "layer") < instances(whole, "layer")
+
+
+def test_bubbles_at_one_site_are_listed_once():
+    # Both layers' DMAs start from the same instruction: the HBM idles before each of
+    # them, and the summary lists that site once with both occurrences.
+    s = summarize(record(NESTED, regions=("layer", "load", "empty")).trace)
+    sites = [(b.get("next_dma") or {}).get("pc") for b in s["bubbles"]]
+    assert len(sites) == len(set(sites))
+    top = s["bubbles"][0]
+    assert top["count"] == 2 and top["next_dma"]["instruction"].startswith("dma.start")
+    assert top["total_cycles"] > top["cycles"] > 0
+    assert "2 bubble(s)" in render_text(s)
+
+
+def _slices(events):
+    """Per track: (name, begin, end) of every slice; checks begins and ends nest."""
+    out, stacks = {}, {}
+    for e in events:
+        if e["type"] == 1:
+            stacks.setdefault(e["track"], []).append(e)
+        elif e["type"] == 2:
+            begin = stacks[e["track"]].pop()
+            out.setdefault(e["track"], []).append((begin["name"], begin["ts"], e["ts"]))
+    assert not any(stacks.values()), "a slice without its end"
+    return out
+
+
+def _check_perfetto(data: bytes):
+    tracks, events = read_perfetto(data)
+    chips = {u for u, t in tracks.items() if t["pid"] is not None}
+    assert all(t["parent"] in chips for u, t in tracks.items() if u not in chips)
+    assert {e["track"] for e in events} <= set(tracks) - chips
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    for e in events:
+        if e["type"] == 4:
+            assert tracks[e["track"]]["unit"] == "GB/s" and e["value"] >= 0
+    flows = [f for e in events for f in e["flows"]]
+    assert len(flows) == len(set(flows))
+    assert {f for e in events for f in e["ends"]} <= set(flows)
+    return tracks, events, _slices(events)
+
+
+def test_perfetto_protobuf_units_as_busy_runs(mxu_bound):
+    tracks, events, slices = _check_perfetto(to_perfetto(mxu_bound.trace))
+    # test profile: 1 GHz, so nanoseconds are cycles. mxu0 is busy back to back from the
+    # weight load (cycle 1002) to the end of the run: one slice per core.
+    for core in (0, 1):
+        track = next(u for u, t in tracks.items() if t["name"] == f"core {core} mxu0")
+        assert slices[track] == [(f"mxu.ldw +{4 * MXU_ROUNDS}", 1002, mxu_bound.result.cycles)]
+    names = [t["name"] for t in tracks.values()]
+    assert "chip 0" in names and "core 0 regions" in names and "core 1 stalls" in names
+
+
+def test_perfetto_protobuf_dmas_flows_regions_and_counters(dma_bound):
+    tracks, events, slices = _check_perfetto(to_perfetto(dma_bound.trace))
+    dmas = [e for e in events if e["type"] == 1 and e["flows"]]
+    assert len(dmas) == dma_bound.trace.dma["seq"].size == 16
+    assert all(e["args"]["bytes"] == 65536 and e["name"] == "hbm->vmem" for e in dmas)
+    landed = [e for e in events if e["type"] == 3]
+    assert sorted(f for e in landed for f in e["ends"]) == sorted(f for e in dmas for f in e["flows"])
+    # All 8 DMAs of a core are issued at once and the test profile's engine moves 4 at
+    # a time (dma.max_in_flight): 4 rows of DMA slices per core, never overlapping.
+    engine_rows = {t["name"] for u, t in tracks.items() if "DMA engine" in t["name"] and u in slices}
+    assert engine_rows == {f"core {c} DMA engine {lane}" for c in (0, 1) for lane in range(4)}
+    regions = [s for u, t in tracks.items() if t["name"].endswith("regions") for s in slices.get(u, [])]
+    assert sorted(name for name, _, _ in regions) == ["copy[0]", "copy[0]"]
+    hbm = next(u for u, t in tracks.items() if t["name"] == "chip 0 HBM GB/s")
+    # 64 B/cycle at 1 GHz; segments are scaled to add up to each DMA's bytes (within 0.1%).
+    assert max(e["value"] for e in events if e["track"] == hbm) == pytest.approx(64.0, rel=1e-3)
+
+
+def test_exports_honour_chips_cores_and_the_window(dma_bound):
+    t = dma_bound.trace
+    v = view(t, cores=[1], start=1100, end=1500)
+    tracks, events, slices = _check_perfetto(to_perfetto(t, v))
+    assert not any(name["name"].startswith("core 0") for name in tracks.values())
+    assert events and all(1100 <= e["ts"] <= 1500 for e in events)
+    rows = [r["label"] for g in timeline(t, v)["groups"] for r in g["rows"]]
+    assert rows and not any("core 0" in label for label in rows)
+    assert timeline(t, v)["t0"] == 1100 and timeline(t, v)["t1"] == 1500
+    with pytest.raises(ConfigError, match="select no cycles"):
+        view(t, start=10**9)
+
+
+def test_html_groups_fit_a_screen_with_axis_stalls_and_legend(tmp_path):
+    rec = record(NESTED, regions=("layer", "load", "empty"), mesh=(4, 2, 1))
+    tl = timeline(rec.trace)
+    assert len(tl["groups"]) > 1 and sorted(c for g in tl["groups"] for c in g["chips"]) == list(range(8))
+    for group in tl["groups"]:
+        rows = group["rows"]
+        assert sum(13 if "spans" in r else 9 for r in rows) <= SCREEN_PX
+        for chip in group["chips"]:
+            for core in (0, 1):
+                assert f"chip {chip} core {core} stalls" in [r["label"] for r in rows]
+    page = to_html(rec.trace)
+    assert page.count('class="axis"') == len(tl["groups"])
+    assert all(LEGEND[k] in page for k in ("mxu", "stall", "layer", "op", "hbm", "engine"))
+    labels = re.findall(r'<text class="lbl"[^>]*>([^<]*)</text>', page)
+    assert "layer[0]" in labels and "load[1]" in labels
+
+
+def test_png_and_its_missing_dependency(dma_bound, monkeypatch, tmp_path, capsys):
+    assert to_png(dma_bound.trace).startswith(b"\x89PNG")
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    path = tmp_path / "t.mkt"
+    path.write_bytes(dma_bound.data)
+    assert main(["trace", str(path), "--plot", str(tmp_path / "t.png")]) == 1
+    assert "pip install 'mkemu[plot]'" in capsys.readouterr().err
+
+
+def test_exports_refuse_a_region_filter(dma_bound, tmp_path, capsys):
+    path = tmp_path / "t.mkt"
+    path.write_bytes(dma_bound.data)
+    assert main(["trace", str(path), "--perfetto", str(tmp_path / "t.pftrace"), "--region", "copy"]) == 1
+    assert "--region narrows the summary" in capsys.readouterr().err

@@ -1,0 +1,319 @@
+"""The Python API: compile a program once, call it on numpy arrays, get arrays and a report.
+
+    import mkemu
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1x1x1")   # a file, or a shipped name
+    run = kernel(a=a, b=b)                                           # replicated on every chip
+    run.output("out"), run.report.cycles, run.check()                # arrays, figures, bit-exactness
+
+`compile` / `compile_source` take the same `Options` as `mkemu run` (or its fields
+as keyword arguments). A `Kernel` holds the compiled program and the machine it
+runs on; each call runs it on a fresh machine. A program whose reference is a
+driver (the K3 programs) is run by the driver instead: `kernel()` returns the
+driver's report, and `kernel.session()` gives the `Session` drivers use.
+
+This module, the CLI and `mkemu.run` are the only places that wire the compiler to
+the emulator.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from mkemu import runner
+from mkemu.errors import ConfigError
+from mkemu.options import Options
+from mkemu.session import Session
+
+_REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
+_ASM_REFERENCE = re.compile(r"^\s*\.reference\s+(\S+)", re.M)
+
+
+def compile(program: str, options: Options | None = None, **changes) -> Kernel:  # noqa: A001 (pl-style name)
+    """Compile a `.mk` file, assemble a `.s` file, or find a shipped program by name
+    (`mkemu programs` lists them); keyword arguments are `Options` fields."""
+    from mkemu.shipped import resolve
+
+    path = resolve(program)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
+    return Kernel._build(path, text, Options.of(options, **changes))
+
+
+def compile_source(text: str, filename: str = "<source>.mk", options: Options | None = None,
+                   **changes) -> Kernel:
+    """Compile `.mk` source text (or `.s` text if `filename` ends in `.s`). Imports and a
+    reference file are looked up relative to `filename`'s folder (the current folder
+    for a bare name); errors name `filename`."""
+    return Kernel._build(filename, text, Options.of(options, **changes))
+
+
+@attrs.frozen
+class BufferInfo:
+    name: str
+    dtype: str                 # "f32", "bf16" (given and returned as float32 arrays of bf16 values) or "i32"
+    shape: tuple[int, ...]
+    kind: str                  # "input", "inout", "output", "weight", "scratch", ...
+
+
+class Kernel:
+    """A compiled program on a machine (profile and mesh from the options)."""
+
+    def __init__(self, path: str, program, profile, mesh, options: Options, reference, compile_s: float):
+        self.path = path
+        self.program = program
+        self.profile = profile
+        self.mesh = mesh
+        self.options = options
+        self.reference = reference           # the reference function, or None
+        self.compile_s = compile_s
+
+    @classmethod
+    def _build(cls, path: str, text: str, options: Options) -> Kernel:
+        from mkemu.emulator.topology import Mesh
+        from mkemu.isa.hardware import load_profile
+        from mkemu.session import machine_info
+
+        profile = load_profile(options.hw)
+        mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
+        declared = (_ASM_REFERENCE if path.endswith(".s") else _REFERENCE).search(text)
+        reference = runner.load_reference_named(declared.group(1), path) if declared else None
+        params = dict(options.params)
+        if is_driver(reference):
+            if hasattr(reference, "params"):
+                params = {**reference.params(options.driver_options(), machine_info(profile, mesh)), **params}
+        elif options.driver_options_set():
+            raise ConfigError(f"{', '.join(options.driver_options_set())} appl"
+                              f"{'ies' if len(options.driver_options_set()) == 1 else 'y'} only to programs "
+                              "run by a driver (e.g. the K3 programs)", file=path)
+        t0 = time.perf_counter()
+        program = build_program(path, text, profile, params)
+        return cls(path, program, profile, mesh, options, reference, time.perf_counter() - t0)
+
+    # -- what the program is ---------------------------------------------------
+
+    @property
+    def chips(self) -> int:
+        return self.mesh.num_chips
+
+    @property
+    def cores_per_chip(self) -> int:
+        return self.profile.cores_per_chip
+
+    @property
+    def buffers(self) -> dict[str, BufferInfo]:
+        return {b.name: BufferInfo(b.name, b.dtype, tuple(b.shape), b.kind) for b in self.program.buffers}
+
+    @property
+    def is_driven(self) -> bool:
+        """True if the program's reference is a driver that runs it (call it with no inputs)."""
+        return is_driver(self.reference)
+
+    # -- running ---------------------------------------------------------------
+
+    def session(self) -> Session:
+        """A fresh machine with the program loaded, as a driver sees it."""
+        machine, recorder = self._machine()
+        return Session(machine, self.program, self.profile, recorder=recorder)
+
+    def generate_inputs(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Deterministic inputs for every input/inout/weight buffer on every chip, as
+        `name@chip` (what `mkemu run` uses when no --inputs is given)."""
+        seed = self.options.seed if seed is None else seed
+        out = {}
+        for chip in range(self.chips):
+            for name, array in runner.generate_inputs(self.program, seed + 7919 * chip).items():
+                out[f"{name}@{chip}"] = array
+        return out
+
+    def __call__(self, inputs: Mapping[str, np.ndarray] | str | None = None, /, progress=None,
+                 **arrays) -> Run:
+        """Run once. Inputs by buffer name: `name` (the same array on every chip) or
+        `name@chip` (one chip), from a mapping, a `.npz` file and/or keyword arguments;
+        buffers not given start as zeros. With no inputs at all, inputs are generated
+        from the seed. A driven program takes no inputs: its driver writes them."""
+        source = None
+        if isinstance(inputs, (str, Path)):
+            source = str(inputs)
+            inputs = runner.load_inputs(source, self.program)
+        given = {**(inputs or {}), **arrays}
+        wall0 = time.perf_counter()
+        if self.is_driven:
+            if given:
+                raise ConfigError("this program's driver writes its own inputs; call it with none",
+                                  file=self.path)
+            session = self.session()
+            figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
+            return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
+        machine, recorder = self._machine()
+        written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
+        figures = machine.run().to_json()
+        figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
+        outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype)
+                   for b in self.program.buffers if b.kind in ("output", "inout")
+                   for chip in range(self.chips)}
+        run = Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0,
+                  read=lambda chip, name: runner.from_storage(machine.read_buffer(chip, name),
+                                                               self.program.buffer(name).dtype))
+        return run
+
+    def expected(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The program's reference applied to `inputs` (`name@chip` keys), by the
+        reference contract: `chips`, `cores_per_chip` and, if it asks, `mesh`."""
+        if self.reference is None or self.is_driven:
+            raise ConfigError("the program names no reference function to compute expected outputs",
+                              file=self.path)
+        kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
+        if "mesh" in inspect.signature(self.reference).parameters:
+            kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
+        return self.reference(dict(inputs), **kwargs)
+
+    def _machine(self):
+        from mkemu.emulator.machine import Machine
+
+        recorder = None
+        if self.options.trace is not None:
+            from mkemu.emulator.trace import Recorder
+
+            recorder = Recorder()
+        machine = Machine(self.profile, self.mesh, self.options.run_config(), trace=recorder)
+        machine.load(self.program)
+        return machine, recorder
+
+    def _write_inputs(self, machine, given: Mapping[str, np.ndarray], source: str | None = None) -> dict:
+        names = {b.name for b in self.program.buffers}
+        for key in given:
+            name, at, chip = key.partition("@")
+            if name not in names:
+                raise ConfigError(f"no buffer named {name!r} in the program (buffers: {', '.join(sorted(names))})",
+                                  file=source, key=key)
+            if at and not (chip.isdigit() and int(chip) < self.chips):
+                raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
+        written = {}
+        for buf in self.program.buffers:
+            for chip in range(self.chips):
+                array = given.get(f"{buf.name}@{chip}", given.get(buf.name))
+                if array is None:
+                    continue
+                written[f"{buf.name}@{chip}"] = array
+                try:
+                    machine.write_buffer(chip, buf.name, runner.to_storage(np.asarray(array), buf.dtype))
+                except ValueError as exc:
+                    raise ConfigError(str(exc), file=source, key=buf.name) from None
+        return written
+
+
+def is_driver(reference) -> bool:
+    return bool(getattr(reference, "mkemu_driver", False))
+
+
+def build_program(path: str, text: str, profile, params: dict[str, int]):
+    from mkemu.isa.asm import assemble
+
+    if path.endswith(".s"):
+        if params:
+            raise ConfigError("params (--set) apply to .mk programs only", file=path)
+        return assemble(text, path)
+    from mkemu.dsl.compiler import compile_text
+
+    return compile_text(text, path, profile, params)
+
+
+class Report:
+    """The figures of one run. `cycles` and `seconds` are emulated (at the profile's
+    clock; for a driven program, all steps together); `breakdown` says where the time
+    went (plain runs: stall cycles by reason and the cycles halted cores idled, summed
+    over cores; driven runs: the driver's breakdown, e.g. K3's microseconds per step);
+    `figures` is everything `mkemu run --json` prints; `trace` is the recorded trace
+    (a `mkemu.tools.trace_reader.Trace`) if the options asked for one, else None."""
+
+    def __init__(self, figures: dict, clock_hz: float, recorder):
+        self.figures = figures
+        if "cycles" in figures:
+            self.cycles = int(figures["cycles"])
+            self.breakdown = {**figures["stall_cycles"], "idle": figures["idle_cycles"]}
+        else:
+            self.cycles = int(sum(figures.get("cycles_per_step", [])))
+            self.breakdown = dict(figures.get("breakdown_us", {}))
+        self.seconds = self.cycles / clock_hz
+        self.bit_exact = figures.get("bit_exact")
+        self.mismatch = figures.get("mismatch")
+        self._recorder = recorder
+        self._trace = None
+
+    @property
+    def trace_bytes(self) -> bytes | None:
+        return self._recorder.to_bytes() if self._recorder is not None else None
+
+    @property
+    def trace(self):
+        if self._trace is None and self._recorder is not None:
+            from mkemu.tools.trace_reader import parse_trace
+
+            self._trace = parse_trace(self.trace_bytes, str(self.figures.get("trace", "<trace>")))
+        return self._trace
+
+    def __repr__(self) -> str:
+        return f"Report(cycles={self.cycles}, seconds={self.seconds:.3e}, bit_exact={self.bit_exact})"
+
+
+class Run:
+    """One call of a kernel: the inputs written (`name@chip`), the outputs read back
+    (`name@chip`, every output and inout buffer of every chip), and the report."""
+
+    def __init__(self, kernel: Kernel, inputs: dict, outputs: dict, figures: dict, recorder, wall_s: float,
+                 read: Callable | None = None):
+        self.kernel = kernel
+        self.inputs = inputs
+        self.outputs = outputs
+        figures.setdefault("bit_exact", None)
+        figures.setdefault("mismatch", None)
+        self.wall_s = wall_s
+        self._read = read
+        self.report = Report(figures, kernel.profile.clock_hz, recorder)
+
+    def output(self, name: str, chip: int = 0) -> np.ndarray:
+        """Buffer `name` of chip `chip` after the run (any buffer, not only outputs)."""
+        key = f"{name}@{chip}"
+        if key in self.outputs:
+            return self.outputs[key]
+        if self._read is None:
+            raise ConfigError(f"no output {key!r} in this run", key=key)
+        try:
+            self.kernel.program.buffer(name)
+        except KeyError:
+            raise ConfigError(f"the program has no buffer {name!r}", key=name) from None
+        return self._read(chip, name)
+
+    def check(self, expected: Mapping[str, np.ndarray] | None = None) -> runner.Mismatch | None:
+        """Compare bit for bit with `expected` (`name@chip` or `name` for every chip;
+        default: the program's reference on this run's inputs). Returns the first
+        difference, or None; also records the outcome in the report."""
+        if expected is None:
+            expected = self.kernel.expected(self.inputs)
+        mismatch = None
+        for key, value in expected.items():
+            name, _, chip_text = key.partition("@")
+            try:
+                buf = self.kernel.program.buffer(name)
+            except KeyError:
+                raise ConfigError(f"expected output {name!r} is not a buffer of the program",
+                                  file=self.kernel.program.reference or self.kernel.path) from None
+            for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
+                mismatch = runner.compare(value, self.output(buf.name, chip), name, chip)
+                if mismatch:
+                    break
+            if mismatch:
+                break
+        self.report.bit_exact = mismatch is None
+        self.report.mismatch = mismatch.render() if mismatch else None
+        self.report.figures.update(bit_exact=self.report.bit_exact, mismatch=self.report.mismatch)
+        return mismatch

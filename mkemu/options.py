@@ -1,0 +1,137 @@
+"""`Options`: the one validated set of options of a run, shared by the CLI and the API.
+
+`mkemu run` builds it from its flags, `mkemu.compile(...)` from its keyword
+arguments; both get the same defaults and the same one-line errors. It holds the
+machine (profile, mesh), the emulator's run settings (seed, cycle guard, DMA order,
+runtime checks: `run_config()` derives the emulator's own `RunConfig`), the
+program's compile-time parameters, where to write a trace, and the options of a
+program driver (the K3 programs: model, batch, prompt length, steps, ...).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from mkemu.emulator.config import CHECKS, DMA_ORDERS, RunConfig
+from mkemu.emulator.topology import parse_mesh
+from mkemu.errors import ConfigError
+from mkemu.isa.hardware import DEFAULT_PROFILE
+
+# Driver options: (name, the CLI flag that sets it).
+DRIVER_FIELDS = (("model", "--model"), ("batch", "--batch"), ("prompt_len", "--prompt-len"),
+                 ("steps", "--steps"), ("check_layers", "--check-layers"), ("dump", "--dump"))
+
+
+def _mesh(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_mesh(value)
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+                          key="mesh") from None
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1
+                                          for d in dims):
+        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+                          key="mesh")
+    return dims + (1,) * (3 - len(dims))
+
+
+def _int(low: int | None = None, optional: bool = False):
+    def check(instance, attribute, value):
+        if optional and value is None:
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
+            bound = "an integer" if low is None else f"an integer >= {low}"
+            raise ConfigError(f"{attribute.name} must be {bound}, not {value!r}", key=attribute.name)
+    return check
+
+
+def _one_of(choices):
+    def check(instance, attribute, value):
+        if value not in choices:
+            raise ConfigError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}",
+                              key=attribute.name)
+    return check
+
+
+def _checks(instance, attribute, value):
+    unknown = sorted(set(value) - set(CHECKS))
+    if unknown:
+        raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}", key="checks")
+
+
+def _params(instance, attribute, value):
+    for name, v in value.items():
+        if not isinstance(name, str) or not isinstance(v, int) or isinstance(v, bool):
+            raise ConfigError(f"params want NAME -> integer, got {name!r} -> {v!r}", key="params")
+
+
+def _optional_str(instance, attribute, value):
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{attribute.name} must be a path (a string), not {value!r}", key=attribute.name)
+
+
+def _trace(instance, attribute, value):
+    if value is not None and value is not True and not isinstance(value, str):
+        raise ConfigError(f"trace must be a path, True (keep it in memory) or None, not {value!r}", key="trace")
+
+
+@attrs.frozen(kw_only=True)
+class Options:
+    """Options of one run. `hw` is a shipped profile name or a TOML path; `mesh` is
+    "XxYxZ" or a tuple (None: the profile's); `checks` are the runtime checks left on
+    ("races", "semaphores"; `mkemu run --no-check NAME` removes one); `params`
+    override the program's `param`s; `trace` is a path to write the trace to, True to
+    keep it in memory (API), or None. The driver options (None: the driver's default)
+    apply to programs whose reference is a driver, e.g. the K3 programs."""
+
+    hw: str = attrs.field(default=DEFAULT_PROFILE)
+    mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
+    seed: int = attrs.field(default=0, validator=_int())
+    max_cycles: int = attrs.field(default=10**12, validator=_int(1))
+    dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset, validator=_checks)
+    params: dict[str, int] = attrs.field(factory=dict, converter=dict, validator=_params)
+    trace: str | bool | None = attrs.field(default=None, validator=_trace)
+    model: str | None = attrs.field(default=None, validator=_optional_str)
+    batch: int | None = attrs.field(default=None, validator=_int(optional=True))
+    prompt_len: int | None = attrs.field(default=None, validator=_int(optional=True))
+    steps: int | None = attrs.field(default=None, validator=_int(optional=True))
+    check_layers: bool = False
+    dump: str | None = attrs.field(default=None, validator=_optional_str)
+
+    @hw.validator
+    def _hw(self, attribute, value):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"hw must be a profile name or a TOML path, not {value!r}", key="hw")
+
+    def run_config(self) -> RunConfig:
+        """The emulator's view of these options."""
+        return RunConfig(seed=self.seed, max_cycles=self.max_cycles, dma_order=self.dma_order,
+                         checks=self.checks)
+
+    def driver_options(self) -> dict:
+        """What a driver sees: the seed and the driver options that were set."""
+        out = {"seed": self.seed}
+        for name, _flag in DRIVER_FIELDS:
+            value = getattr(self, name)
+            if value not in (None, False):
+                out[name] = value
+        return out
+
+    def driver_options_set(self) -> list[str]:
+        """The CLI flags of the driver options that were set (an error for a plain program)."""
+        return [flag for name, flag in DRIVER_FIELDS if getattr(self, name) not in (None, False)]
+
+    @classmethod
+    def of(cls, options: Options | None = None, **changes) -> Options:
+        """`options` (or the defaults) with `changes`, validated; unknown names are an error."""
+        known = {a.name for a in attrs.fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                              key=unknown[0])
+        return attrs.evolve(options, **changes) if options is not None else cls(**changes)

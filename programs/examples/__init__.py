@@ -1,0 +1,1 @@
+"""The .mk examples and their numpy references (a package, so the references load by import name)."""

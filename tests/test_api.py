@@ -1,0 +1,152 @@
+"""The Python API (`import mkemu`): docs/api.md's example as written, options shared
+with the CLI, inputs and outputs per chip, references, drivers and errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mkemu
+from mkemu.cli import main
+
+ROOT = Path(__file__).parents[1]
+
+
+def _doc_example() -> str:
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text[text.index("## A test with the API"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_documented_example_runs_as_written():
+    namespace: dict = {}
+    exec(compile(_doc_example(), "docs/api.md", "exec"), namespace)
+    tests = [fn for name, fn in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 2
+    for test in tests:
+        test()
+
+
+def test_a_shipped_example_equals_its_reference_on_every_chip():
+    kernel = mkemu.compile("all_reduce", hw="test", mesh="2x2")
+    run = kernel()                                      # inputs generated from the seed
+    expected = kernel.expected(run.inputs)
+    assert set(expected) == {f"out@{chip}" for chip in range(4)}
+    for key, value in expected.items():
+        assert np.array_equal(run.outputs[key].view(np.uint32), np.asarray(value, np.float32).view(np.uint32))
+    assert run.check() is None and run.report.bit_exact is True
+
+
+def test_the_api_and_the_cli_report_the_same_figures(capsys):
+    argv = ["run", "softmax", "--hw", "test", "--mesh", "2", "--seed", "3", "--json"]
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    run = mkemu.compile("softmax", hw="test", mesh="2", seed=3)()
+    run.check()
+    for key in ("cycles", "instructions", "hbm_bytes", "unit_busy_cycles", "stall_cycles", "bit_exact"):
+        assert run.report.figures[key] == cli[key], key
+    assert run.report.cycles == cli["cycles"]
+    assert run.report.seconds == pytest.approx(cli["seconds"])
+    assert sum(run.report.breakdown.values()) == sum(cli["stall_cycles"].values()) + cli["idle_cycles"]
+
+
+def test_a_wrong_output_is_reported_with_its_place():
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    a = np.ones((8, 1024), np.float32)
+    run = kernel(a=a, b=a)
+    wrong = {"out": a + a + np.float32(1)}
+    mismatch = run.check(wrong)
+    assert mismatch is not None and mismatch.buffer == "out" and mismatch.index == (0, 0)
+    assert run.report.bit_exact is False and "differs at index [0, 0]" in run.report.mismatch
+
+
+def test_per_chip_keys_win_over_replicated_ones():
+    kernel = mkemu.compile("vector_add", hw="test", mesh="2")
+    a = np.ones((8, 1024), np.float32)
+    run = kernel({"a": a, "a@1": 3 * a}, b=a)
+    assert run.output("out", 0)[0, 0] == 2 and run.output("out", 1)[0, 0] == 4
+    assert set(run.inputs) == {"a@0", "a@1", "b@0", "b@1"}
+
+
+def test_inputs_from_an_npz_file(tmp_path):
+    a = np.full((8, 1024), 2.0, np.float32)
+    np.savez(tmp_path / "in.npz", a=a, b=a)
+    run = mkemu.compile("vector_add", hw="test", mesh="1")(str(tmp_path / "in.npz"))
+    assert run.output("out")[0, 0] == 4 and run.check() is None
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda k: k(c=np.zeros(1)), "no buffer named 'c'"),
+    (lambda k: k({"a@5": np.zeros((8, 1024), np.float32)}), "chip must be 0..0"),
+    (lambda k: k(a=np.zeros((4, 4), np.float32)), "buffer a"),
+])
+def test_bad_inputs_are_config_errors(call, message):
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
+        call(kernel)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"mesh": "2y2"}, "bad mesh"),
+    ({"mesh": (0, 1)}, "bad mesh"),
+    ({"dma_order": "lifo"}, "dma_order must be one of"),
+    ({"checks": {"races", "nope"}}, "unknown check(s) nope"),
+    ({"max_cycles": 0}, "max_cycles must be an integer >= 1"),
+    ({"params": {"N": "big"}}, "params want NAME -> integer"),
+    ({"colour": "red"}, "unknown option(s) colour"),
+    ({"model": "k3-tiny"}, "--model applies only to programs run by a driver"),
+])
+def test_bad_options_are_config_errors(changes, message):
+    with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
+        mkemu.compile("vector_add", hw="test", **changes)
+
+
+def test_options_are_one_object_shared_with_the_emulator():
+    options = mkemu.Options(seed=4, dma_order="fifo", checks={"races"}, mesh="2x2")
+    assert options.mesh == (2, 2, 1)
+    config = options.run_config()
+    assert (config.seed, config.dma_order, config.checks) == (4, "fifo", frozenset({"races"}))
+    kernel = mkemu.compile("vector_add", options, hw="test")
+    assert kernel.options == mkemu.Options.of(options, hw="test") and kernel.chips == 4
+
+
+def test_compile_text_and_compile_file_share_the_profile_default():
+    import inspect
+
+    from mkemu.dsl.compiler import compile_file, compile_text
+    from mkemu.isa.hardware import DEFAULT_PROFILE
+
+    defaults = {inspect.signature(f).parameters["profile"].default for f in (compile_file, compile_text)}
+    assert defaults == {DEFAULT_PROFILE} == {mkemu.Options().hw}
+
+
+def test_a_reference_by_module_name(tmp_path, monkeypatch):
+    (tmp_path / "my_refs.py").write_text(
+        "def twice(inputs, *, chips, cores_per_chip):\n"
+        "    return {'y': inputs['x@0'] * 2}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = _doc_example().split('"""')[1].replace("param N = 256;", 'param N = 256;\nreference "my_refs:twice";')
+    kernel = mkemu.compile_source(source, hw="test", mesh="1")
+    assert kernel.reference.__name__ == "twice"
+    assert kernel(x=np.ones((8, 256), np.float32)).check() is None
+    with pytest.raises(mkemu.ConfigError, match="no module named 'no_such_refs'"):
+        mkemu.compile_source(source.replace("my_refs:twice", "no_such_refs:twice"), hw="test")
+
+
+def test_a_driven_program_runs_through_its_driver():
+    k3 = mkemu.compile("k3_megakernel", model="k3-tiny", prompt_len=1, steps=2, trace=True)
+    assert k3.is_driven
+    run = k3()
+    figures = run.report.figures
+    assert figures["bit_exact"] is True and len(figures["tokens"][0]) == 2
+    assert run.report.cycles == sum(figures["cycles_per_step"])
+    assert set(run.report.breakdown) == set(figures["breakdown_us"])
+    assert run.report.trace.end_cycle >= run.report.cycles
+    with pytest.raises(mkemu.ConfigError, match="driver writes its own inputs"):
+        k3(tokens=np.zeros(1, np.int32))
+    session = k3.session()
+    assert session.info.chips == k3.chips and "logits" in session.buffers()

@@ -1,0 +1,74 @@
+"""What part of a trace an export draws: chips, cores and a window of cycles.
+
+`--chip/--core/--from/--to` give a `View`; the Perfetto export and the timeline
+pictures keep only the selected cores and cut every interval to the window.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.tools.trace_reader import Trace
+from mkemu.tools.trace_summary import selected_cores
+
+
+@attrs.frozen
+class View:
+    gids: tuple[int, ...]       # selected cores (global ids)
+    chips: tuple[int, ...]      # their chips
+    t0: int                     # window [t0, t1) in cycles
+    t1: int
+
+    def clip(self, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which intervals [start, end) touch the window (an empty one where it starts),
+        and their starts and ends cut to the window."""
+        starts = np.asarray(starts, np.int64)
+        ends = np.asarray(ends, np.int64)
+        keep = (starts < self.t1) & (np.maximum(ends, starts + 1) > self.t0)
+        return keep, np.clip(starts[keep], self.t0, self.t1), np.clip(ends[keep], self.t0, self.t1)
+
+    def has_core(self, cores) -> np.ndarray:
+        return np.isin(np.asarray(cores), self.gids)
+
+
+def view(trace: Trace, chips=None, cores=None, start=None, end=None) -> View:
+    """The cores and cycles to draw; by default every core over the launches' cycles."""
+    gids = selected_cores(trace, chips, cores)
+    t0 = trace.start_cycle if start is None else max(int(start), 0)
+    t1 = trace.end_cycle if end is None else min(int(end), trace.end_cycle)
+    if t1 <= t0:
+        raise ConfigError(f"--from/--to select no cycles: the trace runs cycles {trace.start_cycle:,} to "
+                          f"{trace.end_cycle:,}", key="--from")
+    return View(tuple(gids), tuple(sorted({trace.cores[g]["chip"] for g in gids})), t0, t1)
+
+
+def unit_runs(trace: Trace, v: View) -> dict[str, np.ndarray]:
+    """Each unit's busy time as runs: back-to-back instructions on one unit of one core
+    (the next issued when the previous one frees the unit, or earlier) become one run.
+    Columns: core, unit, start, end (cut to the window), count (instructions in the
+    run), first (row in the `instr` table of its first instruction)."""
+    instr = trace.instr
+    rows = np.flatnonzero((instr["occupancy"] > 0) & v.has_core(instr["core"]))
+    start = instr["issue"][rows]
+    end = start + instr["occupancy"][rows]
+    keep, _, _ = v.clip(start, end)
+    rows, start, end = rows[keep], start[keep], end[keep]
+    core, unit = instr["core"][rows], instr["unit"][rows]
+    order = np.lexsort((start, unit, core))
+    rows, core, unit, start, end = rows[order], core[order], unit[order], start[order], end[order]
+    if not rows.size:
+        empty = np.zeros(0, np.int64)
+        return {"core": empty, "unit": empty, "start": empty, "end": empty, "count": empty, "first": empty}
+    reach = end.copy()
+    new = np.ones(rows.size, bool)
+    same = (core[1:] == core[:-1]) & (unit[1:] == unit[:-1])
+    # A unit is in order: its instructions never overlap, so a run continues while the
+    # next one starts no later than the previous one ends.
+    new[1:] = ~(same & (start[1:] <= reach[:-1]))
+    heads = np.flatnonzero(new)
+    run_end = np.maximum.reduceat(end, heads)
+    count = np.diff(np.append(heads, rows.size))
+    return {"core": core[heads], "unit": unit[heads], "start": np.clip(start[heads], v.t0, v.t1),
+            "end": np.clip(run_end, v.t0, v.t1), "count": count, "first": rows[heads]}
