@@ -119,7 +119,7 @@ ONE_CORE_PROFILE = 'extends = "tpu-v7-like"\nname = "tpu-v7-like-one-core"\n[chi
 SCRIPT_COMMON = """
 import json, os, sys, time
 import mkemu
-assert os.path.realpath(mkemu.__file__).startswith(os.path.realpath(sys.argv[1])), mkemu.__file__
+assert os.path.abspath(mkemu.__file__).startswith(os.path.abspath(sys.argv[1])), mkemu.__file__
 from mkemu.emulator.machine import Machine
 from mkemu.emulator.topology import Mesh
 from mkemu.isa.hardware import load_profile

@@ -124,7 +124,7 @@ def bench_point_to_point(quick: bool) -> dict:
     measure("one link, both cores of chip0 -> chip1 (shared)", (2, 1, 1), [2], size, chunk, 4, None,
             senders=(0, 1), note="both cores share one directed link")
     for nbytes, target_bps in ((256 * KiB, MEASURED["sibling_256k"]), (16 * MiB, MEASURED["sibling_16m"])):
-        measure(f"sibling VMEM copy core0 -> core1, one DMA", (1, 1, 1), [1], nbytes, nbytes, 1, target_bps)
+        measure("sibling VMEM copy core0 -> core1, one DMA", (1, 1, 1), [1], nbytes, nbytes, 1, target_bps)
     sib = [r for r in records if r["label"].startswith("sibling")]
     sib[0]["us_vs_measured"] = sib[0]["us"] / MEASURED["sibling_256k_us"]
     text = table("point to point (emulated)", ["transfer", "mesh", "bytes per target", "cycles", "us",
@@ -344,7 +344,6 @@ def alpha_beta(kind: str, p: int, n: int, alpha_cycles: float, beta: float, link
 
 def run_collective(kind: str, dims, wrap, chunk: int, cores_active: int = 1, seed: int = 0):
     """Run the collective with random integer-valued data and check the result exactly."""
-    prof = profile()
     p = dims[0]
     n = p * chunk
     text = collective_program(kind, p, chunk, cores_active)

@@ -153,6 +153,7 @@ class Core:
         I = self.I
         lo, hi = I[lp.H_DIRTY], I[lp.H_DIRTY + 1]
         if hi > lo:
+            # Zeroed in place, not handed back to the OS: re-faulting the pages costs more.
             self.vmem[max(lo, 0):max(hi, 0)] = 0
         lo, hi = I[lp.H_SDIRTY], I[lp.H_SDIRTY + 1]
         if hi > lo:

@@ -398,6 +398,17 @@ def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[fl
     Ties go to the lower resource id, then start order. Cost O(D log D) for D
     flow-resource incidences.
     """
+    if len(resources) == 1 and all(flow.cap is None for flow in flows):
+        # One resource (a core's DMA engine with its descriptors): an equal split, the
+        # same floats the general loop below computes.
+        res = resources[0]
+        if not res.flows:
+            return [], {res.rid: res.capacity}
+        level = res.capacity / len(res.flows)
+        left = res.capacity
+        for _ in range(len(res.flows)):
+            left -= level
+        return [level] * len(flows), {res.rid: left}
     position = {flow.seq: i for i, flow in enumerate(flows)}
     rates: list[float | None] = [None] * len(flows)
     left: dict[int, float] = {}

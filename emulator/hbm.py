@@ -6,11 +6,14 @@ every chip before the chips' memories are first used (`write_all`) goes into one
 backing file (anonymous, in memory where the OS allows); each chip then maps that
 file privately, so all chips read the same physical pages until one of them writes
 a page, which the OS then copies for that chip alone. Pages no chip touches cost
-nothing. After the first use, `write_all` simply writes every chip's copy.
+nothing. Reads of bytes a chip has never written go through one shared read-only
+mapping (`for_read`), so a page eight chips read is in memory once, not eight
+times. After the first use, `write_all` simply writes every chip's copy.
 """
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import tempfile
@@ -23,6 +26,9 @@ class ChipMemories:
         self.chips = chips
         self.size_bytes = size_bytes
         self._arrays: list[np.ndarray] | None = None
+        self._shared: np.ndarray | None = None
+        # Per chip, the byte ranges it has written (sorted, disjoint [lo, hi) pairs).
+        self._written: list[tuple[list[int], list[int]]] = [([], []) for _ in range(chips)]
         self._file = None
         self._fd = -1
         if size_bytes:
@@ -40,12 +46,34 @@ class ChipMemories:
             self._map()
         return self._arrays
 
+    def for_read(self, chip: int, lo: int, hi: int) -> np.ndarray:
+        """An array holding chip `chip`'s bytes [lo, hi) at their addresses: the shared
+        mapping unless the chip has written some of them."""
+        arrays = self.arrays
+        los, his = self._written[chip]
+        i = bisect.bisect_right(los, lo) - 1
+        if (i >= 0 and his[i] > lo) or (i + 1 < len(los) and los[i + 1] < hi):
+            return arrays[chip]
+        return self._shared
+
+    def for_write(self, chip: int, lo: int, hi: int) -> np.ndarray:
+        """Chip `chip`'s own array, noting that it writes [lo, hi)."""
+        arrays = self.arrays
+        los, his = self._written[chip]
+        i = bisect.bisect_left(his, lo)        # first range ending at or after lo
+        j = bisect.bisect_right(los, hi)       # ranges from i to j - 1 touch [lo, hi]
+        if i < j:
+            lo, hi = min(lo, los[i]), max(hi, his[j - 1])
+        los[i:j] = [lo]
+        his[i:j] = [hi]
+        return arrays[chip]
+
     def write_all(self, offset: int, data: np.ndarray) -> None:
         """Write the same bytes at `offset` of every chip's HBM."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         if self._arrays is not None:
-            for array in self._arrays:
-                array[offset:offset + raw.size] = raw
+            for chip in range(self.chips):
+                self.for_write(chip, offset, offset + raw.size)[offset:offset + raw.size] = raw
             return
         view = memoryview(raw)
         done = 0
@@ -59,9 +87,11 @@ class ChipMemories:
     def _map(self) -> None:
         if not self.size_bytes:
             self._arrays = [np.zeros(0, np.uint8) for _ in range(self.chips)]
+            self._shared = np.zeros(0, np.uint8)
             return
         maps = [mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_COPY) for _ in range(self.chips)]
         self._arrays = [np.frombuffer(m, np.uint8) for m in maps]
+        self._shared = np.frombuffer(mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_READ), np.uint8)
         # The mappings keep the file's pages; the descriptor is no longer needed.
         if self._file is not None:
             self._file.close()

@@ -28,10 +28,9 @@ import importlib.util
 import inspect
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+from mkemu.cache import cache_dir
 from mkemu.emulator import decode as dec
 from mkemu.isa import semantics
 from mkemu.isa.semantics import E_REGION_DEEP, E_REGION_POP, fault, jitable
@@ -330,22 +329,6 @@ def _fingerprint(source: str) -> str:
     parts = [source, inspect.getsource(semantics), inspect.getsource(sys.modules[__name__]),
              numba.__version__, sys.version]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
-
-
-def cache_dir() -> Path:
-    """Where the generated loop and numba's compiled copy of it live: the user's cache
-    directory (XDG_CACHE_HOME or ~/.cache), else a per-user temporary directory."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for candidate in (Path(base) / "mkemu", Path(tempfile.gettempdir()) / f"mkemu-cache-{os.getuid()}"):
-        try:
-            candidate.mkdir(parents=True, exist_ok=True)
-            probe = candidate / f".probe{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-            return candidate
-        except OSError:
-            continue
-    raise OSError("no writable cache directory for the compiled emulator loop")
 
 
 _compiled = None

@@ -19,7 +19,7 @@ import numpy as np
 from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES
 from mkemu.isa.hardware import HardwareProfile
-from mkemu.isa.program import DTYPES, Program
+from mkemu.isa.program import Program
 
 from mkemu.emulator.config import RunConfig
 from mkemu.emulator.core import Core
@@ -147,7 +147,8 @@ class Machine:
 
     def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
         buf, raw = self._buffer_data(name, array)
-        self.hbm[chip][buf.offset_bytes:buf.offset_bytes + buf.size_bytes] = raw
+        lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes
+        self._hbm.for_write(chip, lo, hi)[lo:hi] = raw
 
     def write_buffer_all(self, name: str, array: np.ndarray) -> None:
         """The same data into every chip's copy of a buffer (stored once until written)."""
@@ -162,7 +163,6 @@ class Machine:
     # -- running -------------------------------------------------------------
 
     def run(self) -> RunResult:
-        self._chip_hbm = self.hbm
         with np.errstate(all="ignore"):
             for launch in self.program.launches:
                 start = self.now + self.profile.kernel_launch_cycles
@@ -413,19 +413,19 @@ class Machine:
         daddr = s[desc]
         if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
             raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
-        inner, n1, ss1, ds1, n2, ss2, ds2 = (int(v) for v in core.smem[daddr:daddr + 4 * DESC_WORDS].view(np.int32))
+        inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem[daddr:daddr + 4 * DESC_WORDS].view(np.int32).tolist()
         if inner <= 0 or n1 <= 0 or n2 <= 0:
             raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "
                                          "(every count must be positive)")
         src_space, dst_space = SPACES[ssp], SPACES[dsp]
-        src_mem = self._memory(core, src_space)
-        dst_mem = self._memory(target, dst_space)
         src_addr, dst_addr = s[src], s[dst]
+        src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
+        src_mem = self._memory(core, src_space, *src_range)
+        dst_mem = self._memory(target, dst_space)
         data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
         if src_space == "vmem" and core.in_flight:
             # The source bytes are read now: reading another DMA's unfinished destination is a race.
-            lo, hi = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
-            self._race(core, lo, hi, write=False)
+            self._race(core, *src_range, write=False)
         dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
         if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
             raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
@@ -439,7 +439,7 @@ class Machine:
                   dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
                   size_bytes=size, sem=sem_id, rsem=rsem_id, resources=tuple(resources),
                   latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text, dst_range=dst_range,
-                  src_range=block_ranges(src_addr, inner, n1, ss1, n2, ss2))
+                  src_range=src_range)
         if src_space == "hbm":
             self.hbm_bytes += size
         if dst_space == "hbm":
@@ -478,9 +478,12 @@ class Machine:
             resources.append(self.sibling_res[core.chip])
         return resources
 
-    def _memory(self, core: Core, space: str) -> np.ndarray:
+    def _memory(self, core: Core, space: str, lo: int = 0, hi: int = 0, write: bool = False) -> np.ndarray:
+        """The array holding `space` of `core` (HBM: of its chip) for an access to [lo, hi)."""
         if space == "hbm":
-            return self._chip_hbm[core.chip]
+            if write:
+                return self._hbm.for_write(core.chip, lo, hi)
+            return self._hbm.for_read(core.chip, lo, hi) if hi > lo else self._hbm.arrays[core.chip]
         return core.vmem if space == "vmem" else core.smem
 
     def _begin_dma(self, dma: Dma, t: int) -> None:
@@ -510,8 +513,8 @@ class Machine:
             if self.trace is not None:
                 self.trace.on_dma_done(dma, t)
             inner, n1, ds1, n2, ds2 = dma.shape
-            write_block(self._memory(dma.dst_core, dma.dst_space), dma.dst_space.upper(),
-                        dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
+            write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
+                        dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
             if dma.dst_space != "hbm":
                 dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
             issuer = dma.src_core

@@ -28,8 +28,8 @@ def _check(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
 
 def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
     """The byte span [lo, hi) a 3-D block touches (also the race checks' bounding range)."""
-    offsets = [addr + i2 * s2 + i1 * s1 for i2 in (0, n2 - 1) for i1 in (0, n1 - 1)]
-    return min(offsets), max(offsets) + inner
+    last1, last2 = (n1 - 1) * s1, (n2 - 1) * s2
+    return addr + min(0, last1) + min(0, last2), addr + max(0, last1) + max(0, last2) + inner
 
 
 def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):

@@ -82,6 +82,11 @@ def _f32_bits(x) -> np.ndarray:
 def f32_to_bf16_bits(x) -> np.ndarray:
     """Round float32 to bf16 (round to nearest, ties to even) and return the 16 bits:
     the high half of `bf16_round`'s result."""
+    bits = _f32_bits(x)
+    if bits.size >= _BF16_COMPILED_FROM:
+        out = np.empty(bits.shape, np.uint16)
+        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1), 16)
+        return out
     return (bf16_round(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
@@ -104,7 +109,7 @@ def bf16_round(x) -> np.ndarray:
     bits = _f32_bits(x)
     if bits.size >= _BF16_COMPILED_FROM:
         out = np.empty_like(bits)
-        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1))
+        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1), 0)
         return out.view(_F32)
     rounded = (bits >> np.uint32(16)) & np.uint32(1)
     rounded += np.uint32(0x7FFF)
@@ -128,13 +133,15 @@ def _get_bf16_kernel():
         import numba
 
         @numba.njit(cache=True, nogil=True)
-        def kernel(bits, out):
+        def kernel(bits, out, shift):
+            # out = the rounded float32 bits (shift 0), or their high half (shift 16).
             for i in range(bits.size):
                 b = bits[i]
                 if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-                    out[i] = ((b >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+                    r = ((b >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
                 else:
-                    out[i] = (((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + b) & np.uint32(0xFFFF0000)
+                    r = (((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + b) & np.uint32(0xFFFF0000)
+                out[i] = r >> np.uint32(shift)
 
         _bf16_kernel = kernel
     return _bf16_kernel

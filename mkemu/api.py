@@ -222,9 +222,16 @@ def build_program(path: str, text: str, profile, params: dict[str, int]):
         if params:
             raise ConfigError("params (--set) apply to .mk programs only", file=path)
         return assemble(text, path)
-    from mkemu.dsl.compiler import compile_text
+    from mkemu.cache import cached_program
 
-    return compile_text(text, path, profile, params)
+    def build():
+        from mkemu.dsl.compiler import compile_program
+        from mkemu.dsl.frontend import load_program
+
+        loaded = load_program(path, params, text=text)
+        return compile_program(loaded, profile), loaded.sources
+
+    return cached_program(path, text, profile, params, build)[0]
 
 
 class Report:

@@ -144,7 +144,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     win = window(trace, gids, region, start, end)
     measure = win.total
     hz = trace.clock_hz
-    instr, dma, wait = trace.instr, trace.dma, trace.wait
+    instr, wait = trace.instr, trace.wait
     segs = traffic_segments(trace)
     out: dict = {
         "trace": trace.path, "profile": trace.meta.get("profile"), "clock_hz": hz,

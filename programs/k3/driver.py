@@ -24,7 +24,7 @@ from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
-from .weights import generate_weights
+from .weights import generate_weight_bits
 
 COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
 DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
@@ -63,7 +63,7 @@ def drive(session, options: dict) -> dict:
         raise ConfigError(f"{prompt_len} prompt + {gen} generated tokens need {n_steps} positions; "
                           f"{cfg.name} has max_seq {cfg.max_seq}", key="--steps")
     seed = opts.get("seed", 0)
-    weights = generate_weights(cfg, seed)
+    weights = generate_weight_bits(cfg, seed)
     buffers = session.buffers()
     for name, (dtype, shape, kind) in buffers.items():
         if kind in ("input", "inout") and name not in weights and name not in ("layer_plan", "tokens", "pos"):

@@ -12,6 +12,8 @@ tests/programs/test_k3_reference.py); the rules are in docs/k3.md.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from mkemu.isa import numerics
 
 from .config import ModelConfig, TensorSpec, param_counts, tensor_specs
 
-__all__ = ["MAX_GENERATED_PARAMS", "check_weights", "generate_weights"]
+__all__ = ["MAX_GENERATED_PARAMS", "Bf16Tensor", "check_weights", "generate_weight_bits", "generate_weights"]
 
 # Above this many elements (4 GiB of float32) weights are not generated: such a
 # config (k3-full) is for timing-only runs.
@@ -57,6 +59,14 @@ def _draw(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator) -> np.nd
 
 def generate_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """All weights of `cfg` as {name: float32 array of bf16 values}, in spec order."""
+    _check_request(cfg, seed)
+    return {
+        spec.name: _draw(spec, cfg, np.random.default_rng([seed, i]))
+        for i, spec in enumerate(tensor_specs(cfg))
+    }
+
+
+def _check_request(cfg: ModelConfig, seed: int) -> None:
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}", key="seed")
     total = param_counts(cfg).total
@@ -64,10 +74,52 @@ def generate_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
         raise ConfigError(
             f"model '{cfg.name}' has {total:,} parameters, more than the {MAX_GENERATED_PARAMS:,} "
             "weights are generated for; it is for timing-only runs", key="model")
-    return {
-        spec.name: _draw(spec, cfg, np.random.default_rng([seed, i]))
-        for i, spec in enumerate(tensor_specs(cfg))
-    }
+
+
+def generate_weight_bits(cfg: ModelConfig, seed: int = 0) -> dict[str, "Bf16Tensor"]:
+    """The same weights as `generate_weights`, held as bf16 bits: half the memory.
+
+    Each tensor is drawn, rounded and converted on its own, so the float32 copies of
+    all of them never exist at once; `w[name][i]` and `np.asarray(w[name])` give float32
+    arrays of exactly the values `generate_weights` gives."""
+    _check_request(cfg, seed)
+    specs = tensor_specs(cfg)
+
+    def bits(i: int) -> np.ndarray:
+        return numerics.f32_to_bf16_bits(_draw(specs[i], cfg, np.random.default_rng([seed, i])))
+
+    # Every tensor has its own generator, so drawing them on threads (numpy's samplers
+    # release the GIL) gives the same bits in any order.
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        tensors = list(pool.map(bits, range(len(specs))))
+    return {spec.name: Bf16Tensor(t) for spec, t in zip(specs, tensors)}
+
+
+class Bf16Tensor:
+    """A weight tensor stored as bf16 bits whose slices come out as float32 arrays."""
+
+    def __init__(self, bits: np.ndarray):
+        self.bits = bits
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.bits.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.bits.ndim
+
+    dtype = np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def __getitem__(self, index) -> np.ndarray:
+        return numerics.bf16_bits_to_f32(np.asarray(self.bits[index]))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        values = numerics.bf16_bits_to_f32(self.bits)
+        return values if dtype is None else values.astype(dtype)
 
 
 def check_weights(cfg: ModelConfig, weights: dict[str, np.ndarray]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

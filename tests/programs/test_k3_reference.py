@@ -98,7 +98,7 @@ def kda64(cfg, w, i, x, st):
 
 def mla64(cfg, w, i, x, cache, pos):
     """Non-absorbed MLA: per-head keys and values are expanded from the latent cache."""
-    B, H, D = x.shape[0], cfg.n_heads, cfg.head_dim
+    H, D = cfg.n_heads, cfg.head_dim
     q = mm64(rms64(mm64(x, w["mla_wdq"][i]), w["mla_qnorm"][i], cfg.eps), w["mla_wuq"][i])
     cache[:, pos] = bf(rms64(mm64(x, w["mla_wdkv"][i]), w["mla_kvnorm"][i], cfg.eps))
     C = cache[:, : pos + 1]

@@ -20,7 +20,7 @@ from mkemu.tools.trace_reader import HEADER, parse_trace, read_trace
 from mkemu.tools.trace_summary import render_text, summarize
 
 from protobuf_wire import read_perfetto
-from trace_programs import DMA_BOUND, DMA_BOUND_BYTES_PER_CORE, MXU_BOUND, MXU_ROUNDS, record
+from trace_programs import DMA_BOUND, DMA_BOUND_BYTES_PER_CORE, MXU_ROUNDS, record
 
 
 def _hbm(summary):
