@@ -18,7 +18,7 @@ import attrs
 
 from mkemu.dsl import ast, ir
 from mkemu.errors import SourceSpan
-from mkemu.isa.program import ParamInfo
+from mkemu.isa.program import ParamInfo, values_text
 
 DTYPES = ("bf16", "f32", "i32")
 FLOAT_UNARY = ("exp", "log", "exp2", "log2", "sqrt", "rsqrt", "recip", "sigmoid", "tanh", "silu")
@@ -100,12 +100,6 @@ def _describe(shape) -> str:
 
 def _tile_desc(t) -> str:
     return f"{t.dtype}{_describe(t.shape)}"
-
-
-def _values_text(values: tuple[int, ...]) -> str:
-    if len(values) > 8:
-        return f"{', '.join(map(str, values[:3]))}, ..., {values[-1]} ({len(values)} values)"
-    return ", ".join(map(str, values))
 
 
 def _int_div(a: int, b: int) -> int:
@@ -287,10 +281,10 @@ class Checker:
             return value
         if name in self.overrides:
             self.error(decl.domain.span, f"{name} = {value} (set from outside) is not one of its "
-                                         f"declared values: {_values_text(values)}")
+                                         f"declared values: {values_text(values)}")
         else:
             self.error(decl.value.span, f"the default {value} of param '{name}' is not one of its "
-                                        f"declared values: {_values_text(values)}")
+                                        f"declared values: {values_text(values)}")
         return None
 
     def param_values(self, domain: ast.ParamSet | ast.ParamRange) -> tuple[int, ...] | None:

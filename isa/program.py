@@ -76,6 +76,13 @@ class ParamInfo:
     span: SourceSpan                        # the declaration
 
 
+def values_text(values: tuple[int, ...]) -> str:
+    """A param's declared values for a reader: all of them, or the ends of a long list."""
+    if len(values) > 8:
+        return f"{', '.join(map(str, values[:3]))}, ..., {values[-1]} ({len(values)} values)"
+    return ", ".join(map(str, values))
+
+
 @attrs.frozen(eq=False)
 class Program:
     kernels: dict[str, Kernel]
