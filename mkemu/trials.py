@@ -128,9 +128,13 @@ def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, job
     else:
         # Spawned workers start clean (no state copied from this process); each is
         # reused for many trials, so the start-up cost is paid once per worker.
-        with ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn"))
+        try:
             futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
             _collect(as_completed(futures), futures, on_done)
+        finally:
+            # After an interrupt, the trials not started yet are dropped, not run.
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _collect(done: Iterable, index_of: dict, on_done) -> None:
