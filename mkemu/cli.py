@@ -428,6 +428,10 @@ def _check_scale_out(args) -> None:
     if args.scheduler and args.jobs != 1:
         raise ConfigError("--jobs and --scheduler do not go together: the cluster's workers run the trials",
                           key="--jobs")
+    if args.scheduler:
+        from mkemu.trials import reach_scheduler
+
+        reach_scheduler(args.scheduler)
 
 
 def cmd_sweep(args) -> int:

@@ -39,6 +39,7 @@ import numpy as np
 from mkemu.errors import ConfigError, EmulatorFault, MkemuError, SourceError
 from mkemu.options import Options
 
+CONNECT_TIMEOUT_S = 30
 # Report entries left out of a trial's record: per-core copies of the totals, and
 # host-side fields that say nothing about the variant.
 _DROPPED = ("per_core", "trace", "program", "dump")
@@ -142,16 +143,33 @@ def _collect(done: Iterable, index_of: dict, on_done) -> None:
         on_done(index_of[future], future.result())
 
 
-def _run_dask(trials: list[Trial], on_done, scheduler: str) -> None:
+def reach_scheduler(scheduler: str) -> None:
+    """Connect to a Dask scheduler once, or raise a ConfigError saying why not. Checked
+    before a `Client` is made: one whose start failed spends another minute failing to
+    close when it is collected."""
+    import asyncio
+
     try:
-        from distributed import Client, as_completed as dask_completed
+        from distributed.comm import connect
     except ImportError:
         raise ConfigError("--scheduler needs dask.distributed, which is not installed: "
                           "pip install 'mkemu[distributed]'", key="--scheduler") from None
+
+    async def reach() -> None:
+        comm = await connect(scheduler, timeout=CONNECT_TIMEOUT_S)
+        await comm.close()
+
     try:
-        client = Client(scheduler, timeout=30, set_as_default=False)
-    except (OSError, TimeoutError) as exc:
+        asyncio.run(reach())
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {exc}", key="--scheduler") from None
+
+
+def _run_dask(trials: list[Trial], on_done, scheduler: str) -> None:
+    reach_scheduler(scheduler)
+    from distributed import Client, as_completed as dask_completed
+
+    client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     with client, client.as_current():
         # pure=False: no caching of results by Dask; which trials to run is the caller's business.
         futures = {client.submit(run_trial, trial, pure=False): index for index, trial in enumerate(trials)}

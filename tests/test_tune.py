@@ -143,6 +143,8 @@ def test_tune_the_k3_megakernel(capsys, tmp_path):
     (("--param", "TN=a"), "--param: error: --param wants NAME or NAME=V1,V2,... with integer values, got 'TN=a'"),
     (("--budget", "0"), "--budget: error: --budget must be at least 1, got 0"),
     (("--jobs", "0"), "--jobs: error: --jobs must be at least 1, got 0"),
+    (("--param", "TN=512", "--scheduler", "foo"), "--scheduler: error: cannot reach the Dask scheduler at foo: "
+                                                  "missing port number in address 'foo'"),
 ])
 def test_bad_tune_options_are_one_line_errors(capsys, tmp_path, argv, message):
     code = main(["tune", SCALE, *TEST_HW, *argv, "--out", str(tmp_path / "t.json")])
