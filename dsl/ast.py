@@ -313,11 +313,33 @@ class Import:
 
 
 @attrs.frozen
+class ParamSet:
+    """`in {v1, v2, ...}`: the values a param may take."""
+
+    values: tuple[Expr, ...]
+    span: SourceSpan
+
+
+@attrs.frozen
+class ParamRange:
+    """`in start..stop [step s]`: the values a param may take, `stop` excluded."""
+
+    start: Expr
+    stop: Expr
+    step: Expr | None
+    span: SourceSpan
+
+
+@attrs.frozen
 class ParamDecl:
+    """`param NAME = default [in values] ["description"];`"""
+
     name: str
     value: Expr
     span: SourceSpan
     name_span: SourceSpan
+    domain: ParamSet | ParamRange | None = None
+    description: str | None = None
 
 
 @attrs.frozen

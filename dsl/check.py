@@ -18,6 +18,7 @@ import attrs
 
 from mkemu.dsl import ast, ir
 from mkemu.errors import SourceSpan
+from mkemu.isa.program import ParamInfo, values_text
 
 DTYPES = ("bf16", "f32", "i32")
 FLOAT_UNARY = ("exp", "log", "exp2", "log2", "sqrt", "rsqrt", "recip", "sigmoid", "tanh", "silu")
@@ -35,6 +36,8 @@ ARITH_OPS = ("+", "-", "*", "/")
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 INT_OPS = ("%", "<<", ">>")
 BIT_OPS = ("&", "|", "^")
+# A param range is listed value by value (for `--params` and tuners): keep it small.
+MAX_PARAM_VALUES = 4096
 
 
 class _Poison:
@@ -197,6 +200,8 @@ class Checker:
         self.globals = Scope(None)
         self.global_decls: dict[str, object] = {}
         self.const_values: dict[str, int | None] = {}
+        self.param_defaults: dict[str, int | None] = {}
+        self.param_domains: dict[str, tuple[int, ...] | None] = {}
         self.evaluating: list[str] = []
         self.ctx: _KernelCtx | None = None
         self.inline_stack: list[tuple[str, SourceSpan]] = []
@@ -243,24 +248,71 @@ class Checker:
             chain = " -> ".join(self.evaluating[self.evaluating.index(name):] + [name])
             self.error(decl.name_span, f"'{name}' is defined in terms of itself: {chain}")
             return None
-        if isinstance(decl, ast.ParamDecl) and name in self.overrides:
-            value = self.overrides[name]
+        self.evaluating.append(name)
+        saved_ctx, saved_stack = self.ctx, self.inline_stack
+        self.ctx, self.inline_stack = None, []
+        # A param's default is checked even when it is set from outside: it is what
+        # `--params` lists and what a tuner compares against.
+        v = self.expr(decl.value, self.globals)
+        if isinstance(v, ir.Const):
+            value = v.value
         else:
-            self.evaluating.append(name)
-            saved_ctx, saved_stack = self.ctx, self.inline_stack
-            self.ctx, self.inline_stack = None, []
-            v = self.expr(decl.value, self.globals)
-            self.ctx, self.inline_stack = saved_ctx, saved_stack
-            self.evaluating.pop()
-            if isinstance(v, ir.Const):
-                value = v.value
-            else:
-                if v is not POISON:
-                    what = "param" if isinstance(decl, ast.ParamDecl) else "const"
-                    self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer")
-                value = None
+            if v is not POISON:
+                what = "param" if isinstance(decl, ast.ParamDecl) else "const"
+                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer")
+            value = None
+        if isinstance(decl, ast.ParamDecl):
+            self.param_defaults[name] = value
+            if name in self.overrides:
+                value = self.overrides[name]
+            if decl.domain is not None:
+                value = self.param_in_domain(name, decl, value)
+        self.ctx, self.inline_stack = saved_ctx, saved_stack
+        self.evaluating.pop()
         self.const_values[name] = value
         return value
+
+    def param_in_domain(self, name: str, decl: ast.ParamDecl, value: int | None) -> int | None:
+        """`value` if it is one of the param's declared values (reporting it otherwise);
+        the values are kept in `param_domains`."""
+        values = self.param_values(decl.domain)
+        self.param_domains[name] = values
+        if values is None or value is None or value in values:
+            return value
+        if name in self.overrides:
+            self.error(decl.domain.span, f"{name} = {value} (set from outside) is not one of its "
+                                         f"declared values: {values_text(values)}")
+        else:
+            self.error(decl.value.span, f"the default {value} of param '{name}' is not one of its "
+                                        f"declared values: {values_text(values)}")
+        return None
+
+    def param_values(self, domain: ast.ParamSet | ast.ParamRange) -> tuple[int, ...] | None:
+        if isinstance(domain, ast.ParamSet):
+            values = [self.const_int(e, self.globals, "a param value") for e in domain.values]
+            if None in values:
+                return None
+            for i, (v, e) in enumerate(zip(values, domain.values)):
+                if v in values[:i]:
+                    self.error(e.span, f"the value {v} is listed twice")
+                    return None
+            return tuple(values)
+        start = self.const_int(domain.start, self.globals, "the start of a param range")
+        stop = self.const_int(domain.stop, self.globals, "the end of a param range")
+        step = 1 if domain.step is None else self.const_int(domain.step, self.globals, "the step of a param range")
+        if None in (start, stop, step):
+            return None
+        if step <= 0:
+            self.error(domain.step.span, f"the step of a param range must be positive, got {step}")
+            return None
+        values = range(start, stop, step)
+        if not values:
+            self.error(domain.span, f"the range {start}..{stop} holds no value (its end is excluded, as in `for`)")
+            return None
+        if len(values) > MAX_PARAM_VALUES:
+            self.error(domain.span, f"a param takes at most {MAX_PARAM_VALUES} values; this range holds {len(values)}")
+            return None
+        return tuple(values)
 
     # ------------------------------------------------------------ definitions
     def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
@@ -1075,7 +1127,17 @@ class Elaborator(Checker):
                 self.error(extra.span, f"a program names one reference (the first is at {refs[0].span})")
             if refs:
                 reference = self.reference(refs[0], main_dir)
-        return ir.Program(main_file, params, consts, kernels, host, reference, self.sources)
+        return ir.Program(main_file, params, consts, kernels, host, reference, self.sources,
+                          self.param_info(params))
+
+    def param_info(self, params: dict[str, int]) -> tuple[ParamInfo, ...]:
+        """Every param that has a value, as declared (imported files' first)."""
+        return tuple(
+            ParamInfo(name, params[name], self.param_defaults[name], self.param_domains.get(name),
+                      decl.description or "", decl.span)
+            for name, decl in self.global_decls.items()
+            if isinstance(decl, ast.ParamDecl) and name in params and self.param_defaults.get(name) is not None
+        )
 
     def reference(self, item: ast.Reference, main_dir: Path) -> ir.ReferenceFn | None:
         path, sep, fn = item.target.rpartition(":")

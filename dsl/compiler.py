@@ -85,7 +85,7 @@ def compile_program(program: ir.Program, profile: HardwareProfile | str) -> Prog
             pass
         reference = f"{ref_path}:{program.reference.function}"
     return Program(kernels=kernels, launches=launches, buffers=buffers, reference=reference,
-                   path=str(program.main_file))
+                   path=str(program.main_file), params=program.param_info)
 
 
 def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:

@@ -21,6 +21,7 @@ import math
 import attrs
 
 from mkemu.errors import SourceSpan
+from mkemu.isa.program import ParamInfo
 
 DTYPE_BYTES = {"bf16": 2, "f32": 4, "i32": 4}
 
@@ -526,3 +527,4 @@ class Program:
     host: Host | None
     reference: ReferenceFn | None
     sources: dict[str, str]
+    param_info: tuple[ParamInfo, ...] = ()   # every param: value, default, declared values

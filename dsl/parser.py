@@ -192,7 +192,15 @@ class _Builder(Transformer):
         return ast.Import(self._string(c[0]), self._span(meta))
 
     def param_decl(self, meta, c):
-        return ast.ParamDecl(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
+        name, value, domain, description = c
+        text = None if description is None else self._string(description)
+        return ast.ParamDecl(str(name), value, self._span(meta), self._tspan(name), domain, text)
+
+    def param_set(self, meta, c):
+        return ast.ParamSet(tuple(c), self._span(meta))
+
+    def param_range(self, meta, c):
+        return ast.ParamRange(c[0], c[1], c[2], self._span(meta))
 
     def const_decl(self, meta, c):
         return ast.ConstDecl(str(c[0]), c[1], self._span(meta), self._tspan(c[0]))
@@ -327,6 +335,9 @@ class _Builder(Transformer):
         text = str(c[0]).replace("_", "")
         value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
         return ast.IntLit(value, self._span(meta))
+
+    def neg_int_lit(self, meta, c):
+        return ast.IntLit(-self.int_lit(meta, c).value, self._span(meta))
 
     def float_lit(self, meta, c):
         return ast.FloatLit(float(str(c[0])), self._span(meta))

@@ -244,6 +244,22 @@ _ALTERNATIVES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+def toml_key(name: str) -> str:
+    """The dotted TOML key (`section.key`) of a profile value named with or without its
+    section (`hbm_bw_bytes_per_s` or `chip.hbm_bw_bytes_per_s`); timing classes are
+    not single values and are not named this way."""
+    section, _, key = name.rpartition(".")
+    sections = [section] if section else [s for s in _SECTIONS if s != "timing"]
+    for s in sections:
+        if key in _KNOWN_KEYS.get(s, ()) and s != "timing":
+            return f"{s}.{key}"
+    known = [f"{s}.{k}" for s in _SECTIONS if s != "timing" for k in _KNOWN_KEYS[s]]
+    close = [k for k in known if k.endswith(f".{key}")] or difflib.get_close_matches(
+        name, known + [k.split(".")[1] for k in known], n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"no profile value '{name}'{hint}; the values: {', '.join(known)}", key=name)
+
+
 # --------------------------------------------------------------------------- loading
 
 

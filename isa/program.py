@@ -2,7 +2,8 @@
 
 A program is a set of kernels (machine code plus an initial SMEM image and a
 source map), a launch sequence (which kernel runs, in order, with which scalar
-arguments), and the HBM buffers every chip has at the same addresses.
+arguments), the HBM buffers every chip has at the same addresses and, for a
+compiled .mk program, its params as declared (what `--set` and tuners reach).
 """
 
 from __future__ import annotations
@@ -63,6 +64,25 @@ class Launch:
     args: tuple[int, ...] = ()   # scalar arguments, placed in s1, s2, ...
 
 
+@attrs.frozen
+class ParamInfo:
+    """A compile-time `param` of a .mk program, as declared: what `--set NAME=` reaches."""
+
+    name: str
+    value: int                              # the value this build used
+    default: int
+    values: tuple[int, ...] | None          # the declared values (`in ...`); None: any integer
+    description: str
+    span: SourceSpan                        # the declaration
+
+
+def values_text(values: tuple[int, ...]) -> str:
+    """A param's declared values for a reader: all of them, or the ends of a long list."""
+    if len(values) > 8:
+        return f"{', '.join(map(str, values[:3]))}, ..., {values[-1]} ({len(values)} values)"
+    return ", ".join(map(str, values))
+
+
 @attrs.frozen(eq=False)
 class Program:
     kernels: dict[str, Kernel]
@@ -70,6 +90,7 @@ class Program:
     buffers: tuple[Buffer, ...] = ()
     reference: str | None = None      # "file.py:function" naming the numpy reference
     path: str | None = None
+    params: tuple[ParamInfo, ...] = ()   # a compiled .mk program's params
 
     @property
     def hbm_bytes(self) -> int:

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -72,7 +73,50 @@ def _parser() -> argparse.ArgumentParser:
     asm.add_argument("--stats", action="store_true", help="add allocation map, counts and compile time")
     asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
+    asm.add_argument("--params", action="store_true",
+                     help="list the program's params (value, default, values, description, file:line) instead")
     asm.set_defaults(func=cmd_asm)
+
+    tune = sub.add_parser("tune", help="search a program's params for the fastest bit-exact build",
+                          description="Compile and run variants of a .mk program's params; keep only "
+                          "bit-exact ones; rank them against the default build (docs/tuning.md).")
+    tune.add_argument("file", metavar="PROGRAM")
+    _machine_options(tune)
+    _driver_options(tune)
+    tune.add_argument("--inputs", metavar="NPZ", help="input arrays (default: generated from --seed)")
+    tune.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                      help="fix a program parameter in every variant (repeatable)")
+    tune.add_argument("--param", action="append", default=[], metavar="NAME[=V1,V2,...]",
+                      help="tune NAME over these values (default: its declared values); repeatable. "
+                      "Without --param: every param that declares its values")
+    tune.add_argument("--budget", type=int, default=32, metavar="N",
+                      help="at most N variants (default 32); a bigger space is searched with optuna")
+    tune.add_argument("--objective", choices=("us_per_step", "cycles"), default="us_per_step",
+                      help="what to minimise (default us_per_step; a plain program's run is one step)")
+    _scale_out_options(tune)
+    tune.add_argument("--out", metavar="JSON", help="the record of every trial (default: PROGRAM's name "
+                      "+ .tune.json in this folder; --resume's file when resuming)")
+    tune.add_argument("--resume", metavar="JSON", help="continue a tune from its record: finished trials are "
+                      "not run again")
+    tune.set_defaults(func=cmd_tune)
+
+    sweep = sub.add_parser("sweep", help="run programs over hardware-profile values and mesh shapes",
+                           description="Run every program at every combination of the --hw-set and "
+                           "--mesh values; say per point what each is bound by (docs/tuning.md).")
+    sweep.add_argument("files", nargs="+", metavar="PROGRAM")
+    _machine_options(sweep, mesh=False)
+    sweep.add_argument("--hw-set", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="vary a profile value (a key of a profile TOML, e.g. hbm_bw_bytes_per_s, "
+                       "ici.hop_latency_s, vmem_bytes, mxus_per_core, clock_hz); repeatable")
+    sweep.add_argument("--mesh", metavar="M1,M2,...", help="vary the chip mesh, e.g. 1x1x1,2x1x1,2x2x2")
+    _driver_options(sweep)
+    sweep.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="set a program parameter (every program; repeatable)")
+    _scale_out_options(sweep)
+    sweep.add_argument("--out", metavar="JSON", help="write every point's figures and reports to JSON")
+    sweep.add_argument("--plot", metavar="PNG", help="plot us per step against the first varied value "
+                       "(needs matplotlib)")
+    sweep.set_defaults(func=cmd_sweep)
 
     trace = sub.add_parser("trace", help="summarise a trace; `trace diff A B` compares two",
                            description="mkemu trace PATH [options] | mkemu trace diff A B [options]")
@@ -112,10 +156,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _machine_options(p: argparse.ArgumentParser) -> None:
+def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
     p.add_argument("--hw", default=DEFAULT_PROFILE, metavar="NAME|PATH",
                    help=f"hardware profile: a shipped name or a TOML file (default {DEFAULT_PROFILE})")
-    p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
+    if mesh:
+        p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
     p.add_argument("--seed", type=int, default=0, help="seed of generated inputs and weights (default 0)")
     p.add_argument("--max-cycles", type=int, default=10**12, help="stop a run that passes this cycle")
     p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"),
@@ -123,6 +168,13 @@ def _machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check", action="append", default=[], choices=("races", "semaphores"),
                    help="turn off a runtime check (repeatable): DMA races, or non-zero semaphores at "
                         "kernel end")
+
+
+def _scale_out_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N trials at a time in local processes (default 1: in this process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the trials on a Dask distributed cluster (e.g. tcp://host:8786)")
 
 
 def _driver_options(p: argparse.ArgumentParser) -> None:
@@ -266,6 +318,9 @@ def cmd_asm(args) -> int:
     from mkemu.isa.hardware import load_profile
     from mkemu.isa.listing import listing
 
+    if args.params:
+        return _print_params(args)
+
     profile = load_profile(args.hw)
     t0 = time.perf_counter()
     from mkemu.run import load_program
@@ -290,6 +345,132 @@ def cmd_programs(args) -> int:
     for p in shipped:
         print(f"{p.name:{width}s}  {p.description}")
     return 0
+
+
+def _print_params(args) -> int:
+    from mkemu.dsl.frontend import load_program
+    from mkemu.isa.program import values_text
+    from mkemu.shipped import resolve
+
+    path = resolve(args.file)
+    if not path.endswith(".mk"):
+        raise ConfigError("--params lists a .mk program's params; this is not a .mk file", file=args.file)
+    params = load_program(path, _params(args.set)).param_info
+    rows = [("NAME", "VALUE", "DEFAULT", "VALUES", "DESCRIPTION", "WHERE")]
+    for p in params:
+        values = "any" if p.values is None else values_text(p.values)
+        rows.append((p.name, str(p.value), str(p.default), values, p.description, f"{p.span.file}:{p.span.line}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    text = "".join("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + f"  {r[5]}\n" for r in rows)
+    if args.output:
+        from mkemu.runner import atomic_write
+
+        atomic_write(args.output, text.encode())
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from mkemu.shipped import resolve
+    from mkemu.trials import trial
+    from mkemu.tune import Tune, load_resume, make_space, program_params, render
+
+    _check_scale_out(args)
+    if args.budget < 1:
+        raise ConfigError(f"--budget must be at least 1, got {args.budget}", key="--budget")
+    base = trial(resolve(args.file), _options(args), args.inputs)
+    params, driver_set = program_params(base)
+    space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
+    out = args.out or args.resume or f"{Path(args.file).stem}.tune.json"
+    tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
+                scheduler=args.scheduler)
+    if args.resume:
+        tune.cache = load_resume(args.resume, tune.settings())
+    where = f"Dask scheduler {args.scheduler}" if args.scheduler else (
+        f"{args.jobs} local processes" if args.jobs > 1 else "this process")
+    print(f"tune {args.file}: {space.size} variants of {', '.join(space.names)}, budget {args.budget}, "
+          f"objective {args.objective}, seed {args.seed}, on {where}", file=sys.stderr)
+
+    def progress(record):
+        done = sum(1 for t in tune.trials if "status" in t)
+        what = (f"{record['objective']:.3f}" if record["status"] == "ok" else f"rejected: {record['reason']}")
+        again = " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)"
+        print(f"[{done}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
+              file=sys.stderr, flush=True)
+
+    tune.progress = progress
+    tune.run()
+    print(render(tune))
+    print(f"{tune.search} search, {len(tune.trials)} trials, wall {time.perf_counter() - tune.started:.1f} s; "
+          f"record: {out}")
+    return 0 if tune.ranking() else 1
+
+
+def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
+    out: dict[str, tuple[int, ...] | None] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        try:
+            if not name.isidentifier():
+                raise ValueError
+            out[name] = tuple(int(v, 0) for v in values.split(",")) if sep else None
+        except ValueError:
+            raise ConfigError(f"--param wants NAME or NAME=V1,V2,... with integer values, got {item!r}",
+                              key="--param") from None
+    return out
+
+
+def _check_scale_out(args) -> None:
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}", key="--jobs")
+    if args.scheduler and args.jobs != 1:
+        raise ConfigError("--jobs and --scheduler do not go together: the cluster's workers run the trials",
+                          key="--jobs")
+    if args.scheduler:
+        from mkemu.trials import reach_scheduler
+
+        reach_scheduler(args.scheduler)
+
+
+def cmd_sweep(args) -> int:
+    from mkemu.shipped import resolve
+    from mkemu.sweep import Sweep, mesh_axis, parse_axis, plot, point_label, render
+    from mkemu.trials import trial
+
+    _check_scale_out(args)
+    axes = [parse_axis(item) for item in args.hw_set]
+    if args.mesh:
+        axes.append(mesh_axis(args.mesh))
+    if not axes:
+        raise ConfigError("nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,...", key="--hw-set")
+    files = [resolve(file) for file in args.files]
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401 - checked before the runs, not after them
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
+                              "(the JSON record has every figure)", key="--plot") from None
+    args.mesh = None   # per point
+    programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
+    sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)
+
+    def progress(point, entry):
+        what = f"{entry['us_per_step']:.3f} us, {entry['bound_by']}" if entry["status"] == "ok" else (
+            f"rejected: {entry['reason']}")
+        print(f"{point_label(point)} {Path(entry['program']).name}: {what} ({entry['wall_s']:.1f} s)",
+              file=sys.stderr, flush=True)
+
+    sweep.progress = progress
+    sweep.run()
+    print(render(sweep))
+    if args.plot:
+        plot(sweep, args.plot)
+    saved = [f"record: {args.out}"] if args.out else []
+    saved += [f"plot: {args.plot}"] if args.plot else []
+    print("; ".join([f"{len(sweep.points)} points, wall {time.perf_counter() - sweep.started:.1f} s", *saved]))
+    return 0 if all(r.get("status") == "ok" for p in sweep.points for r in p["results"]) else 1
 
 
 def cmd_hw_list(args) -> int:

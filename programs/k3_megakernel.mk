@@ -19,7 +19,7 @@ reference "mkemu.programs.k3.driver:drive";
 // keeps a fast core from writing a slot a slow core still reads (docs/k3_programs.md).
 const GROT = 2;
 // Routed-expert fetches in flight per core (es[li % ES]).
-const ES = 2;
+param ES = 2 in {1, 2, 3, 4} "routed-expert weight fetches in flight per core";
 // Routed-expert weight and output slots: distinct experts a core may run in one layer.
 const NEW = max(NEL, SCHEME * EP_NDE);
 // Receive semaphores of the gathers that are split (not replicated) in this build, two

@@ -95,6 +95,24 @@ def test_asm_stats_and_output_file(capsys, tmp_path):
     assert "statistics:" in text and "HBM 0x00000000 a f32[8x128] input" in text
 
 
+def test_asm_params_lists_every_param(capsys, tmp_path):
+    root = Path(__file__).parent.parent
+    code, out, err = cli(capsys, "asm", str(root / "programs" / "examples" / "all_reduce.mk"), "--params",
+                         "--set", "CL_SLOTS=4")
+    assert code == 0 and err == ""
+    head, *rows = out.splitlines()
+    assert head.split() == ["NAME", "VALUE", "DEFAULT", "VALUES", "DESCRIPTION", "WHERE"]
+    slots = next(r for r in rows if r.startswith("CL_SLOTS"))
+    assert slots.split()[:7] == ["CL_SLOTS", "4", "2", "1,", "2,", "3,", "4"]
+    assert "receive slots per ring direction" in slots
+    assert slots.endswith(f"{root / 'programs' / 'examples' / '../lib/collectives.mk'}:45".replace("examples/../", ""))
+    assert [r.split()[0] for r in rows] == ["CL_SLOTS", "CORES", "ROWS", "COLS"]
+    assert next(r for r in rows if r.startswith("ROWS")).split()[1:4] == ["128", "128", "any"]
+    code, _, err = cli(capsys, "asm", str(root / "programs" / "examples" / "all_reduce.mk"), "--params",
+                       "--set", "CL_SLOTS=5")
+    assert code == 1 and "CL_SLOTS = 5 (set from outside) is not one of its declared values: 1, 2, 3, 4" in err
+
+
 def test_asm_reports_source_errors(capsys, tmp_path):
     path = tmp_path / "bad.s"
     path.write_text(".kernel k\n    vad.f32 v1, v2, v3\n    halt\n")

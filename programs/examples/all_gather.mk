@@ -12,8 +12,8 @@ reference "all_gather_ref.py:reference";
 param CORES = 2;          // cores per chip of the hardware profile
 param ROWS = 16;          // rows per participant
 param COLS = 256;
-param BLOCK = 8;          // rows per DMA
-param DIRS = 2;           // 1: rings, 2: bidirectional rings
+param BLOCK = 8 in {8, 16} "rows per DMA";
+param DIRS = 2 in {1, 2} "1: rings, 2: bidirectional rings";
 const MAX_PARTS = 32;     // all_gather_ref.py sizes the output the same way
 assert ROWS % BLOCK == 0, "ROWS must be a multiple of BLOCK";
 

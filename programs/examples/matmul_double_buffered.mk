@@ -7,8 +7,8 @@
 param M = 8;
 param K = 2048;
 param N = 2048;
-const TK = 256;                       // 256 x 256 bf16 = 128 KiB per slot
-const TN = 256;
+param TK = 256 in {128, 256, 512} "K tile; the reference adds 256-row partial products, so only 256 keeps the bits"; // 256 x 256: 128 KiB per slot
+param TN = 256 in {128, 256, 512, 1024} "N tile: columns of W per DMA and per accumulator";
 const KT = K / TK;
 const NJ = N / TN;
 reference "refs.py:matmul_k256";

@@ -22,13 +22,13 @@ import "gather.mk";
 //      (all-to-all dispatch and combine), then the rows are all-gathered.
 // The attention is tensor parallel (heads over cores, the all-reduce) in both. Both give
 // the same bits (the parts and their order are the contract's).
-param SCHEME = 0;
-assert SCHEME == 0 || SCHEME == 1, "SCHEME is 0 (tensor parallel) or 1 (expert parallel)";
+param SCHEME = 0 in {0, 1} "how the MoE is spread: 0 tensor parallel (all-reduces), 1 expert parallel (all-to-all)";
 
-param REPL_BYTES = 2097152;
+// Projections whose weight is at most REPL_BYTES are replicated (see the top of this file).
+param REPL_BYTES = 2097152 in {0, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608} "bytes up to which a projection is computed whole by every core instead of split + gathered";
 // The LM head is computed whole on core 0 (the only core that needs the logits: it
 // writes them) when it is at most this big, else split over all cores and gathered.
-param LM_ROOT_BYTES = 8388608;
+param LM_ROOT_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes up to which the LM head is computed whole on core 0 instead of split + gathered";
 
 // Column blocks of each sharded matrix (128 columns each, the router's last block narrower).
 const NDB = DIM / 128;                 // DIM-wide outputs: wo, moe_up, dense_w2
@@ -52,7 +52,7 @@ const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
 // NCORES / HEADS; KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h,
 // runs head h for rows g*RB .. g*RB + RB - 1 on core (g*HEADS + h) % NCORES: every
 // operator after the projections is row-wise, so the rows are independent.
-param KDA_ROW_SPLIT = 1;
+param KDA_ROW_SPLIT = 1 in {0, 1} "1: split a KDA head's batch rows over idle cores, 0: keep them together";
 const RGCAP = KDA_ROW_SPLIT * max(1, NCORES / HEADS) + (1 - KDA_ROW_SPLIT);
 const RG = max(max(max(1, 2 * (BATCH % 2 == 0) * (2 <= RGCAP)),
                    max(3 * (BATCH % 3 == 0) * (3 <= RGCAP), 4 * (BATCH % 4 == 0) * (4 <= RGCAP))),

@@ -42,7 +42,7 @@
 // direction, so a neighbour that is ahead cannot be mistaken for the current one.
 // Every DMA is waited for within its level; every semaphore ends at 0.
 
-param CL_SLOTS = 2;           // receive slots per ring direction: 2 is double buffering
+param CL_SLOTS = 2 in {1, 2, 3, 4} "receive slots per ring direction (ring depth): 2 is double buffering";
 const CL_MAX_ROWS = 8192;     // all_to_all: capacity limit (one DMA per power of two)
 
 // Stop here, with a deadlock report naming every core and this line, unless the

@@ -589,3 +589,11 @@ def test_cli_run_and_asm(tmp_path, capsys):
     assert main(["asm", str(prog), "--hw", "test", "--stats"]) == 0
     out = capsys.readouterr().out
     assert "vexp.f32" in out and "compile time" in out
+
+
+def test_the_compiled_program_carries_its_params():
+    text = ('param N = 256 in {128, 256} "columns";\n' + copy_kernel("k", "f32", (8, "N"), "yv = xv * 2.0;"))
+    program = compile_text(text, "p.mk", params={"N": 128})
+    (n,) = program.params
+    assert (n.name, n.value, n.default, n.values, n.description) == ("N", 128, 256, (128, 256), "columns")
+    assert program.buffer("y").shape == (8, 128)

@@ -257,6 +257,42 @@ def test_param_override_and_unknown_override(tmp_path, monkeypatch):
         load_program("p.mk", {"N": 1})
 
 
+def test_param_set_from_outside_must_be_a_declared_value(tmp_path, monkeypatch):
+    src = 'param ES = 2 in {1, 2, 4} "slots in flight";\nparam TK = 256 in 128..513 step 128;\n'
+    assert errors(src, tmp_path, monkeypatch, params={"ES": 3, "TK": 256}) == (
+        "prog.mk:1:14: error: ES = 3 (set from outside) is not one of its declared values: 1, 2, 4\n"
+        '  param ES = 2 in {1, 2, 4} "slots in flight";\n'
+        "               ^^^^^^^^^^^^"
+    )
+    assert "TK = 64 (set from outside) is not one of its declared values: 128, 256, 384, 512" in errors(
+        src, tmp_path, monkeypatch, params={"TK": 64})
+
+
+def test_param_declared_values(tmp_path, monkeypatch):
+    src = ("param A = 3 in {1, 2};\nparam B = 1 in {1, 1};\nparam C = 1 in 5..2;\n"
+           "param D = 1 in 0..4 step 0;\nparam E = 1 in {E, 1};\nparam F = 0 in 0..5000;\n")
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:1:11: error: the default 3 of param 'A' is not one of its declared values: 1, 2\n"
+        "  param A = 3 in {1, 2};\n"
+        "            ^\n"
+        "prog.mk:2:20: error: the value 1 is listed twice\n"
+        "  param B = 1 in {1, 1};\n"
+        "                     ^\n"
+        "prog.mk:3:13: error: the range 5..2 holds no value (its end is excluded, as in `for`)\n"
+        "  param C = 1 in 5..2;\n"
+        "              ^^^^^^^\n"
+        "prog.mk:4:26: error: the step of a param range must be positive, got 0\n"
+        "  param D = 1 in 0..4 step 0;\n"
+        "                           ^\n"
+        "prog.mk:5:7: error: 'E' is defined in terms of itself: E -> E\n"
+        "  param E = 1 in {E, 1};\n"
+        "        ^\n"
+        "prog.mk:6:13: error: a param takes at most 4096 values; this range holds 5000\n"
+        "  param F = 0 in 0..5000;\n"
+        "              ^^^^^^^^^^"
+    )
+
+
 def test_assert_failure(tmp_path, monkeypatch):
     assert errors('param D = 100;\nassert D % 128 == 0, "D must be a multiple of 128";\n', tmp_path, monkeypatch) == (
         "prog.mk:2:1: error: assertion failed: D must be a multiple of 128\n"

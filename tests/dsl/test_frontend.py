@@ -168,3 +168,21 @@ def test_reference_is_resolved_next_to_the_program(tmp_path):
 @pytest.mark.parametrize("name", ["full.mk", "lib.mk"])
 def test_sample_programs_check(name):
     load_program(DATA / name)
+
+
+def test_param_info_lists_every_param_as_declared(tmp_path):
+    p = program(tmp_path, """\
+        import "lib.mk";
+        param ES = 2 in {1, 2, 4} "expert slots in flight";
+        param TK = 256 in 128..513 step 128;
+        param N = 2 * L "columns";
+        const C = ES * TK;
+        """, {"ES": 4}, **{"lib.mk": "param L = 512;\n"})
+    info = {i.name: i for i in p.param_info}
+    assert list(info) == ["L", "ES", "TK", "N"]            # imported files first
+    assert (info["ES"].value, info["ES"].default, info["ES"].values) == (4, 2, (1, 2, 4))
+    assert info["ES"].description == "expert slots in flight"
+    assert (info["ES"].span.file, info["ES"].span.line) == (str(tmp_path / "prog.mk"), 2)
+    assert info["TK"].values == (128, 256, 384, 512)
+    assert (info["N"].value, info["N"].values, info["N"].description) == (1024, None, "columns")
+    assert p.consts == {"C": 1024}

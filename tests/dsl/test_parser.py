@@ -38,6 +38,29 @@ def test_spans_point_at_the_source():
     assert const.value.span.column == 12
 
 
+def test_param_values_and_description():
+    module = parse('param ES = 2 in {1, 2, -4, (1 << 3)} "slots in flight";\n'
+                   "param TK = 256 in 128..1024 step 128;\n"
+                   'param N = 1024 "columns";\nparam M = 8;\n', "a.mk")
+    es, tk, n, m = module.items
+    assert [v.value if isinstance(v, ast.IntLit) else v.op for v in es.domain.values] == [1, 2, -4, "<<"]
+    assert es.description == "slots in flight"
+    assert (es.domain.span.column, es.domain.span.end_column) == (14, 37)
+    assert isinstance(tk.domain, ast.ParamRange)
+    assert (tk.domain.start.value, tk.domain.stop.value, tk.domain.step.value) == (128, 1024, 128)
+    assert tk.description is None
+    assert (n.domain, n.description) == (None, "columns")
+    assert (m.domain, m.description) == (None, None)
+
+
+def test_param_values_are_literals_names_or_parenthesised():
+    assert syntax_error("param Y = 2 in 1..ES+1;\n") == (
+        "bad.mk:1:21: error: unexpected '+'; expected one of: ';', 'step', a string\n"
+        "  param Y = 2 in 1..ES+1;\n"
+        "                      ^"
+    )
+
+
 @pytest.mark.parametrize(
     "text, kind",
     [

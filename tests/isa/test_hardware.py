@@ -370,3 +370,14 @@ def test_path_object_and_relative_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_profile("mine.toml").source == str(tmp_path / "mine.toml")
     assert not math.isnan(load_profile("mine.toml").clock_hz)
+
+
+def test_toml_key_finds_the_section_of_a_value():
+    assert hardware.toml_key("hbm_bw_bytes_per_s") == "chip.hbm_bw_bytes_per_s"
+    assert hardware.toml_key("ici.hop_latency_s") == "ici.hop_latency_s"
+    assert hardware.toml_key("mxus_per_core") == "core.mxus_per_core"
+    with pytest.raises(ConfigError, match=r"no profile value 'chip.mxus_per_core' \(did you mean "
+                                          r"'core.mxus_per_core'\?\); the values: chip.clock_hz, "):
+        hardware.toml_key("chip.mxus_per_core")
+    with pytest.raises(ConfigError, match=r"no profile value 'mxu_per_core' \(did you mean 'mxus_per_core'\?\)"):
+        hardware.toml_key("mxu_per_core")

@@ -1,0 +1,210 @@
+"""Running many independent runs ("trials") for `mkemu tune` and `mkemu sweep`.
+
+A trial is one `mkemu.run.execute` of a program with given `Options`; `run_trial` is
+the function a worker runs: it takes a `Trial` (the program's path, the options, an
+inputs file, and the text of a hardware profile when the trial's profile is a variant
+made up by a sweep) and returns a JSON-ready dict: `status` ("ok" or "rejected"), `reason` (why rejected),
+the run's `report` and `wall_s`. A run that faults, deadlocks, races, fails to
+compile or has no bit-exact reference check is rejected with its reason, never
+raised: one bad variant must not stop a search.
+
+`run_trials` runs a list of trials in this process (one job), in local processes
+(`jobs` > 1, a `ProcessPoolExecutor`), or on a Dask distributed cluster (a
+`scheduler` address; dask.distributed's `Client.submit`). Workers get the options
+with absolute paths (the program, its imports and reference must be readable at the
+same path on every worker, e.g. a shared file system or the same install) and send
+back the dict. Results reach the caller as each trial finishes, in any order, with
+the trial's index.
+
+`objective_of` and `breakdown` read a trial's report: the figure a tune minimises,
+and where the time went (what the design is bound by), for K3-style driver reports
+(`us_per_step`, `breakdown_us`) and plain runs (`cycles`, unit busy and stall cycles)
+alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from mkemu.errors import ConfigError, EmulatorFault, MkemuError, SourceError
+from mkemu.options import Options
+
+CONNECT_TIMEOUT_S = 30
+# Report entries left out of a trial's record: per-core copies of the totals, and
+# host-side fields that say nothing about the variant.
+_DROPPED = ("per_core", "trace", "program", "dump")
+
+
+@attrs.frozen
+class Trial:
+    """One run: the program (an absolute path), its options (no trace), a `.npz` of
+    inputs for a plain program, and the TOML text of the hardware profile when it is
+    not a shipped name or file (then `options.hw` is ignored)."""
+
+    file: str
+    options: Options
+    inputs: str | None = None
+    hw_toml: str | None = None
+
+
+def trial(file: str, options: Options, inputs: str | None = None) -> Trial:
+    """A trial with every file named by an absolute path, as a worker elsewhere needs."""
+    def fix(path: str | None) -> str | None:
+        return None if path is None else str(Path(path).resolve())
+
+    hw = fix(options.hw) if _is_path(options.hw) else options.hw
+    return Trial(fix(file), Options.of(options, hw=hw, trace=None, dump=fix(options.dump)), fix(inputs))
+
+
+def _is_path(hw: str) -> bool:
+    return hw.endswith(".toml") or os.sep in hw or "/" in hw
+
+
+def run_trial(trial: Trial) -> dict:
+    """Run one trial; never raises a user's error (see the module docstring)."""
+    from mkemu.run import execute
+
+    t0 = time.perf_counter()
+    try:
+        if trial.hw_toml is None:
+            report, _ = execute(trial.file, trial.options, inputs=trial.inputs)
+        else:
+            with tempfile.TemporaryDirectory(prefix="mkemu-hw-") as tmp:
+                hw = Path(tmp) / "variant.toml"
+                hw.write_text(trial.hw_toml)
+                report, _ = execute(trial.file, Options.of(trial.options, hw=str(hw)), inputs=trial.inputs)
+    except MkemuError as exc:
+        return {"status": "rejected", "reason": rejection(exc), "report": None,
+                "wall_s": round(time.perf_counter() - t0, 3)}
+    report = {k: v for k, v in json.loads(json.dumps(report, default=_json_default)).items()
+              if k not in _DROPPED}
+    status, reason = "ok", None
+    if report.get("bit_exact") is False:
+        status, reason = "rejected", f"wrong bits: {str(report.get('mismatch')).removeprefix('FAIL: ')}"
+    elif report.get("bit_exact") is None:
+        status, reason = "rejected", "no reference check: the program names no reference"
+    return {"status": status, "reason": reason, "report": report,
+            "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def rejection(exc: MkemuError) -> str:
+    """One line saying why a run was rejected: the fault kind or the first error."""
+    if isinstance(exc, EmulatorFault):
+        # "[race] at chip 0, core 0, cycle 1010, pc 0x0009: ..." and where in the source
+        head = exc.render().splitlines()[0].removeprefix("fault ")
+        return head + (f" (at {exc.source})" if exc.source else "")
+    if isinstance(exc, SourceError):
+        first = exc.diagnostics[0]
+        more = len(exc.diagnostics) - 1
+        return f"compile error: {first.span}: {first.message}" + (f" (and {more} more)" if more else "")
+    return f"error: {exc.render().splitlines()[0]}"
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(type(value).__name__)
+
+
+def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, jobs: int = 1,
+               scheduler: str | None = None) -> None:
+    """Run every trial; call `on_done(index, result)` as each one finishes."""
+    if not trials:
+        return
+    if scheduler is not None:
+        _run_dask(trials, on_done, scheduler)
+    elif jobs <= 1 or len(trials) == 1:
+        for index, trial in enumerate(trials):
+            on_done(index, run_trial(trial))
+    else:
+        # Spawned workers start clean (no state copied from this process); each is
+        # reused for many trials, so the start-up cost is paid once per worker.
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn"))
+        try:
+            futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
+            _collect(as_completed(futures), futures, on_done)
+        finally:
+            # After an interrupt, the trials not started yet are dropped, not run.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _collect(done: Iterable, index_of: dict, on_done) -> None:
+    for future in done:
+        on_done(index_of[future], future.result())
+
+
+def reach_scheduler(scheduler: str) -> None:
+    """Connect to a Dask scheduler once, or raise a ConfigError saying why not. Checked
+    before a `Client` is made: one whose start failed spends another minute failing to
+    close when it is collected."""
+    import asyncio
+
+    try:
+        from distributed.comm import connect
+    except ImportError:
+        raise ConfigError("--scheduler needs dask.distributed, which is not installed: "
+                          "pip install 'mkemu[distributed]'", key="--scheduler") from None
+
+    async def reach() -> None:
+        comm = await connect(scheduler, timeout=CONNECT_TIMEOUT_S)
+        await comm.close()
+
+    try:
+        asyncio.run(reach())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {exc}", key="--scheduler") from None
+
+
+def _run_dask(trials: list[Trial], on_done, scheduler: str) -> None:
+    reach_scheduler(scheduler)
+    from distributed import Client, as_completed as dask_completed
+
+    client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    with client, client.as_current():
+        # pure=False: no caching of results by Dask; which trials to run is the caller's business.
+        futures = {client.submit(run_trial, trial, pure=False): index for index, trial in enumerate(trials)}
+        _collect(dask_completed(list(futures)), futures, on_done)
+
+
+# ----------------------------------------------------------------- reports
+
+
+def objective_of(report: dict, objective: str) -> float:
+    """`us_per_step` (a plain run is one step) or `cycles` (per step for a driver)."""
+    if objective == "cycles":
+        per_step = report.get("cycles_per_step")
+        return sum(per_step) / len(per_step) if per_step else float(report["cycles"])
+    return report["us_per_step"] if "us_per_step" in report else report["seconds"] * 1e6
+
+
+def breakdown(report: dict) -> dict:
+    """{"total": us per step, "parts": {what: us}, "bound_by": the largest part}.
+
+    A driver's report already splits the step (`breakdown_us`: collectives, weight
+    streaming, compute, launch overhead, idle). For a plain run the parts are per-core
+    averages that may overlap: each unit's busy time (the busiest matrix unit for
+    `mxu`) and the time cores stalled, by reason (`semaphore` is waiting for DMAs and
+    signals)."""
+    if "breakdown_us" in report:
+        total, parts = report["us_per_step"], dict(report["breakdown_us"])
+    else:
+        total = report["seconds"] * 1e6
+        per_core_us = total / report["cycles"] / report["cores"] if report["cycles"] else 0.0
+        parts = {}
+        for unit, busy in report["unit_busy_cycles"].items():
+            name = "mxu" if unit.startswith("mxu") else unit
+            parts[f"{name} busy"] = max(parts.get(f"{name} busy", 0.0), busy * per_core_us)
+        for reason, cycles in report["stall_cycles"].items():
+            parts[f"{reason} wait"] = cycles * per_core_us
+    bound_by = max(parts, key=lambda k: parts[k]) if parts else None
+    return {"total": total, "parts": parts, "bound_by": bound_by}

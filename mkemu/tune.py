@@ -1,0 +1,313 @@
+"""`mkemu tune`: search a program's params for the fastest bit-exact build.
+
+The space is the params given with `--param NAME[=v1,v2,...]`, or else every param
+that declares its values (`param ES = 2 in {1, 2, 4} "...";`), less those fixed
+with `--set` or by the program's driver. Trial 0 is always the default build (the
+declared defaults with the run's `--set`s): the speedups are over it. A space no
+bigger than the budget is enumerated; a bigger one is searched by optuna's TPE
+sampler, seeded with `--seed`, asking for a fixed number of variants at a time
+(`BATCH`) so the same seed gives the same trials whatever `--jobs` or the cluster.
+
+Each variant is compiled and run (`mkemu.trials`); one that fails to compile,
+faults, deadlocks, races, changes an output bit or has no reference check is
+rejected with its reason and can never win. The record (`--out`, JSON) holds every
+trial and is rewritten atomically after each one; `--resume` reads such a record
+and reuses its finished trials instead of running them again, so an interrupted
+tune continues where it stopped and ends as an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from mkemu.errors import ConfigError
+from mkemu.isa.program import ParamInfo
+from mkemu.options import Options
+from mkemu.runner import atomic_write
+from mkemu.trials import Trial, breakdown, objective_of, run_trials
+
+FORMAT = "mkemu-tune/1"
+# Variants asked from the sampler at a time: fixed, so that the sampler sees the same
+# results in the same order whatever runs the trials.
+BATCH = 8
+# The sampler may propose variants already run; it gets their known result back. It
+# is stopped after this many proposals per budgeted run, so a search of a space that
+# it keeps circling ends.
+MAX_ASKS_PER_RUN = 20
+
+
+@attrs.frozen
+class Space:
+    names: tuple[str, ...]
+    values: dict[str, tuple[int, ...]]
+    default: dict[str, int]               # the tuned params' values in the default build
+
+    @property
+    def size(self) -> int:
+        size = 1
+        for name in self.names:
+            size *= len(self.values[name])
+        return size
+
+
+def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
+    """The params of the default build (as `mkemu run` would compile it), and the names
+    the program's driver sets."""
+    from mkemu.api import compile as compile_program
+    from mkemu.session import machine_info
+
+    if not base.file.endswith(".mk"):
+        raise ConfigError("mkemu tune searches a .mk program's params; this is not a .mk file", file=base.file)
+    kernel = compile_program(base.file, base.options)
+    driver_set: frozenset[str] = frozenset()
+    if kernel.is_driven and hasattr(kernel.reference, "params"):
+        driver_set = frozenset(kernel.reference.params(base.options.driver_options(),
+                                                       machine_info(kernel.profile, kernel.mesh)))
+    return kernel.program.params, driver_set
+
+
+def make_space(params: tuple[ParamInfo, ...], driver_set: frozenset[str], fixed: dict[str, int],
+               requested: dict[str, tuple[int, ...] | None], file: str) -> Space:
+    """The space to search: `requested` (None: the declared values) or every declared one."""
+    info = {p.name: p for p in params}
+    if requested:
+        for name, values in requested.items():
+            p = info.get(name)
+            if p is None:
+                raise ConfigError(f"the program has no param '{name}' (its params: {', '.join(info) or 'none'})",
+                                  file=file, key=f"--param {name}")
+            if name in driver_set:
+                raise ConfigError(f"'{name}' is set by the program's driver (from the model, batch and mesh); "
+                                  "it cannot be tuned", file=file, key=f"--param {name}")
+            if name in fixed:
+                raise ConfigError(f"'{name}' is both fixed with --set and tuned with --param", file=file,
+                                  key=f"--param {name}")
+            if values is None and p.values is None:
+                raise ConfigError(f"param '{name}' declares no values; give them: --param {name}=V1,V2,...",
+                                  file=file, key=f"--param {name}")
+            bad = [v for v in values or () if p.values is not None and v not in p.values]
+            if bad:
+                raise ConfigError(f"{', '.join(map(str, bad))} not among the values param '{name}' declares "
+                                  f"({', '.join(map(str, p.values))}, at {p.span.file}:{p.span.line})",
+                                  file=file, key=f"--param {name}")
+        names = tuple(requested)
+        values = {n: tuple(dict.fromkeys(requested[n] or info[n].values)) for n in names}
+    else:
+        names = tuple(p.name for p in params
+                      if p.values is not None and p.name not in fixed and p.name not in driver_set)
+        if not names:
+            raise ConfigError("the program declares no tunable param (`param NAME = D in {...};`) that is not "
+                              "fixed; name some with --param NAME=V1,V2,...", file=file, key="--param")
+        values = {n: info[n].values for n in names}
+    return Space(names, values, {n: info[n].value for n in names})
+
+
+def label(params: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+@attrs.define
+class Tune:
+    """One tune: its settings, its record, and the trials run so far."""
+
+    base: Trial                                           # the default build's run
+    space: Space
+    objective: str
+    budget: int
+    seed: int
+    out: str
+    jobs: int = 1
+    scheduler: str | None = None
+    cache: dict[str, dict] = attrs.Factory(dict)          # label -> a resumed trial record
+    trials: list[dict] = attrs.Factory(list)
+    search: str = ""
+    progress: Callable[[dict], None] | None = None
+    started: float = attrs.Factory(time.perf_counter)
+
+    def settings(self) -> dict:
+        """What makes two tunes' trials interchangeable (checked on --resume)."""
+        o = self.base.options
+        driver = {k: v for k, v in o.driver_options().items() if k != "seed"}
+        return {"program": self.base.file, "hw": o.hw, "mesh": "x".join(map(str, o.mesh)) if o.mesh else None,
+                "seed": o.seed, "max_cycles": o.max_cycles, "dma_order": o.dma_order, "checks": sorted(o.checks),
+                "inputs": self.base.inputs, "set": dict(sorted(o.params.items())), "driver": dict(sorted(driver.items())),
+                "objective": self.objective}
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> None:
+        space = self.space
+        in_space = all(space.default[n] in space.values[n] for n in space.names)
+        if space.size + (not in_space) <= self.budget:
+            self.search = "exhaustive"
+            variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
+            self.evaluate([space.default] + [v for v in variants if v != space.default])
+        else:
+            self.search = "optuna-tpe"
+            _require_optuna(space.size, self.budget)
+            if not in_space:
+                self.evaluate([space.default])   # the baseline, outside what the sampler picks from
+            self.optuna_search(self.budget - len(self.trials), in_space)
+        self.save(finished=True)
+
+    def evaluate(self, configs: list[dict[str, int]]) -> list[dict]:
+        """Records for `configs` (new trials, in order): from the resumed record or run."""
+        records = []
+        for params in configs:
+            record = {"index": len(self.trials), "params": params, "default": params == self.space.default}
+            self.trials.append(record)
+            records.append(record)
+        todo = []
+        for record in records:
+            cached = self.cache.get(label(record["params"]))
+            if cached is not None:
+                self.finish(record, cached, resumed=True)
+            else:
+                todo.append(record)
+        base = self.base
+        trials = [attrs.evolve(base, options=Options.of(base.options, params={**base.options.params, **r["params"]}))
+                  for r in todo]
+        run_trials(trials, lambda i, result: self.finish(todo[i], result), jobs=self.jobs,
+                   scheduler=self.scheduler)
+        return records
+
+    def finish(self, record: dict, result: dict, resumed: bool = False) -> None:
+        record.update(status=result["status"], reason=result["reason"],
+                      objective=objective_of(result["report"], self.objective) if result["status"] == "ok" else None,
+                      breakdown=breakdown(result["report"]) if result["report"] else None,
+                      wall_s=result["wall_s"], report=result["report"])
+        if resumed:
+            record["resumed"] = True
+        self.save(finished=False)
+        if self.progress:
+            self.progress(record)
+
+    def optuna_search(self, budget: int, default_in_space: bool) -> None:
+        import optuna
+        from optuna.distributions import CategoricalDistribution
+        from optuna.trial import TrialState
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # constant_liar: variants asked together (one batch) are spread out, not all the same.
+        sampler = optuna.samplers.TPESampler(seed=self.seed, constant_liar=True)
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        if default_in_space:
+            study.enqueue_trial(dict(self.space.default))
+        distributions = {n: CategoricalDistribution(list(self.space.values[n])) for n in self.space.names}
+        known: dict[str, dict] = {}
+        asks = 0
+        while len(known) < budget and asks < MAX_ASKS_PER_RUN * budget:
+            batch, new = [], []
+            while len(batch) < BATCH and len(known) + len(new) < budget:
+                asked = study.ask(distributions)
+                asks += 1
+                params = {n: asked.params[n] for n in self.space.names}
+                batch.append((asked, params))
+                if label(params) not in known and all(label(params) != label(p) for p in new):
+                    new.append(params)
+            for record in self.evaluate(new):
+                known[label(record["params"])] = record
+            for asked, params in batch:
+                record = known[label(params)]
+                if record["status"] == "ok":
+                    study.tell(asked, record["objective"])
+                else:
+                    study.tell(asked, state=TrialState.FAIL)
+
+    # ------------------------------------------------------------------- record
+    def document(self, finished: bool) -> dict:
+        ranked = self.ranking()
+        return {
+            "format": FORMAT, "settings": self.settings(), "search": self.search, "budget": self.budget,
+            "space": {n: list(self.space.values[n]) for n in self.space.names},
+            "default": self.space.default, "finished": finished,
+            "best": ranked[0]["index"] if ranked else None,
+            "wall_s": round(time.perf_counter() - self.started, 3),
+            "trials": sorted((t for t in self.trials if "status" in t), key=lambda t: t["index"]),
+        }
+
+    def save(self, finished: bool) -> None:
+        atomic_write(self.out, (json.dumps(self.document(finished), indent=1) + "\n").encode())
+
+    def ranking(self) -> list[dict]:
+        ok = [t for t in self.trials if t.get("status") == "ok"]
+        return sorted(ok, key=lambda t: (t["objective"], t["index"]))
+
+    def default_record(self) -> dict | None:
+        return next((t for t in self.trials if t["default"]), None)
+
+
+def _require_optuna(size: int, budget: int) -> None:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"the space has {size} variants, more than the budget of {budget}: searching it "
+                          "needs optuna, which is not installed (pip install 'mkemu[tune]'); or raise "
+                          "--budget to enumerate it", key="--budget") from None
+
+
+def load_resume(path: str, settings: dict) -> dict[str, dict]:
+    """The finished trials of a tune record, by label, after checking it is the same tune."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the tune record: {exc.strerror}", file=path) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not a tune record (invalid JSON: {exc.msg} at line {exc.lineno})", file=path) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"not a tune record (no \"format\": \"{FORMAT}\")", file=path)
+    theirs = doc.get("settings", {})
+    for key, mine in settings.items():
+        if theirs.get(key) != mine:
+            raise ConfigError(f"the record is of another tune: its {key} is {theirs.get(key)!r}, this tune's is "
+                              f"{mine!r}", file=path, key=key)
+    return {label(t["params"]): t for t in doc.get("trials", []) if "status" in t}
+
+
+# ----------------------------------------------------------------------- text
+
+
+def render(tune: Tune) -> str:
+    space = tune.space
+    default = tune.default_record()
+    base = default["objective"] if default and default["status"] == "ok" else None
+    unit = "us" if tune.objective == "us_per_step" else "cycles"
+    widths = [max(len(n), *(len(str(v)) for v in space.values[n])) for n in space.names]
+    head = "  ".join(f"{n:>{w}}" for n, w in zip(space.names, widths))
+    lines = [f"{'rank':>4}  {head}  {tune.objective:>12}  {'speedup':>7}  bound by (share of the step)"]
+    for rank, t in enumerate(tune.ranking(), 1):
+        cells = "  ".join(f"{t['params'][n]:>{w}}" for n, w in zip(space.names, widths))
+        speedup = f"{base / t['objective']:.3f}x" if base else "-"
+        mark = "  (default)" if t["default"] else ""
+        value = f"{t['objective']:.3f}" if unit == "us" else f"{t['objective']:,.0f}"
+        lines.append(f"{rank:>4}  {cells}  {value:>12}  {speedup:>7}  {_breakdown_text(t['breakdown'])}{mark}")
+    rejected = [t for t in tune.trials if t.get("status") == "rejected"]
+    if rejected:
+        lines.append(f"rejected ({len(rejected)}):")
+        lines += [f"  {label(t['params'])}{' (default)' if t['default'] else ''}: {t['reason']}" for t in rejected]
+    ranked = tune.ranking()
+    if ranked:
+        best = ranked[0]
+        if best["default"]:
+            lines.append(f"best: the default ({label(best['params'])}); no variant was faster")
+        elif base:
+            lines.append(f"best: {label(best['params'])}, {base / best['objective']:.3f}x the default "
+                         f"({label(space.default)})")
+        else:
+            lines.append(f"best: {label(best['params'])} (the default was rejected)")
+    else:
+        lines.append("no variant was bit-exact: nothing to recommend")
+    return "\n".join(lines)
+
+
+def _breakdown_text(parts: dict | None) -> str:
+    if not parts:
+        return ""
+    total = parts["total"]
+    shares = sorted(((k, v) for k, v in parts["parts"].items() if v > 0), key=lambda kv: -kv[1])[:3]
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares) if total else ""

@@ -1,0 +1,114 @@
+"""`mkemu sweep`: every program at every point of the hardware and mesh axes, what
+each is bound by, the record and the plot, on this process, local processes or Dask."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mkemu.cli import main
+
+ROOT = Path(__file__).parents[1]
+SCALE = str(Path(__file__).parent / "data" / "tune_scale.mk")
+
+
+def sweep(capsys, tmp_path, *argv) -> tuple[int, str, str, dict]:
+    code = main(["sweep", *argv, "--out", str(tmp_path / "sweep.json")])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    path = tmp_path / "sweep.json"
+    return code, out, err, json.loads(path.read_text()) if path.is_file() else {}
+
+
+def figures(record: dict) -> list:
+    return [(p["hw_set"], p["mesh"], [(r["status"], r.get("us_per_step"), r.get("bound_by")) for r in p["results"]])
+            for p in record["points"]]
+
+
+def test_every_point_of_every_axis_runs_and_says_what_bounds_it(capsys, tmp_path):
+    code, out, _, record = sweep(capsys, tmp_path, SCALE, "--hw", "test", "--hw-set",
+                                 "hbm_bw_bytes_per_s=8e9,64e9", "--hw-set", "dma.start_latency_cycles=10,1000",
+                                 "--mesh", "1,2")
+    assert code == 0
+    assert record["axes"] == {"chip.hbm_bw_bytes_per_s": [8e9, 64e9], "dma.start_latency_cycles": [10, 1000],
+                              "mesh": ["1", "2"]}
+    assert len(record["points"]) == 8
+    us = {}
+    for point in record["points"]:
+        (result,) = point["results"]
+        assert result["status"] == "ok" and result["report"]["bit_exact"] is True
+        assert result["bound_by"] == max(result["breakdown"]["parts"], key=result["breakdown"]["parts"].get)
+        assert result["report"]["hw"].startswith("test ")
+        assert result["report"]["chips"] == int(point["mesh"])
+        us[(point["hw_set"]["chip.hbm_bw_bytes_per_s"], point["hw_set"]["dma.start_latency_cycles"],
+            point["mesh"])] = result["us_per_step"]
+    # More bandwidth or a shorter DMA start never makes the step slower.
+    for latency in (10, 1000):
+        for mesh in ("1", "2"):
+            assert us[(64e9, latency, mesh)] <= us[(8e9, latency, mesh)]
+            assert us[(8e9, 10, mesh)] <= us[(8e9, 1000, mesh)]
+    assert len(out.splitlines()) == 1 + 8 + 1 and "semaphore wait" in out
+
+
+def test_k3_programs_report_their_floor_and_breakdown(capsys, tmp_path):
+    k3 = [str(ROOT / "programs" / f"k3_{name}.mk") for name in ("per_op", "megakernel")]
+    code, out, _, record = sweep(capsys, tmp_path, *k3, "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
+                                 "--hw-set", "ici.hop_latency_s=0.1e-6,2e-6", "--mesh", "2x1x1")
+    assert code == 0
+    for point in record["points"]:
+        per_op, mega = point["results"]
+        assert per_op["program"].endswith("k3_per_op.mk") and mega["program"].endswith("k3_megakernel.mk")
+        for r in (per_op, mega):
+            assert 0 < r["fraction_of_floor"] <= 1
+            assert r["bound_by"] in r["report"]["breakdown_us"]
+        assert mega["us_per_step"] < per_op["us_per_step"]
+    slow, fast = (next(p for p in record["points"] if p["hw_set"]["ici.hop_latency_s"] == v) for v in (2e-6, 0.1e-6))
+    assert fast["results"][1]["us_per_step"] < slow["results"][1]["us_per_step"]
+    assert "% of floor" in out
+
+
+def test_the_plot_is_a_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code = main(["sweep", SCALE, "--hw", "test", "--hw-set", "hbm_bw_bytes_per_s=8e9,16e9,64e9", "--mesh", "1",
+                 "--plot", str(tmp_path / "sweep.png")])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"plot: {tmp_path / 'sweep.png'}" in out
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_plot_is_a_clear_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib now fails
+    code, _, err, record = sweep(capsys, tmp_path, SCALE, "--hw", "test", "--mesh", "1", "--plot",
+                                 str(tmp_path / "p.png"))
+    assert code == 1 and record == {}
+    assert err.strip() == ("--plot: error: --plot needs matplotlib, which is not installed: "
+                           "pip install 'mkemu[plot]' (the JSON record has every figure)")
+
+
+def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    argv = (SCALE, "--hw", "test", "--hw-set", "hbm_bw_bytes_per_s=8e9,64e9", "--mesh", "1,2")
+    _, _, _, alone = sweep(capsys, tmp_path, *argv)
+    _, _, _, pool = sweep(capsys, tmp_path, *argv, "--jobs", "2")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        code, _, _, remote = sweep(capsys, tmp_path, *argv, "--scheduler", cluster.scheduler_address)
+    assert code == 0
+    assert figures(pool) == figures(alone) == figures(remote)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--hw-set", "hbm_bw=1e9"), "hbm_bw: error: no profile value 'hbm_bw' (did you mean 'hbm_bytes'?)"),
+    (("--hw-set", "hbm_bw_bytes_per_s=-1"), "--hw-set chip.hbm_bw_bytes_per_s=-1: error: must be positive, "
+                                            "got -1"),
+    (("--hw-set", "vmem_bytes=1x"), "--hw-set core.vmem_bytes: error: '1x' is not a value a profile takes"),
+    (("--hw-set", "vmem_bytes"), "--hw-set: error: --hw-set wants KEY=V1,V2,..., got 'vmem_bytes'"),
+    (("--mesh", "2x0"), "mesh: error: bad mesh '2x0'"),
+    ((), "--hw-set: error: nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,..."),
+])
+def test_bad_sweep_options_are_one_line_errors(capsys, tmp_path, argv, message):
+    code, _, err, _ = sweep(capsys, tmp_path, SCALE, "--hw", "test", *argv)
+    assert code == 1 and err.startswith(message) and len(err.strip().splitlines()) == 1
