@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     wall0 = time.perf_counter()
     reps = 1 if args.quick else args.reps
-    base_iters = 500 if args.quick else 2000
+    base_iters = 1000 if args.quick else 8000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         trees = {"baseline": extract(args.baseline, tmp / "base"), "current": current_tree(tmp)}

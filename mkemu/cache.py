@@ -64,7 +64,10 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     """The result of `build()`, which compiles `text` (named `path`) and returns the
     program and the text of every file it read by name, or the kept result of an
     earlier identical compile. Returns (program, whether it came from the cache)."""
-    key = hashlib.sha256(repr((compiler_fingerprint(), os.path.abspath(path), text,
+    # The path as given (the program's source spans name files so), and where it is
+    # relative from: imports are found relative to it.
+    where = "" if os.path.isabs(path) else os.getcwd()
+    key = hashlib.sha256(repr((compiler_fingerprint(), path, where, text,
                                sorted(params.items()), repr(profile))).encode()).hexdigest()
     try:
         directory = cache_dir("programs")

@@ -1,0 +1,81 @@
+"""Compiled programs kept in the user cache: a repeat compile is a hit, and anything the
+program depends on (its text, an imported file, params, profile, the path as named)
+makes a fresh compile."""
+
+from __future__ import annotations
+
+import pytest
+
+from mkemu.api import build_program
+from mkemu.cache import cached_program
+from mkemu.isa.hardware import load_profile
+
+MAIN = """import "lib.mk";
+kernel k(x: hbm f32[8, N], y: hbm f32[8, N]) {
+    vmem v: f32[8, N];
+    sem s;
+    start copy(x, v, s);
+    wait copy(x, v, s);
+    v = v + v;
+    start copy(v, y, s);
+    wait copy(v, y, s);
+}
+host {
+    input x: f32[8, N];
+    output y: f32[8, N];
+    launch k(x, y);
+}
+"""
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lib.mk").write_text("const N = 128;\n")
+    (tmp_path / "main.mk").write_text(MAIN)
+    return tmp_path
+
+
+def compile_counted(path: str, text: str, profile, params=None):
+    calls = []
+
+    def build():
+        calls.append(1)
+        from mkemu.dsl.compiler import compile_program
+        from mkemu.dsl.frontend import load_program
+
+        loaded = load_program(path, params, text=text)
+        return compile_program(loaded, profile), loaded.sources
+
+    program, hit = cached_program(path, text, profile, params or {}, build)
+    assert hit == (not calls)
+    return program, hit
+
+
+def test_a_repeat_compile_comes_from_the_cache(cache_home):
+    profile = load_profile("test")
+    first, hit1 = compile_counted("main.mk", MAIN, profile)
+    second, hit2 = compile_counted("main.mk", MAIN, profile)
+    assert (hit1, hit2) == (False, True)
+    assert [k.code.tobytes() for k in first.kernels.values()] == [k.code.tobytes() for k in second.kernels.values()]
+    assert build_program("main.mk", MAIN, profile, {}).kernels.keys() == first.kernels.keys()
+
+
+def test_an_edited_import_is_compiled_afresh(cache_home):
+    profile = load_profile("test")
+    before, _ = compile_counted("main.mk", MAIN, profile)
+    (cache_home / "lib.mk").write_text("const N = 256;\n")
+    after, hit = compile_counted("main.mk", MAIN, profile)
+    assert not hit
+    assert before.kernels["k"].code.tobytes() != after.kernels["k"].code.tobytes()
+
+
+def test_text_profile_and_path_are_part_of_the_key(cache_home):
+    test, v7 = load_profile("test"), load_profile("tpu-v7-like")
+    compile_counted("main.mk", MAIN, test)
+    assert not compile_counted("main.mk", MAIN.replace("v + v", "v * v"), test)[1]
+    assert not compile_counted("main.mk", MAIN, v7)[1]
+    program, hit = compile_counted(str(cache_home / "main.mk"), MAIN, test)
+    assert not hit   # spans name the file as given, so an absolute path is another program
+    assert program.kernels["k"].source_map[0].file == str(cache_home / "main.mk")
