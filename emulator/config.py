@@ -7,6 +7,7 @@ import attrs
 from mkemu.errors import ConfigError
 
 DMA_ORDERS = ("round_robin", "fifo")
+SCHEDULES = ("normal", "shuffle", "late")
 CHECKS = ("races", "semaphores")
 
 
@@ -39,9 +40,13 @@ class RunConfig:
     descriptors per engine move at once, sharing the engine's bandwidth (more in
     flight means each lands later); "fifo" moves one descriptor at a time per
     engine, in issue order.
-    checks: "races" faults on a vector load/store that touches the destination of
-    a DMA not yet waited for, or overwrites the source of one still in flight;
+    checks: "races" faults on an access or a DMA that races with a DMA in flight, in
+    simulated time, by the bytes touched (emulator/safety.py, docs/safety.md);
     "semaphores" faults if any semaphore is non-zero when a kernel ends.
+    max_instructions: per core and launch; a core that runs more faults (a runaway
+    loop stops within seconds of wall time, naming the loop).
+    schedule: when DMAs land (emulator/dma.py): "normal"; "shuffle" (a seeded random
+    delay per DMA, from `schedule_seed`); "late" (as late as synchronisation allows).
     """
 
     seed: int = 0
@@ -49,3 +54,6 @@ class RunConfig:
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset,
                                          validator=_checks)
+    max_instructions: int = attrs.field(default=50_000_000, validator=_positive)
+    schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
+    schedule_seed: int = 0

@@ -23,8 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from mkemu.emulator import loop as lp
+from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, C_DST, C_NDST, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap
+from mkemu.emulator.safety import describe_dma
+from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import SPECIAL_REGS
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Kernel
@@ -33,6 +36,7 @@ from mkemu.isa.semantics import FAULTS, LANES, ROWS
 TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop hands them over
 TRACE_REGION_ROWS = 1 << 12
 RACE_SLOTS = 64            # DMAs in flight a core's race check sees at once (grown on demand)
+LOG_ROWS = 1 << 12         # accesses logged per run-ahead before the loop hands them over
 
 
 class Core:
@@ -69,7 +73,8 @@ class Core:
         self.mx_acc = np.zeros((p.mxus_per_core, p.mxu_accumulators, ROWS, d), np.uint32)
         self.rstack = np.zeros((lp.REGION_DEPTH, 4), np.int64)
         self.rstat = np.zeros((1, 2), np.int64)
-        self.races = np.zeros((RACE_SLOTS, 3), np.int64)
+        self.races = np.zeros((RACE_SLOTS, 10), np.int64)
+        self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -80,7 +85,7 @@ class Core:
         self.sems = [0] * p.semaphores
         self.sync_stalls = {"semaphore": 0, "barrier": 0}
         self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
-        self.in_flight: list = []   # (role, DMA) issued by or landing on this core, for race checks
+        self.in_flight: list = []   # (safety.Entry, space): DMAs in flight for this core, for race checks
         self.halted = True
         self._loop = lp.compiled_loop()
 
@@ -147,7 +152,7 @@ class Core:
     # -- launches ------------------------------------------------------------
 
     def start(self, kernel: Kernel, decoded: DecodedKernel, args: tuple[int, ...], t: int,
-              limit: int, checks_races: bool) -> None:
+              limit: int, max_instructions: int, checks_races: bool) -> None:
         """Fresh state for a kernel launch: kernels see nothing of each other's memories.
         Counters (instructions, unit busy and stall cycles) carry over: they are the run's."""
         I = self.I
@@ -183,6 +188,8 @@ class Core:
         for i, name in enumerate(SPECIAL_REGS):
             self.spec[i] = self.special[name]
         I[lp.H_LIMIT] = limit
+        I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
+        I[lp.H_IMAX] = max_instructions
         I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | (lp.FLAG_RACES if checks_races else 0)
         I[lp.H_NREGNAMES] = len(kernel.regions)
         I[lp.H_T] = t
@@ -195,23 +202,28 @@ class Core:
             self.rstat[:] = 0
         self.sems = [0] * self.profile.semaphores
         self.dma_wait_cycles = {}
-        self.in_flight = []
+        self.sem_raisers: dict[int, tuple] = {}   # semaphore -> (core, pc, text, source, cycle)
+        self.clear_in_flight()
         self.halted = False
 
     # -- the issue loop ------------------------------------------------------
 
     def run_local(self) -> tuple[Op, int]:
-        """Run until the next global instruction; return it and its issue time."""
+        """Run until the next global instruction; return it and its issue time. The
+        accesses of this run-ahead are logged (for races found after the fact)."""
+        self.I[lp.H_NLOG] = 0
         while True:
             code = self._loop(self.code, self.I, self.V, self.M, self.vmem, self.smem, self.mx_w,
                               self.mx_lhs, self.mx_acc, self.rstack, self.rstat, self.races,
-                              self.trace_rows, self.trace_regions)
+                              self.access_log, self.trace_rows, self.trace_regions)
             if self.trace is not None:
                 self.trace.drain(self)
             if code == lp.EXIT_GLOBAL:
                 return self.decoded.ops[self.pc], int(self.I[lp.H_ISSUE])
             if code == lp.EXIT_FAULT:
                 raise self._trap()
+            if code == lp.EXIT_LOG_FULL:
+                self.access_log = np.concatenate([self.access_log, np.zeros_like(self.access_log)])
 
     def retire(self, op: Op, issue: int) -> None:
         """Book the unit and the results of global `op` issued at `issue`."""
@@ -231,6 +243,10 @@ class Core:
                                        "a kernel must end with halt")
         if code == lp.E_MAX_CYCLES:
             return Trap("max-cycles", f"the run passed the max-cycle guard of {a} cycles")
+        if code == lp.E_MAX_INSTRUCTIONS:
+            return Trap("max-instructions", f"this core ran {a:,} instructions in one launch without reaching "
+                                            "a halt (a loop that never ends?); raise the limit with "
+                                            "--max-instructions if the kernel really needs more")
         if code == lp.E_RACE:
             return self.race_trap(a, b, c)
         kind, template = FAULTS[code]
@@ -239,35 +255,51 @@ class Core:
         return Trap(kind, template.format(a=a, b=b, c=c, d=d, name="VMEM", problem=op.problem,
                                           op=mnemonic.rstrip("i")))
 
-    # -- DMAs in flight, as the loop's race check sees them ---------------------
+    # -- DMAs in flight, as the loop's race check sees them ----------------------
 
-    def add_in_flight(self, role: str, dma) -> None:
-        """A DMA starts reading ("src") or writing ("dst") this core's VMEM."""
+    def clear_in_flight(self) -> None:
+        self.in_flight = []
+        self.I[lp.H_NRACE] = 0
+
+    def add_in_flight(self, entry, space: str) -> None:
+        """A DMA in flight for this core touches its `space` ("vmem" or "smem"): the
+        loop checks each access against it (any access if it writes, a write if it reads)."""
         n = len(self.in_flight)
-        self.in_flight.append((role, dma))
+        self.in_flight.append((entry, space))
         if n >= self.races.shape[0]:
             self.races = np.concatenate([self.races, np.zeros_like(self.races)])
-        lo, hi = dma.dst_range if role == "dst" else dma.src_range
-        self.races[n] = (lo, hi, 0 if role == "dst" else 1)
+        self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, 0 if space == "vmem" else 1,
+                         *entry.block)
         self.I[lp.H_NRACE] = n + 1
 
     def keep_in_flight(self, keep) -> None:
-        """Drop the DMAs for which keep(role, dma) is false (their race window ended)."""
-        kept = [(role, dma) for role, dma in self.in_flight if keep(role, dma)]
+        """Drop the entries for which keep(entry) is false (this core knows they landed)."""
+        kept = [(entry, space) for entry, space in self.in_flight if keep(entry)]
         if len(kept) == len(self.in_flight):
             return
-        self.in_flight = []
-        self.I[lp.H_NRACE] = 0
-        for role, dma in kept:
-            self.add_in_flight(role, dma)
+        self.clear_in_flight()
+        for entry, space in kept:
+            self.add_in_flight(entry, space)
 
     def race_trap(self, k: int, lo: int, hi: int) -> Trap:
-        role, dma = self.in_flight[k]
-        what = ("reads or writes the destination of a DMA that has not been waited for"
-                if role == "dst" else "overwrites the source of a DMA still in flight")
-        src = self.kernel.source_line(dma.pc)
-        return Trap("race", f"this access to VMEM [{lo}, {hi}) {what}: `{dma.text}` "
-                            f"(pc {dma.pc:#06x}{', ' + src if src else ''}, issued at cycle {dma.issued_at})")
+        entry, space = self.in_flight[k]
+        what = ("reads or writes the destination of a DMA that has not been waited for" if entry.write
+                else "overwrites the source of a DMA still in flight")
+        return Trap("race", f"this access to {space.upper()} [{lo}, {hi}) {what}: {describe_dma(entry.dma)}; "
+                            "wait for it first")
+
+    def logged_race(self, entry, space: str, time: int, pc: int, addr: int, stride: int, rows: int,
+                    lo_off: int, hi_off: int, write: int) -> EmulatorFault:
+        """A race found after the fact: this core, running ahead, made the access at cycle
+        `time`, after another core issued `entry`'s DMA into its memory."""
+        lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
+        what = "writes" if write else "reads"
+        return EmulatorFault(
+            "race", f"kernel {self.kernel.name}: this access {what} {space.upper()} [{lo}, {hi}) while a DMA "
+                    f"into it from another core is in flight: {describe_dma(entry.dma)}; nothing ordered "
+                    "the access and the DMA (a semaphore this core waits on, a signal, a barrier)",
+            chip=self.chip, core=self.index, cycle=time, pc=pc, instruction=self.decoded.ops[pc].text,
+            source=self.kernel.source_line(pc))
 
     def note_write(self, space: str, lo: int, hi: int) -> None:
         """A DMA wrote [lo, hi) of this core's VMEM or SMEM: the next launch clears it."""

@@ -1,16 +1,18 @@
 """The compiled issue loop: generated from the instruction table, compiled once by numba.
 
 `compiled_loop()` returns `run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK,
-RSTAT, RACES, TR, TRR) -> exit code`. It runs one core's local instructions from
+RSTAT, RACES, LOG, TR, TRR) -> exit code`. It runs one core's local instructions from
 `I[H_PC]` with the timing rules of docs/architecture.md (an instruction issues when
 its unit is free and its sources are ready; it books the unit for its occupancy and
 its results for its latency) and executes each one by its table row's exec clause.
 It returns at a global instruction (EXIT_GLOBAL, with its issue cycle in
 `I[H_ISSUE]`), at a fault (EXIT_FAULT, the fault in `I[H_E:]`), or when a trace
-buffer is full (EXIT_TRACE_FULL). The same loop records traces (flag bit 0: one
-(pc, issue, unit stall, operand stall) row per instruction into TR, region rows
-into TRR) and checks races against the DMAs in flight (flag bit 1, RACES rows of
-(lo, hi, role)).
+buffer or the access log is full (EXIT_TRACE_FULL, EXIT_LOG_FULL). The same loop
+records traces (flag bit 0: one (pc, issue, unit stall, operand stall) row per
+instruction into TR, region rows into TRR) and checks races (flag bit 1): every VMEM
+and SMEM access against the DMAs in flight for the core (RACES rows: outer lo, hi,
+whether the DMA only reads, space, its block), and into LOG (issue cycle, pc, space,
+footprint, write) for the checks made when another core's DMA lands later.
 
 The source of the loop is generated from the table: one branch per row, holding the
 row's operand names, its race check (from its memory footprint) and its exec
@@ -33,7 +35,8 @@ import time
 from mkemu.cache import cache_dir
 from mkemu.emulator import decode as dec
 from mkemu.isa import semantics
-from mkemu.isa.semantics import E_REGION_DEEP, E_REGION_POP, fault, jitable
+from mkemu.emulator.footprint import block_span, blocks_overlap
+from mkemu.isa.semantics import E_REGION_DEEP, E_REGION_POP, LANES, ROWS, fault, jitable
 
 # --- the layout of I, the core's int64 state --------------------------------------
 H_PC, H_T, H_COUNT, H_STALL_UNIT, H_STALL_DEP, H_NTR, H_NTRR, H_RDEPTH = range(8)
@@ -43,18 +46,21 @@ H_SDIRTY = 16         # SMEM [lo, hi) likewise
 H_E = 18              # a fault: code, a, b, c, d
 H_O_S, H_O_READY, H_O_UFREE, H_O_BUSY, H_O_SPEC, H_O_MR, H_O_MXR = range(24, 31)
 H_NSREG, H_NREADY, H_NUNITS, H_NMREG, H_NMXU, H_MXD = range(31, 37)
+H_NLOG = 37           # accesses logged in this run-ahead
+H_ILIMIT = 38         # the instruction count at which this launch faults
+H_IMAX = 39           # the instructions a core may run per launch
 HEADER = 40
 
-EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL = 1, 2, 3
+EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL, EXIT_LOG_FULL = 1, 2, 3, 4
 FLAG_TRACE, FLAG_RACES = 1, 2
 # Faults the loop itself raises (the rows' own are in isa/semantics.py).
-E_RAN_OFF, E_MAX_CYCLES, E_RACE = 40, 41, 42
+E_RAN_OFF, E_MAX_CYCLES, E_RACE, E_MAX_INSTRUCTIONS = 40, 41, 42, 43
 REGION_DEPTH = 64
 REGION_OPEN, REGION_CLOSE = 0, 1
 # Compiled eagerly for exactly these array types (all C-contiguous).
 SIGNATURE = ("int64(int64[:, ::1], int64[::1], uint32[:, ::1], uint8[:, ::1], uint8[::1], uint8[::1], "
              "uint32[:, :, ::1], uint32[:, :, ::1], uint32[:, :, :, ::1], int64[:, ::1], int64[:, ::1], "
-             "int64[:, ::1], int64[:, ::1], int64[:, ::1])")
+             "int64[:, ::1], int64[:, ::1], int64[:, ::1], int64[:, ::1])")
 
 
 def layout(nsreg: int, nready: int, nunits: int, nmreg: int, nmxu: int) -> dict[str, int]:
@@ -119,13 +125,54 @@ def region_named(TRR, I, region):
 
 
 @jitable
-def race_check(RACES, n, lo, hi, write, E):
-    """The first DMA in flight whose footprint this access conflicts with: any access to
-    a destination not yet waited for (role 0), a write to a source still read (role 1)."""
+def tile_footprint(MR, M, mask, size):
+    """(rows, first byte, end byte within a row) a tile access under `mask` touches: the
+    mask's rectangle, or for any other mask its active rows and lanes."""
+    rows, lanes = MR[mask, 0], MR[mask, 1]
+    if rows >= 0:
+        return rows, 0, lanes * size
+    last_row, first_lane, last_lane = -1, LANES, -1
+    for e in range(ROWS * LANES):
+        if M[mask, e]:
+            last_row = e // LANES
+            first_lane = min(first_lane, e % LANES)
+            last_lane = max(last_lane, e % LANES)
+    if last_row < 0:
+        return 0, 0, 0
+    return last_row + 1, first_lane * size, (last_lane + 1) * size
+
+
+@jitable
+def access_race(RACES, n, space, addr, stride, rows, lo_off, hi_off, write, E):
+    """The first DMA in flight (RACES rows: lo, hi, reads-only, space, block) that this
+    access shares a byte with, where it writes the bytes or the access writes them."""
+    if rows <= 0 or hi_off <= lo_off:
+        return 0
+    lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
     for k in range(n):
-        if lo < RACES[k, 1] and RACES[k, 0] < hi and (RACES[k, 2] == 0 or write):
+        if RACES[k, 3] != space or (RACES[k, 2] == 1 and not write):
+            continue
+        if lo >= RACES[k, 1] or RACES[k, 0] >= hi:
+            continue
+        if blocks_overlap(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0, RACES[k, 4], RACES[k, 5],
+                          RACES[k, 6], RACES[k, 7], RACES[k, 8], RACES[k, 9]):
             return fault(E, E_RACE, k, lo, hi, 0)
     return 0
+
+
+@jitable
+def log_access(LOG, I, issue, pc, space, addr, stride, rows, lo_off, hi_off, write):
+    n = I[H_NLOG]
+    LOG[n, 0] = issue
+    LOG[n, 1] = pc
+    LOG[n, 2] = space
+    LOG[n, 3] = addr
+    LOG[n, 4] = stride
+    LOG[n, 5] = rows
+    LOG[n, 6] = lo_off
+    LOG[n, 7] = hi_off
+    LOG[n, 8] = write
+    I[H_NLOG] = n + 1
 
 
 @jitable
@@ -137,7 +184,7 @@ def mark_dirty(I, at, lo, hi):
         I[at + 1] = hi
 
 
-_SUPPORT = (region_enter, region_leave, region_named, race_check, mark_dirty)
+_SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_race, log_access, mark_dirty)
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
             "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
@@ -155,17 +202,23 @@ def _indent(text: str, levels: int) -> str:
 
 
 def _footprint_check(instr) -> str:
-    """The race check of a row's VMEM footprint (only while DMAs are in flight)."""
+    """The race check of a row's memory footprint: against the DMAs in flight for this
+    core, and into the log of this run-ahead."""
     for space, access, shape in instr.memory:
-        if space != "vmem":
+        if space not in ("vmem", "smem"):
             continue
         write = 1 if access == "w" else 0
+        code = 0 if space == "vmem" else 1
         if shape == "tile":
-            span = f"lo, hi = vtile_span(S[sa] + off, S[stride], {instr.elem_bytes})"
-        else:   # "span": the weight tile's rows x cols bf16 values
-            span = "lo, hi = rows_span(S[sa] + off, S[stride], rows, cols * 2)"
-        return (f"if races and I[H_NRACE] > 0:\n    {span}\n"
-                f"    err = race_check(RACES, I[H_NRACE], lo, hi, {write}, E)")
+            where = (f"fa = S[sa] + off\nfs = S[stride]\n"
+                     f"fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})")
+        elif shape == "span":   # the weight tile's rows x cols bf16 values
+            where = "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols * 2"
+        else:                   # one SMEM word
+            where = "fa = S[sa] + off\nfs = 0\nfn, flo, fhi = 1, 0, 4"
+        return (f"if races:\n{_indent(where, 1)}\n    if I[H_NRACE] > 0:\n"
+                f"        err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
+                f"    log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
     return ""
 
 
@@ -215,7 +268,7 @@ def _dispatch(ids: list[int], levels: int) -> str:
 
 _PROLOGUE = '''
 @njit(SIGNATURE, cache=True, error_model="numpy", nogil=True)
-def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR):
+def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, TR, TRR):
     VMEM16 = VMEM.view(np.uint16)
     VMEM32 = VMEM.view(np.uint32)
     SMEM32 = SMEM.view(np.uint32)
@@ -237,6 +290,7 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR)
     tracing = (I[H_FLAGS] & FLAG_TRACE) != 0
     races = (I[H_FLAGS] & FLAG_RACES) != 0
     limit = I[H_LIMIT]
+    budget = I[H_ILIMIT] - I[H_COUNT]
     pc = I[H_PC]
     t = I[H_T]
     count = 0
@@ -246,6 +300,9 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR)
     while True:
         if tracing and (I[H_NTR] >= TR.shape[0] or I[H_NTRR] >= TRR.shape[0] - 1):
             code = EXIT_TRACE_FULL
+            break
+        if races and I[H_NLOG] >= LOG.shape[0]:
+            code = EXIT_LOG_FULL
             break
         if pc >= n_ops or pc < 0:
             fault(E, E_RAN_OFF, pc, n_ops, 0, 0)
@@ -275,6 +332,10 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, TR, TRR)
             break
         if issue > limit:
             fault(E, E_MAX_CYCLES, limit, 0, 0, 0)
+            code = EXIT_FAULT
+            break
+        if count >= budget:
+            fault(E, E_MAX_INSTRUCTIONS, I[H_IMAX], 0, 0, 0)
             code = EXIT_FAULT
             break
         occ = C[pc, C_OCC]

@@ -24,38 +24,15 @@ from mkemu.isa.program import Program
 from mkemu.emulator.config import RunConfig
 from mkemu.emulator.core import Core
 from mkemu.emulator.decode import decode_kernel, unit_names
-from mkemu.emulator.flows import FlowNetwork, completion_cycle
+from mkemu.emulator.dma import DMA_BEGIN, FLOWS, LAND, Dma, DmaMixin
+from mkemu.emulator.flows import FlowNetwork
 from mkemu.emulator.hbm import ChipMemories
-from mkemu.emulator.memory import Trap, block_ranges, read_block, write_block
+from mkemu.emulator.memory import Trap
+from mkemu.emulator.safety import Safety
 from mkemu.emulator.topology import Mesh
 
-RESUME, DMA_BEGIN, FLOWS, SIGNAL = range(4)
-DESC_WORDS = 7
+RESUME, SIGNAL = 0, 3
 NP_DTYPES = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32}
-
-
-@attrs.define
-class Dma:
-    seq: int
-    src_core: Core
-    dst_core: Core            # the core whose memory (VMEM/SMEM) or chip (HBM) receives
-    src_space: str
-    dst_space: str
-    dst_addr: int
-    shape: tuple[int, int, int, int, int]   # inner, n1, dst_stride1, n2, dst_stride2
-    data: np.ndarray
-    size_bytes: int
-    sem: int                  # on src_core: bytes sent (== completion for local copies)
-    rsem: int | None          # on dst_core: bytes received (remote copies)
-    resources: tuple[int, ...]
-    latency_cycles: int
-    issued_at: int
-    pc: int
-    text: str
-    dst_range: tuple[int, int] = (0, 0)
-    src_range: tuple[int, int] = (0, 0)
-    begun_at: int | None = None
-    done_at: int | None = None
 
 
 @attrs.frozen
@@ -79,7 +56,7 @@ class RunResult:
         return attrs.asdict(self, recurse=True)
 
 
-class Machine:
+class Machine(DmaMixin):
     def __init__(self, profile: HardwareProfile, mesh: Mesh | None = None,
                  config: RunConfig | None = None, trace=None):
         self.profile = profile
@@ -120,6 +97,11 @@ class Machine:
         self.idle_cycles = 0                       # halted cores waiting for the launch to end
         # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
         self.trace = trace
+        # The shuffle schedule's landing delays: seeded, so a schedule is repeatable.
+        self.schedule_rng = np.random.default_rng([self.config.seed, self.config.schedule_seed])
+        self.shuffle_cycles = 2 * p.dma_start_latency_cycles
+        # Race checks in simulated time (`safety.py`), or None with --no-check races.
+        self.safety = Safety(self.cores) if "races" in self.config.checks else None
 
     # -- loading and data ----------------------------------------------------
 
@@ -180,18 +162,26 @@ class Machine:
         self.engine_queue = {c.gid: [] for c in self.cores}
         self.engine_active = {c.gid: 0 for c in self.cores}
         self.dmas: dict[int, Dma] = {}
+        self.held: list[Dma] = []      # the late schedule's DMAs that moved but have not landed
         self.flow_version = 0
         if self.trace is not None:
             self.trace.on_launch(self, launch, start)
-        races = "races" in self.config.checks
+        races = self.safety is not None
+        if races:
+            self.safety.launch()
         for core in self.cores:
-            core.start(kernel, decoded, launch.args, start, self.config.max_cycles, races)
+            core.start(kernel, decoded, launch.args, start, self.config.max_cycles,
+                       self.config.max_instructions, races)
             core.pending = None
             core.waiting = None
             core.end_time = None
             self._push(start, RESUME, core)
         self.now = start
-        while self.events:
+        while self.events or self.held:
+            if not self.events:
+                # Every core halted or blocks, and DMAs are held back: now they land.
+                self.release_all(self.now)
+                continue
             t, _, kind, payload = heapq.heappop(self.events)
             if t > self.config.max_cycles:
                 core = payload if kind == RESUME else None
@@ -206,8 +196,12 @@ class Machine:
                 if payload == self.flow_version:
                     self._complete_flows(t)
             elif kind == SIGNAL:
-                core, sem, value = payload
-                self._add_sem(core, sem, value, t)
+                core, sem, value, carried, raiser = payload
+                if self.safety is not None:
+                    self.safety.signal_arrived(core, sem, carried)
+                self._add_sem(core, sem, value, t, raiser=raiser)
+            elif kind == LAND:
+                self._land(payload, t)
         waiting = [c for c in self.cores if not c.halted]
         if waiting:
             raise self._deadlock(waiting)
@@ -219,10 +213,25 @@ class Machine:
             for core in self.cores:
                 left = [(i, v) for i, v in enumerate(core.sems) if v]
                 if left:
-                    text = ", ".join(f"semaphore {i} = {v}" for i, v in left)
-                    raise EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {text} "
-                                        "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
-                                        chip=core.chip, core=core.index, cycle=core.end_time)
+                    raise self._nonzero_semaphores(kernel, core, left)
+
+    def _nonzero_semaphores(self, kernel, core: Core, left: list[tuple[int, int]]) -> EmulatorFault:
+        """Name each semaphore left raised and the instruction that last raised it."""
+        parts = []
+        for sem, value in left:
+            raiser = core.sem_raisers.get(sem)
+            part = f"semaphore {sem} = {value}"
+            if raiser is not None:
+                by, pc, text, source, cycle = raiser
+                part += (f" (last raised at cycle {cycle} by `{text}` of chip {by.chip} core {by.index}, "
+                         f"pc {pc:#06x}{', ' + source if source else ''})")
+            parts.append(part)
+        first = core.sem_raisers.get(left[0][0])
+        return EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {'; '.join(parts)} "
+                             "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
+                             chip=core.chip, core=core.index, cycle=core.end_time,
+                             pc=first[1] if first else None, instruction=first[2] if first else None,
+                             source=first[3] if first else None)
 
     def _fold_region_stats(self, kernel) -> None:
         """Add this launch's per-core region times (summed over cores) to the run's."""
@@ -282,7 +291,9 @@ class Machine:
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
-        self._add_sem(core, sem, value, t)
+        if self.safety is not None:
+            self.safety.signal_arrived(core, sem, self.safety.signal_payload(core))
+        self._add_sem(core, sem, value, t, raiser=self._raiser(core, op))
         if self.trace is not None:
             self.trace.on_signal(core, core, sem, value, t, t)
         return False
@@ -293,7 +304,8 @@ class Machine:
         target = self._target_core(core, s[op.args[2]])
         self._check_sem(target, sem)
         arrival = t + self._path_latency(core, target)
-        self._push(arrival, SIGNAL, (target, sem, value))
+        carried = self.safety.signal_payload(core) if self.safety is not None else None
+        self._push(arrival, SIGNAL, (target, sem, value, carried, self._raiser(core, op)))
         if self.trace is not None:
             self.trace.on_signal(core, target, sem, value, t, arrival)
         return False
@@ -304,11 +316,14 @@ class Machine:
         self._check_sem(core, sem)
         if core.sems[sem] >= value:
             core.sems[sem] -= value
-            self._retire_dmas(core, sem)
+            if self.safety is not None:
+                self.safety.waited(core, sem)
             if self.trace is not None:
                 self.trace.on_wait(core, 0, sem, value, t, t)
             return False
         core.waiting = (sem, value, t, op)
+        if self.held:
+            self.release_for(core, sem, t)
         return True
 
     def _barrier_op(self, core: Core, op, t: int) -> bool:
@@ -336,8 +351,17 @@ class Machine:
             return self.profile.sibling_latency_cycles
         return 0
 
-    def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False) -> None:
+    def _raiser(self, core: Core, op) -> tuple:
+        return (core, core.pc, op.text, self.kernel.source_line(core.pc))
+
+    def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False, raiser=None) -> None:
+        """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
+        the DMA, or (core, pc, text, source) of the signal), waking a core that waits."""
         core.sems[sem] += value
+        if raiser is not None:
+            if by_dma:
+                raiser = (raiser.src_core, raiser.pc, raiser.text, raiser.source)
+            core.sem_raisers[sem] = (*raiser, t)
         waiting = core.waiting
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:
             core.sems[sem] -= waiting[1]
@@ -348,7 +372,8 @@ class Machine:
             core.waiting = None
             if self.trace is not None:
                 self.trace.on_wait(core, 0, sem, waiting[1], waiting[2], t)
-            self._retire_dmas(core, sem)
+            if self.safety is not None:
+                self.safety.waited(core, sem)
             core.t = max(core.t, t)
             core.pc += 1
             self._push(t, RESUME, core)
@@ -362,6 +387,8 @@ class Machine:
             core.waiting = ("barrier", scope, t, op)
             return True
         del self.barriers[key]
+        if self.safety is not None:
+            self.safety.barrier([self.cores[gid] for gid in arrived])
         for gid, (since, _) in arrived.items():
             other = self.cores[gid]
             if other is core:
@@ -386,164 +413,22 @@ class Machine:
             a == axis or self.mesh.coords(c.chip)[a] == here[a] for a in range(3))]
 
     def _check_barrier_after_halt(self, core: Core, t: int) -> None:
+        """A core halts while others wait at a barrier it belongs to: the fault points at
+        that barrier (where the others wait) and names the core that skipped it."""
         for (scope, members), arrived in self.barriers.items():
             if core.gid in members and core.gid not in arrived:
+                first = self.cores[next(iter(arrived))]
                 waiters = ", ".join(f"chip {self.cores[g].chip} core {self.cores[g].index}" for g in arrived)
+                halt_src = self.kernel.source_line(core.pc)
                 raise EmulatorFault(
                     "barrier-not-reached",
-                    f"this core halted without reaching the {scope} barrier that {waiters} wait at",
-                    chip=core.chip, core=core.index, cycle=t, pc=core.pc,
-                    instruction=self.decoded_op_text(core.pc), source=self.kernel.source_line(core.pc))
+                    f"kernel {self.kernel.name}: chip {core.chip} core {core.index} halted at cycle {t} "
+                    f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
+                    f"barrier, which {waiters} wait at",
+                    chip=first.chip, core=first.index, cycle=t, pc=first.pc,
+                    instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc))
 
     # -- DMA -----------------------------------------------------------------
-
-    def _start_dma(self, core: Core, op, t: int) -> None:
-        s = core.s
-        remote = op.global_kind == "dma_remote"
-        if remote:
-            dsp, dst, tgt, ssp, src, desc, sem, rsem = op.args
-            target = self._target_core(core, s[tgt])
-            rsem_id = s[rsem]
-            self._check_sem(target, rsem_id)
-        else:
-            dsp, dst, ssp, src, desc, sem = op.args
-            target, rsem_id = core, None
-        sem_id = s[sem]
-        self._check_sem(core, sem_id)
-        daddr = s[desc]
-        if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
-            raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
-        inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem[daddr:daddr + 4 * DESC_WORDS].view(np.int32).tolist()
-        if inner <= 0 or n1 <= 0 or n2 <= 0:
-            raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "
-                                         "(every count must be positive)")
-        src_space, dst_space = SPACES[ssp], SPACES[dsp]
-        src_addr, dst_addr = s[src], s[dst]
-        src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
-        src_mem = self._memory(core, src_space, *src_range)
-        dst_mem = self._memory(target, dst_space)
-        data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
-        if src_space == "vmem" and core.in_flight:
-            # The source bytes are read now: reading another DMA's unfinished destination is a race.
-            self._race(core, *src_range, write=False)
-        dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
-        if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
-            raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
-                                        f"is outside {dst_space.upper()} of {dst_mem.size} bytes"
-                                        + (f" on chip {target.chip} core {target.index}" if remote else ""))
-        size = inner * n1 * n2
-        resources = self._dma_resources(core, target, src_space, dst_space)
-        latency = self.profile.dma_start_latency_cycles + self._path_latency(core, target)
-        self.dma_count += 1
-        dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
-                  dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
-                  size_bytes=size, sem=sem_id, rsem=rsem_id, resources=tuple(resources),
-                  latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text, dst_range=dst_range,
-                  src_range=src_range)
-        if src_space == "hbm":
-            self.hbm_bytes += size
-        if dst_space == "hbm":
-            self.hbm_bytes += size
-        if target.chip != core.chip:
-            self.link_bytes += size * self.mesh.hops(core.chip, target.chip)
-        self.dmas[dma.seq] = dma
-        if self.trace is not None:
-            self.trace.on_dma_issue(dma)
-        if "races" in self.config.checks:
-            if dst_space == "vmem":
-                target.add_in_flight("dst", dma)
-            if src_space == "vmem":
-                core.add_in_flight("src", dma)
-        limit = 1 if self.config.dma_order == "fifo" else self.profile.dma_max_in_flight
-        if self.engine_active[core.gid] < limit:
-            self.engine_active[core.gid] += 1
-            self._push(t + latency, DMA_BEGIN, dma)
-        else:
-            self.engine_queue[core.gid].append(dma)
-
-    def _dma_resources(self, core: Core, target: Core, src_space: str, dst_space: str) -> list[int]:
-        """The flow resources a DMA crosses.
-
-        A chip's HBM is a resource only where its DMA engines together could
-        outrun it; otherwise it can never be the bottleneck and leaving it out keeps
-        the flows of different cores independent (much cheaper to re-divide). Remote
-        writes into HBM are limited by the links long before the remote HBM.
-        """
-        resources = [self.engine_res[core.gid]]
-        if self.hbm_shared and "hbm" in (src_space, dst_space):
-            resources.append(self.hbm_res[core.chip])
-        if target.chip != core.chip:
-            resources += self.links.path_resources(core.chip, target.chip)
-        elif target is not core:
-            resources.append(self.sibling_res[core.chip])
-        return resources
-
-    def _memory(self, core: Core, space: str, lo: int = 0, hi: int = 0, write: bool = False) -> np.ndarray:
-        """The array holding `space` of `core` (HBM: of its chip) for an access to [lo, hi)."""
-        if space == "hbm":
-            if write:
-                return self._hbm.for_write(core.chip, lo, hi)
-            return self._hbm.for_read(core.chip, lo, hi) if hi > lo else self._hbm.arrays[core.chip]
-        return core.vmem if space == "vmem" else core.smem
-
-    def _begin_dma(self, dma: Dma, t: int) -> None:
-        dma.begun_at = t
-        self.net.start(dma.seq, dma.size_bytes, dma.resources, t)
-        self._schedule_flows()
-        if self.trace is not None:
-            self.trace.on_dma_begin(dma, t)
-            self.trace.on_rates(self.net, t)
-
-    def _schedule_flows(self) -> None:
-        self.flow_version += 1
-        nxt = self.net.next_completion()
-        if nxt is not None:
-            self._push(max(completion_cycle(nxt[0]), self.now), FLOWS, self.flow_version)
-
-    def _complete_flows(self, t: int) -> None:
-        done = self.net.pop_completed(t)
-        if not done:
-            # The completion lies a hair after t: look again one cycle later, never at t.
-            self.flow_version += 1
-            self._push(t + 1, FLOWS, self.flow_version)
-            return
-        for key in done:
-            dma = self.dmas.pop(key)
-            dma.done_at = t
-            if self.trace is not None:
-                self.trace.on_dma_done(dma, t)
-            inner, n1, ds1, n2, ds2 = dma.shape
-            write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
-                        dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
-            if dma.dst_space != "hbm":
-                dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
-            issuer = dma.src_core
-            queue = self.engine_queue[issuer.gid]
-            if queue:
-                nxt = queue.pop(0)
-                self._push(max(t, nxt.issued_at + nxt.latency_cycles), DMA_BEGIN, nxt)
-            else:
-                self.engine_active[issuer.gid] -= 1
-            self._add_sem(issuer, dma.sem, dma.size_bytes, t, by_dma=True)
-            if dma.rsem is not None:
-                self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t, by_dma=True)
-        self._schedule_flows()
-        if self.trace is not None:
-            self.trace.on_rates(self.net, t)
-
-    def _retire_dmas(self, core: Core, sem: int) -> None:
-        """A successful wait on `sem` ends the race window of the DMAs it counted."""
-        if core.in_flight:
-            core.keep_in_flight(lambda role, d: d.done_at is None or (
-                d.sem if d.src_core is core and role == "src" else (d.rsem if d.rsem is not None else d.sem)) != sem)
-
-    def _race(self, core: Core, lo: int, hi: int, write: bool) -> None:
-        for k, (role, dma) in enumerate(core.in_flight):
-            rlo, rhi = dma.dst_range if role == "dst" else dma.src_range
-            if lo < rhi and rlo < hi and (role == "dst" or write):
-                raise core.race_trap(k, lo, hi)
-
-    # -- faults and results --------------------------------------------------
 
     def decoded_op_text(self, pc: int) -> str | None:
         decoded = self.decoded.get(self.kernel.name)

@@ -161,8 +161,11 @@ def test_barrier_a_core_never_reaches(emu):
     fault = fault_of(emu, body, solo=False)
     text = fault.render()
     assert fault.kind == "barrier-not-reached"
-    assert "chip 0, core 1, cycle" in text and "halted without reaching the chip barrier" in text
-    assert "chip 0 core 0 wait" in text and "instruction: halt" in text
+    # The fault points at the barrier the others wait at, and names the core that skipped it.
+    assert "at chip 0, core 0, cycle" in text and "instruction: barrier chip" in text
+    assert "source: test.s:6:5: barrier chip" in text
+    assert "chip 0 core 1 halted at cycle" in text and "without reaching this chip barrier" in text
+    assert "which chip 0 core 0 wait at" in text
 
 
 def test_barrier_reached_after_the_other_core_halted_is_a_deadlock(emu):

@@ -1,0 +1,235 @@
+"""DMAs: descriptors, the engines that move them, and when their bytes land.
+
+A DMA reads its 7-word descriptor from the issuing core's SMEM, checks both ends,
+and snapshots its source bytes when it is issued. After the start latency (plus the
+path latency to a remote target) its bytes flow through the `FlowNetwork`, sharing
+each resource max-min fairly with the other flows; an engine moves at most
+`dma_max_in_flight` descriptors at once (one with `dma_order = "fifo"`). When the
+bytes have moved the DMA *lands*: its destination is written and its semaphores are
+raised (the issuer's by the bytes sent, a remote target's by the bytes received).
+
+When a DMA lands depends on the run's schedule (`RunConfig.schedule`): "normal" lands
+it as soon as its bytes have moved; "shuffle" adds a seeded random delay to each
+landing, so DMAs in flight together land in a permuted order; "late" holds every DMA
+back until a core blocks waiting on a semaphore it raises (or nothing else can
+happen), so it lands as late as the program's synchronisation allows. A program that
+is correctly synchronised computes the same bits under every schedule.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from mkemu.emulator.core import Core
+from mkemu.emulator.flows import completion_cycle
+from mkemu.emulator.memory import Trap, block_ranges, read_block, write_block
+from mkemu.isa.encoding import SPACES
+
+DESC_WORDS = 7
+# Event kinds of the machine's heap that concern DMAs.
+DMA_BEGIN, FLOWS, LAND = 1, 2, 4
+
+
+@attrs.define
+class Dma:
+    seq: int
+    src_core: Core
+    dst_core: Core            # the core whose memory (VMEM/SMEM) or chip (HBM) receives
+    src_space: str
+    dst_space: str
+    dst_addr: int
+    shape: tuple[int, int, int, int, int]   # inner, n1, dst_stride1, n2, dst_stride2
+    data: np.ndarray
+    size_bytes: int
+    sem: int                  # on src_core: bytes sent (== completion for local copies)
+    rsem: int | None          # on dst_core: bytes received (remote copies)
+    resources: tuple[int, ...]
+    latency_cycles: int
+    issued_at: int
+    pc: int
+    text: str
+    source: str | None
+    dst_range: tuple[int, int] = (0, 0)
+    src_range: tuple[int, int] = (0, 0)
+    begun_at: int | None = None
+    done_at: int | None = None
+
+
+
+class DmaMixin:
+    """The machine's DMA side (mixed into `Machine`)."""
+
+    def _start_dma(self, core: Core, op, t: int) -> None:
+        """dma.start / dma.start.r: read the descriptor, check both ends, snapshot the source."""
+        s = core.s
+        remote = op.global_kind == "dma_remote"
+        if remote:
+            dsp, dst, tgt, ssp, src, desc, sem, rsem = op.args
+            target = self._target_core(core, s[tgt])
+            rsem_id = s[rsem]
+            self._check_sem(target, rsem_id)
+        else:
+            dsp, dst, ssp, src, desc, sem = op.args
+            target, rsem_id = core, None
+        sem_id = s[sem]
+        self._check_sem(core, sem_id)
+        daddr = s[desc]
+        if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
+            raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
+        inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem[daddr:daddr + 4 * DESC_WORDS].view(np.int32).tolist()
+        if inner <= 0 or n1 <= 0 or n2 <= 0:
+            raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "
+                                         "(every count must be positive)")
+        src_space, dst_space = SPACES[ssp], SPACES[dsp]
+        src_addr, dst_addr = s[src], s[dst]
+        src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
+        src_mem = self._memory(core, src_space, *src_range)
+        dst_mem = self._memory(target, dst_space)
+        data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
+        dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
+        if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
+            raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
+                                        f"is outside {dst_space.upper()} of {dst_mem.size} bytes"
+                                        + (f" on chip {target.chip} core {target.index}" if remote else ""))
+        size = inner * n1 * n2
+        resources = self._dma_resources(core, target, src_space, dst_space)
+        latency = self.profile.dma_start_latency_cycles + self._path_latency(core, target)
+        self.dma_count += 1
+        dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
+                  dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
+                  size_bytes=size, sem=sem_id, rsem=rsem_id, resources=tuple(resources),
+                  latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text,
+                  source=self.kernel.source_line(core.pc), dst_range=dst_range,
+                  src_range=src_range)
+        if src_space == "hbm":
+            self.hbm_bytes += size
+        if dst_space == "hbm":
+            self.hbm_bytes += size
+        if target.chip != core.chip:
+            self.link_bytes += size * self.mesh.hops(core.chip, target.chip)
+        self.dmas[dma.seq] = dma
+        if self.trace is not None:
+            self.trace.on_dma_issue(dma)
+        if self.safety is not None:
+            self.safety.issued(dma, (src_addr, inner, n1, ss1, n2, ss2), (dst_addr, inner, n1, ds1, n2, ds2))
+        limit = 1 if self.config.dma_order == "fifo" else self.profile.dma_max_in_flight
+        if self.engine_active[core.gid] < limit:
+            self.engine_active[core.gid] += 1
+            self._push(t + latency, DMA_BEGIN, dma)
+        else:
+            self.engine_queue[core.gid].append(dma)
+
+    def _dma_resources(self, core: Core, target: Core, src_space: str, dst_space: str) -> list[int]:
+        """The flow resources a DMA crosses.
+
+        A chip's HBM is a resource only where its DMA engines together could
+        outrun it; otherwise it can never be the bottleneck and leaving it out keeps
+        the flows of different cores independent (much cheaper to re-divide). Remote
+        writes into HBM are limited by the links long before the remote HBM.
+        """
+        resources = [self.engine_res[core.gid]]
+        if self.hbm_shared and "hbm" in (src_space, dst_space):
+            resources.append(self.hbm_res[core.chip])
+        if target.chip != core.chip:
+            resources += self.links.path_resources(core.chip, target.chip)
+        elif target is not core:
+            resources.append(self.sibling_res[core.chip])
+        return resources
+
+    def _memory(self, core: Core, space: str, lo: int = 0, hi: int = 0, write: bool = False) -> np.ndarray:
+        """The array holding `space` of `core` (HBM: of its chip) for an access to [lo, hi)."""
+        if space == "hbm":
+            if write:
+                return self._hbm.for_write(core.chip, lo, hi)
+            return self._hbm.for_read(core.chip, lo, hi) if hi > lo else self._hbm.arrays[core.chip]
+        return core.vmem if space == "vmem" else core.smem
+
+    def _begin_dma(self, dma: Dma, t: int) -> None:
+        dma.begun_at = t
+        self.net.start(dma.seq, dma.size_bytes, dma.resources, t)
+        self._schedule_flows()
+        if self.trace is not None:
+            self.trace.on_dma_begin(dma, t)
+            self.trace.on_rates(self.net, t)
+
+    def _schedule_flows(self) -> None:
+        self.flow_version += 1
+        nxt = self.net.next_completion()
+        if nxt is not None:
+            self._push(max(completion_cycle(nxt[0]), self.now), FLOWS, self.flow_version)
+
+    def _complete_flows(self, t: int) -> None:
+        done = self.net.pop_completed(t)
+        if not done:
+            # The completion lies a hair after t: look again one cycle later, never at t.
+            self.flow_version += 1
+            self._push(t + 1, FLOWS, self.flow_version)
+            return
+        for key in done:
+            dma = self.dmas.pop(key)
+            issuer = dma.src_core
+            queue = self.engine_queue[issuer.gid]
+            if queue:
+                nxt = queue.pop(0)
+                self._push(max(t, nxt.issued_at + nxt.latency_cycles), DMA_BEGIN, nxt)
+            else:
+                self.engine_active[issuer.gid] -= 1
+            schedule = self.config.schedule
+            if schedule == "normal":
+                self._land(dma, t)
+            elif schedule == "shuffle":
+                self._push(t + int(self.schedule_rng.integers(0, self.shuffle_cycles + 1)), LAND, dma)
+            else:
+                self.held.append(dma)
+                if self._needed(dma):
+                    self._release(dma, t)
+        self._schedule_flows()
+        if self.trace is not None:
+            self.trace.on_rates(self.net, t)
+
+    def _land(self, dma: Dma, t: int) -> None:
+        """The DMA's bytes arrive: its destination is written and its semaphores raised."""
+        dma.done_at = t
+        if self.safety is not None:
+            self.safety.landed(dma)
+        if self.trace is not None:
+            self.trace.on_dma_done(dma, t)
+        inner, n1, ds1, n2, ds2 = dma.shape
+        write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
+                    dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
+        if dma.dst_space != "hbm":
+            dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
+        self._add_sem(dma.src_core, dma.sem, dma.size_bytes, t, by_dma=True, raiser=dma)
+        if dma.rsem is not None:
+            self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t, by_dma=True, raiser=dma)
+
+    # -- the late schedule: a DMA lands only when something waits for it ------------
+
+    def _needed(self, dma: Dma) -> bool:
+        """Does a core wait right now on a semaphore this DMA raises?"""
+        for core, sem in ((dma.src_core, dma.sem), (dma.dst_core, dma.rsem)):
+            if sem is not None and core.waiting and core.waiting[0] == sem:
+                return True
+        return False
+
+    def _release(self, dma: Dma, t: int) -> None:
+        self.held.remove(dma)
+        self._land(dma, t)
+
+    def release_for(self, core: Core, sem: int, t: int) -> None:
+        """`core` blocks on `sem`: land the held DMAs that raise it, oldest first, until
+        the wait is satisfied."""
+        for dma in [d for d in self.held if (d.src_core is core and d.sem == sem)
+                    or (d.dst_core is core and d.rsem == sem)]:
+            if core.waiting is None or core.waiting[0] != sem:
+                return
+            self._release(dma, t)
+
+    def release_all(self, t: int) -> None:
+        """Nothing else can happen: every held DMA lands, oldest first."""
+        for dma in sorted(self.held, key=lambda d: d.seq):
+            self._release(dma, t)
+
+    # -- faults and results --------------------------------------------------
+

@@ -1,0 +1,190 @@
+"""Schedule safety: races judged in simulated time, by the exact bytes touched.
+
+A DMA is *in flight for* a core from the cycle it is issued until that core knows it
+has landed. A core knows a DMA has landed when it waits on a semaphore the DMA
+counted (the issuer's byte count, or the receiver's), or learns it from a core that
+knew: a semaphore signal carries what the signaller knew to the core whose wait it
+satisfies, a barrier shares what every member knew. Nothing else orders anything
+(not how long ago a DMA was issued, not the order the emulator happens to run cores
+in).
+
+What races, in simulated time:
+
+- a core's own access (vector load/store, weight-tile load, scalar load/store) to its
+  VMEM or SMEM bytes that a DMA in flight for it writes, or a write to bytes such a
+  DMA reads. Checked by the compiled loop against `Core.races` as each access issues,
+  and, because a core runs its local instructions ahead of the machine's clock,
+  again when a DMA issued by another core lands in its list: every access of the
+  core's current run-ahead logged at or after the DMA's issue cycle is checked then;
+- two DMAs on the same memory (a core's VMEM or SMEM, a chip's HBM) where at least
+  one writes the bytes they share and the later one's issuer did not know the earlier
+  one had landed: two copies into one VMEM buffer, a copy reading what another is
+  still writing, a copy into HBM another is still reading. Two DMAs both writing the
+  same HBM bytes are not reported: SPMD programs commonly have every core of a chip
+  store the same result there (the last to land wins, deterministically).
+
+A DMA leaves a memory's list once the memory's owner knows it landed (the core for
+its VMEM and SMEM; for HBM, the DMA's issuer). Every report names both sides: chip,
+core, cycle, pc, instruction and source line of the access and of the DMA's start.
+"""
+
+from __future__ import annotations
+
+from mkemu.emulator import loop as lp
+from mkemu.emulator.footprint import block_span, blocks_overlap
+from mkemu.emulator.memory import Trap
+from mkemu.isa.semantics import jitable
+
+
+class Entry:
+    """A DMA's footprint on one memory: (dma, writes?, block)."""
+
+    __slots__ = ("dma", "write", "block", "lo", "hi")
+
+    def __init__(self, dma, write: bool, block: tuple[int, int, int, int, int, int]):
+        self.dma = dma
+        self.write = write
+        self.block = block
+        self.lo, self.hi = block_span(*block)
+
+
+class Safety:
+    def __init__(self, cores):
+        self.cores = cores
+        self.launch()
+
+    def launch(self) -> None:
+        """A kernel launch starts with nothing in flight and nothing to know."""
+        self.known = [set() for _ in self.cores]        # per core: seqs of DMAs it knows landed
+        self.sem_known: dict[tuple[int, int], set] = {}  # (core, semaphore) -> seqs it carries
+        self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
+        self.live: dict[int, object] = {}                 # seq -> DMA still in some list
+        for core in self.cores:
+            core.clear_in_flight()
+
+    # -- DMAs --------------------------------------------------------------------
+
+    def issued(self, dma, src_block, dst_block) -> None:
+        """Check a new DMA against every DMA it may race with, then list it."""
+        issuer = dma.src_core
+        sides = [(dma.src_space, issuer, False, src_block), (dma.dst_space, dma.dst_core, True, dst_block)]
+        for space, owner, write, block in sides:
+            for entry in self._entries(space, owner):
+                if (entry.write != write or (write and space != "hbm")) \
+                        and entry.dma.seq not in self.known[issuer.gid] \
+                        and entry.lo < block_span(*block)[1] and block_span(*block)[0] < entry.hi \
+                        and blocks_overlap(*entry.block, *block):
+                    raise Trap("race", _dma_race(dma, write, space, owner, entry))
+        for space, owner, write, block in sides:
+            entry = Entry(dma, write, block)
+            if space == "hbm":
+                self.hbm.setdefault(owner.chip, []).append(entry)
+            else:
+                if owner is not issuer:
+                    self._check_run_ahead(owner, entry, space)
+                owner.add_in_flight(entry, space)
+        self.live[dma.seq] = dma
+
+    def landed(self, dma) -> None:
+        """A DMA's bytes are in place: the semaphores it raises now carry that."""
+        self.sem_known.setdefault((dma.src_core.gid, dma.sem), set()).add(dma.seq)
+        if dma.rsem is not None:
+            self.sem_known.setdefault((dma.dst_core.gid, dma.rsem), set()).add(dma.seq)
+
+    # -- synchronisation -----------------------------------------------------------
+
+    def waited(self, core, sem: int) -> None:
+        """`core` waited on `sem`: it knows what the semaphore carries."""
+        carried = self.sem_known.get((core.gid, sem))
+        if carried:
+            self._learn(core, carried)
+
+    def signal_payload(self, core) -> frozenset:
+        """What a signal sent by `core` now carries to its target."""
+        return frozenset(self.known[core.gid])
+
+    def signal_arrived(self, target, sem: int, payload: frozenset) -> None:
+        if payload:
+            self.sem_known.setdefault((target.gid, sem), set()).update(s for s in payload if s in self.live)
+
+    def barrier(self, members) -> None:
+        """Every member knows what any member knew."""
+        union = set()
+        for core in members:
+            union |= self.known[core.gid]
+        for core in members:
+            self._learn(core, union)
+
+    def _learn(self, core, seqs) -> None:
+        mine = self.known[core.gid]
+        before = len(mine)
+        mine.update(s for s in seqs if s in self.live)
+        if len(mine) == before:
+            return
+        core.keep_in_flight(lambda entry: entry.dma.seq not in mine)
+        for chip, entries in self.hbm.items():
+            self.hbm[chip] = [e for e in entries if not (e.dma.src_core is core and e.dma.seq in mine)]
+        self._forget_retired()
+
+    def _forget_retired(self) -> None:
+        """Drop DMAs no list holds any more from what cores and semaphores carry."""
+        held = {e.dma.seq for core in self.cores for e, _ in core.in_flight}
+        held.update(e.dma.seq for entries in self.hbm.values() for e in entries)
+        if len(held) == len(self.live):
+            return
+        self.live = {seq: dma for seq, dma in self.live.items() if seq in held}
+        for known in self.known:
+            known.intersection_update(held)
+        for key, carried in list(self.sem_known.items()):
+            carried.intersection_update(held)
+
+    def _entries(self, space: str, owner) -> list[Entry]:
+        if space == "hbm":
+            return self.hbm.get(owner.chip, [])
+        return [e for e, s in owner.in_flight if s == space]
+
+    # -- a core that ran ahead -----------------------------------------------------
+
+    def _check_run_ahead(self, core, entry: Entry, space: str) -> None:
+        """Accesses `core` already made, in its current run-ahead, at or after the
+        cycle another core issued this DMA into its memory."""
+        n = int(core.I[lp.H_NLOG])
+        if not n:
+            return
+        k = first_logged_conflict(core.access_log, n, entry.dma.issued_at, SPACE_CODES[space], entry.write,
+                                  *entry.block)
+        if k >= 0:
+            time, pc, _, addr, stride, rows, lo_off, hi_off, write = core.access_log[k].tolist()
+            raise core.logged_race(entry, space, time, pc, addr, stride, rows, lo_off, hi_off, write)
+
+
+SPACE_CODES = {"vmem": 0, "smem": 1}
+
+
+@jitable
+def first_logged_conflict(log, n, since, space, dma_writes, addr, inner, n1, s1, n2, s2):
+    """The first access in `log[:n]` at or after cycle `since`, in `space`, that shares a
+    byte with the block (a write, if the DMA only reads), or -1."""
+    for k in range(n):
+        if log[k, 0] < since or log[k, 2] != space or not (dma_writes or log[k, 8]):
+            continue
+        a, stride, rows, lo_off, hi_off = log[k, 3], log[k, 4], log[k, 5], log[k, 6], log[k, 7]
+        if blocks_overlap(a + lo_off, hi_off - lo_off, rows, stride, 1, 0, addr, inner, n1, s1, n2, s2):
+            return k
+    return -1
+
+
+def _dma_race(dma, write: bool, space: str, owner, entry: Entry) -> str:
+    other = entry.dma
+    what = ("both write" if write and entry.write else "it writes what the earlier one still reads"
+            if write else "it reads what the earlier one still writes")
+    where = f"{space.upper()} of chip {owner.chip}" + ("" if space == "hbm" else f" core {owner.index}")
+    return (f"this DMA and an earlier one in flight share bytes of {where} and {what}: "
+            f"{describe_dma(other)}; the earlier one was not waited for by this DMA's issuer")
+
+
+def describe_dma(dma) -> str:
+    src = dma.source
+    return (f"`{dma.text}` of chip {dma.src_core.chip} core {dma.src_core.index} "
+            f"(pc {dma.pc:#06x}{', ' + src if src else ''}, issued at cycle {dma.issued_at})")
+
