@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from mkemu.errors import EmulatorFault
-from mkemu.isa.encoding import BARRIER_SCOPES, SPACES
+from mkemu.isa.encoding import BARRIER_SCOPES
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Program
 
