@@ -282,6 +282,13 @@ class KernelCompiler(TileLowering):
     def error(self, message: str, span: SourceSpan | None = None):
         raise CompileError(span or self.span, message)
 
+    def int32(self, value: int) -> int:
+        """A constant of the program used as a runtime int32: it must fit."""
+        if not INT32_MIN <= value <= INT32_MAX:
+            self.error(f"the constant {value:,} does not fit in 32 bits (int32 is "
+                       f"{INT32_MIN:,}..{INT32_MAX:,})")
+        return value
+
     # -- scalar registers ----------------------------------------------------
 
     def tmp(self) -> int:
@@ -389,7 +396,7 @@ class KernelCompiler(TileLowering):
 
     def _sval(self, e, want):
         if isinstance(e, ir.Const):
-            v = _wrap32(e.value)
+            v = self.int32(e.value)
             if want is None and v == 0:
                 return 0
             r = want if want is not None else self.tmp()
@@ -450,7 +457,7 @@ class KernelCompiler(TileLowering):
         if op in (">", ">=") and not isinstance(b, ir.Const):
             a, b, op = b, a, "<" if op == ">" else "<="
         if isinstance(b, ir.Const):
-            imm = _wrap32(b.value)
+            imm = self.int32(b.value)
             ra = self.sval(a)
             rd = self._dest(want, ra)
             if op in (">", ">="):
@@ -845,6 +852,9 @@ def _affine(expr, scale: int, terms: list) -> int:
 
 def _space(buf: ir.Buffer) -> str:
     return {"hbm": "hbm", "vmem": "vmem", "var": "vmem", "smem": "smem"}[buf.space]
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def _wrap32(v: int) -> int:

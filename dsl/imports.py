@@ -15,7 +15,7 @@ import attrs
 
 from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
-from mkemu.errors import SourceError, SourceSpan
+from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
 
 
 @attrs.frozen
@@ -74,6 +74,9 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             except OSError as e:
                 result.errors.append((item.span, f"cannot read imported file '{item.path}': {e.strerror}"))
                 continue
+            except UnicodeDecodeError as e:
+                result.errors.append((item.span, f"imported file '{item.path}' is {not_text(e)}"))
+                continue
             visit(target, target_name, target_text, stack + [target])
         result.files.append(entry)  # after its imports: definitions in import order
 
@@ -82,9 +85,9 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
         try:
             main_text = main_path.read_text()
         except OSError as e:
-            from mkemu.errors import ConfigError
-
             raise ConfigError(f"cannot read program: {e.strerror}", file=main_name) from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
     visit(main_path, main_name, main_text, [main_path])
     return result
 

@@ -449,8 +449,10 @@ class TileLowering:
     def literal(self, value, dtype: str) -> int:
         vd = self.vreg()
         if dtype == "i32":
-            v = int(value) & 0xFFFFFFFF
-            self.emit("vli.i32", vd=vd, imm=v - (1 << 32) if v >> 31 else v)
+            v = int(value)
+            if not INT_MIN <= v <= INT_MAX:
+                self.error(f"the constant {v:,} does not fit in 32 bits (int32 is {INT_MIN:,}..{INT_MAX:,})")
+            self.emit("vli.i32", vd=vd, imm=v)
         elif dtype == "bool":
             self.vfree(vd)
             m = self.mreg()

@@ -272,11 +272,15 @@ class Core:
                          *entry.block)
         self.I[lp.H_NRACE] = n + 1
 
-    def keep_in_flight(self, keep) -> None:
-        """Drop the entries for which keep(entry) is false (this core knows they landed)."""
+    def keep_in_flight(self, keep, dropped) -> None:
+        """Drop the entries for which keep(entry) is false (this core knows they landed),
+        calling dropped(entry) for each."""
         kept = [(entry, space) for entry, space in self.in_flight if keep(entry)]
         if len(kept) == len(self.in_flight):
             return
+        for entry, space in self.in_flight:
+            if not keep(entry):
+                dropped(entry)
         self.clear_in_flight()
         for entry, space in kept:
             self.add_in_flight(entry, space)

@@ -176,6 +176,19 @@ def log_access(LOG, I, issue, pc, space, addr, stride, rows, lo_off, hi_off, wri
 
 
 @jitable
+def first_logged_conflict(LOG, n, since, space, dma_writes, addr, inner, n1, s1, n2, s2):
+    """The first access in `LOG[:n]` at or after cycle `since`, in `space`, that shares
+    a byte with the block (a write, if the DMA only reads), or -1."""
+    for k in range(n):
+        if LOG[k, 0] < since or LOG[k, 2] != space or not (dma_writes or LOG[k, 8]):
+            continue
+        a, stride, rows, lo_off, hi_off = LOG[k, 3], LOG[k, 4], LOG[k, 5], LOG[k, 6], LOG[k, 7]
+        if blocks_overlap(a + lo_off, hi_off - lo_off, rows, stride, 1, 0, addr, inner, n1, s1, n2, s2):
+            return k
+    return -1
+
+
+@jitable
 def mark_dirty(I, at, lo, hi):
     """Widen the written range [I[at], I[at + 1]) by [lo, hi)."""
     if lo < I[at]:
@@ -184,7 +197,8 @@ def mark_dirty(I, at, lo, hi):
         I[at + 1] = hi
 
 
-_SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_race, log_access, mark_dirty)
+_SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_race, log_access,
+            first_logged_conflict, mark_dirty)
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
             "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
@@ -366,6 +380,15 @@ _EPILOGUE = '''
 '''
 
 
+# The footprint tests the machine runs outside the loop, compiled with it.
+_MACHINE_SIDE = '''
+
+overlap = njit("boolean(" + ", ".join(["int64"] * 12) + ")", cache=True, nogil=True)(blocks_overlap)
+logged_conflict = njit("int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)",
+                       cache=True, nogil=True)(first_logged_conflict)
+'''
+
+
 def generate_source() -> str:
     """The loop module's source text, derived from the table and the helpers."""
     consts = {name: value for name, value in vars(semantics).items()
@@ -379,9 +402,10 @@ def generate_source() -> str:
             f"from mkemu.isa.semantics import {', '.join(_HELPERS)}",
             f"from mkemu.emulator.loop import {', '.join(fn.__name__ for fn in _SUPPORT)}", ""]
     head += [f"{name} = {value!r}" for name, value in sorted(consts.items())]
+    head.append("from mkemu.emulator.footprint import blocks_overlap")
     head.append(f"SIGNATURE = {SIGNATURE!r}")
     ids = list(range(len(dec.LOCAL_ROWS))) + [dec.ILLEGAL_XID]
-    return "\n".join(head) + "\n" + _PROLOGUE + _dispatch(ids, 2) + "\n" + _EPILOGUE
+    return "\n".join(head) + "\n" + _PROLOGUE + _dispatch(ids, 2) + "\n" + _EPILOGUE + _MACHINE_SIDE
 
 
 def _fingerprint(source: str) -> str:
@@ -414,6 +438,13 @@ def compiled_loop():
         # Registered before it runs: numba's cache finds the module again by name.
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        _compiled = module.run
+        _compiled = module
         compile_seconds = time.perf_counter() - t0
-    return _compiled
+    return _compiled.run
+
+
+def compiled(name: str):
+    """A function compiled with the loop for the machine's own use (`overlap`,
+    `logged_conflict`)."""
+    compiled_loop()
+    return getattr(_compiled, name)

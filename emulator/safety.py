@@ -31,9 +31,8 @@ core, cycle, pc, instruction and source line of the access and of the DMA's star
 from __future__ import annotations
 
 from mkemu.emulator import loop as lp
-from mkemu.emulator.footprint import block_span, blocks_overlap
+from mkemu.emulator.footprint import block_span
 from mkemu.emulator.memory import Trap
-from mkemu.isa.semantics import jitable
 
 
 class Entry:
@@ -51,6 +50,8 @@ class Entry:
 class Safety:
     def __init__(self, cores):
         self.cores = cores
+        self.overlap = lp.compiled("overlap")
+        self.logged_conflict = lp.compiled("logged_conflict")
         self.launch()
 
     def launch(self) -> None:
@@ -58,7 +59,7 @@ class Safety:
         self.known = [set() for _ in self.cores]        # per core: seqs of DMAs it knows landed
         self.sem_known: dict[tuple[int, int], set] = {}  # (core, semaphore) -> seqs it carries
         self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
-        self.live: dict[int, object] = {}                 # seq -> DMA still in some list
+        self.live: dict[int, int] = {}                    # seq -> entries of it still listed
         for core in self.cores:
             core.clear_in_flight()
 
@@ -67,14 +68,14 @@ class Safety:
     def issued(self, dma, src_block, dst_block) -> None:
         """Check a new DMA against every DMA it may race with, then list it."""
         issuer = dma.src_core
-        sides = [(dma.src_space, issuer, False, src_block), (dma.dst_space, dma.dst_core, True, dst_block)]
+        known = self.known[issuer.gid]
+        sides = ((dma.src_space, issuer, False, src_block), (dma.dst_space, dma.dst_core, True, dst_block))
         for space, owner, write, block in sides:
+            lo, hi = block_span(*block)
             for entry in self._entries(space, owner):
-                if (entry.write != write or (write and space != "hbm")) \
-                        and entry.dma.seq not in self.known[issuer.gid] \
-                        and entry.lo < block_span(*block)[1] and block_span(*block)[0] < entry.hi \
-                        and blocks_overlap(*entry.block, *block):
-                    raise Trap("race", _dma_race(dma, write, space, owner, entry))
+                if entry.lo < hi and lo < entry.hi and (entry.write != write or (write and space != "hbm")) \
+                        and entry.dma.seq not in known and self.overlap(*entry.block, *block):
+                    raise Trap("race", _dma_race(write, space, owner, entry))
         for space, owner, write, block in sides:
             entry = Entry(dma, write, block)
             if space == "hbm":
@@ -83,7 +84,7 @@ class Safety:
                 if owner is not issuer:
                     self._check_run_ahead(owner, entry, space)
                 owner.add_in_flight(entry, space)
-        self.live[dma.seq] = dma
+        self.live[dma.seq] = 2
 
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that."""
@@ -98,6 +99,8 @@ class Safety:
         carried = self.sem_known.get((core.gid, sem))
         if carried:
             self._learn(core, carried)
+            if len(carried) > 4 * len(self.live) + 64:
+                carried.intersection_update(self.live)
 
     def signal_payload(self, core) -> frozenset:
         """What a signal sent by `core` now carries to its target."""
@@ -105,7 +108,8 @@ class Safety:
 
     def signal_arrived(self, target, sem: int, payload: frozenset) -> None:
         if payload:
-            self.sem_known.setdefault((target.gid, sem), set()).update(s for s in payload if s in self.live)
+            live = self.live
+            self.sem_known.setdefault((target.gid, sem), set()).update(s for s in payload if s in live)
 
     def barrier(self, members) -> None:
         """Every member knows what any member knew."""
@@ -118,25 +122,29 @@ class Safety:
     def _learn(self, core, seqs) -> None:
         mine = self.known[core.gid]
         before = len(mine)
-        mine.update(s for s in seqs if s in self.live)
+        live = self.live
+        mine.update(s for s in seqs if s in live)
         if len(mine) == before:
             return
-        core.keep_in_flight(lambda entry: entry.dma.seq not in mine)
+        core.keep_in_flight(lambda entry: entry.dma.seq not in mine, self._unlisted)
         for chip, entries in self.hbm.items():
-            self.hbm[chip] = [e for e in entries if not (e.dma.src_core is core and e.dma.seq in mine)]
-        self._forget_retired()
+            kept = [e for e in entries if not (e.dma.src_core is core and e.dma.seq in mine)]
+            if len(kept) != len(entries):
+                for e in entries:
+                    if e.dma.src_core is core and e.dma.seq in mine:
+                        self._unlisted(e)
+                self.hbm[chip] = kept
+        if len(mine) > 4 * len(live) + 64:
+            mine.intersection_update(live)
 
-    def _forget_retired(self) -> None:
-        """Drop DMAs no list holds any more from what cores and semaphores carry."""
-        held = {e.dma.seq for core in self.cores for e, _ in core.in_flight}
-        held.update(e.dma.seq for entries in self.hbm.values() for e in entries)
-        if len(held) == len(self.live):
-            return
-        self.live = {seq: dma for seq, dma in self.live.items() if seq in held}
-        for known in self.known:
-            known.intersection_update(held)
-        for key, carried in list(self.sem_known.items()):
-            carried.intersection_update(held)
+    def _unlisted(self, entry: Entry) -> None:
+        """One list no longer holds this entry; a DMA no list holds is forgotten."""
+        seq = entry.dma.seq
+        left = self.live.get(seq, 0) - 1
+        if left > 0:
+            self.live[seq] = left
+        else:
+            self.live.pop(seq, None)
 
     def _entries(self, space: str, owner) -> list[Entry]:
         if space == "hbm":
@@ -151,8 +159,8 @@ class Safety:
         n = int(core.I[lp.H_NLOG])
         if not n:
             return
-        k = first_logged_conflict(core.access_log, n, entry.dma.issued_at, SPACE_CODES[space], entry.write,
-                                  *entry.block)
+        k = self.logged_conflict(core.access_log, n, entry.dma.issued_at, SPACE_CODES[space], entry.write,
+                                 *entry.block)
         if k >= 0:
             time, pc, _, addr, stride, rows, lo_off, hi_off, write = core.access_log[k].tolist()
             raise core.logged_race(entry, space, time, pc, addr, stride, rows, lo_off, hi_off, write)
@@ -161,30 +169,15 @@ class Safety:
 SPACE_CODES = {"vmem": 0, "smem": 1}
 
 
-@jitable
-def first_logged_conflict(log, n, since, space, dma_writes, addr, inner, n1, s1, n2, s2):
-    """The first access in `log[:n]` at or after cycle `since`, in `space`, that shares a
-    byte with the block (a write, if the DMA only reads), or -1."""
-    for k in range(n):
-        if log[k, 0] < since or log[k, 2] != space or not (dma_writes or log[k, 8]):
-            continue
-        a, stride, rows, lo_off, hi_off = log[k, 3], log[k, 4], log[k, 5], log[k, 6], log[k, 7]
-        if blocks_overlap(a + lo_off, hi_off - lo_off, rows, stride, 1, 0, addr, inner, n1, s1, n2, s2):
-            return k
-    return -1
-
-
-def _dma_race(dma, write: bool, space: str, owner, entry: Entry) -> str:
-    other = entry.dma
+def _dma_race(write: bool, space: str, owner, entry: Entry) -> str:
     what = ("both write" if write and entry.write else "it writes what the earlier one still reads"
             if write else "it reads what the earlier one still writes")
     where = f"{space.upper()} of chip {owner.chip}" + ("" if space == "hbm" else f" core {owner.index}")
     return (f"this DMA and an earlier one in flight share bytes of {where} and {what}: "
-            f"{describe_dma(other)}; the earlier one was not waited for by this DMA's issuer")
+            f"{describe_dma(entry.dma)}; the earlier one was not waited for by this DMA's issuer")
 
 
 def describe_dma(dma) -> str:
     src = dma.source
     return (f"`{dma.text}` of chip {dma.src_core.chip} core {dma.src_core.index} "
             f"(pc {dma.pc:#06x}{', ' + src if src else ''}, issued at cycle {dma.issued_at})")
-

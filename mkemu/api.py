@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, not_text
 from mkemu.options import Options
 from mkemu.session import Session
 
@@ -45,6 +45,8 @@ def compile(program: str, options: Options | None = None, **changes) -> Kernel: 
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
     return Kernel._build(path, text, Options.of(options, **changes))
 
 

@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="set a program parameter (repeatable)")
     run.add_argument("--trace", metavar="PATH", help="record a trace to PATH (read it with `mkemu trace`)")
+    run.add_argument("--schedules", type=int, default=0, metavar="N",
+                     help="also run N adversarial DMA schedules (the first lands every DMA as late as "
+                          "synchronisation allows, the others land them in seeded random orders) and "
+                          "report any that change bits, fault or deadlock")
     _driver_options(run)
     run.add_argument("--dump", metavar="DIR", help="K3: write weights, inputs, reference and emulator "
                      "outputs as .npz files into DIR")
@@ -163,6 +167,9 @@ def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
         p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
     p.add_argument("--seed", type=int, default=0, help="seed of generated inputs and weights (default 0)")
     p.add_argument("--max-cycles", type=int, default=10**12, help="stop a run that passes this cycle")
+    p.add_argument("--max-instructions", type=int, default=50_000_000, metavar="N",
+                   help="fault when a core runs more than N instructions in one launch (a runaway loop; "
+                        "default 50,000,000)")
     p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"),
                    help="DMA engine order: round_robin (descriptors share the engine) or fifo")
     p.add_argument("--no-check", action="append", default=[], choices=("races", "semaphores"),
@@ -206,6 +213,7 @@ def _options(args):
     from mkemu.options import Options
 
     return Options(hw=args.hw, mesh=args.mesh, seed=args.seed, max_cycles=args.max_cycles,
+                   max_instructions=args.max_instructions,
                    dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
                    params=_params(args.set), trace=getattr(args, "trace", None), model=args.model,
                    batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
@@ -232,14 +240,23 @@ class _Progress:
 
 
 def cmd_run(args) -> int:
-    from mkemu.run import execute
+    from mkemu.run import check_schedules, execute, render_schedules
 
-    report, render = execute(args.file, _options(args), progress=_Progress(), inputs=args.inputs)
+    if args.schedules < 0:
+        raise ConfigError(f"--schedules must be 0 or more, not {args.schedules}", key="--schedules")
+    options = _options(args)
+    report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
+    ok = report["bit_exact"] in (True, None)
+    if args.schedules:
+        report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
+        ok = ok and all(s["outcome"] == "same" for s in report["schedules"])
     if args.json:
         print(json.dumps(report, default=_json_default))
     else:
         print(render(report))
-    return 0 if report["bit_exact"] in (True, None) else 1
+        if args.schedules:
+            print(render_schedules(report["schedules"]))
+    return 0 if ok else 1
 
 
 def cmd_compare(args) -> int:

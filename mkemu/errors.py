@@ -134,3 +134,8 @@ class TraceError(MkemuError):
 
     def render(self) -> str:
         return f"{self.file}: error: {self.message}" if self.file else f"error: {self.message}"
+
+
+def not_text(exc: UnicodeDecodeError) -> str:
+    """Why a file is not a program's text: the first byte that is not UTF-8."""
+    return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"

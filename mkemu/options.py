@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from mkemu.emulator.config import CHECKS, DMA_ORDERS, RunConfig
+from mkemu.emulator.config import CHECKS, DMA_ORDERS, SCHEDULES, RunConfig
 from mkemu.emulator.topology import parse_mesh
 from mkemu.errors import ConfigError
 from mkemu.isa.hardware import DEFAULT_PROFILE
@@ -83,7 +83,9 @@ def _trace(instance, attribute, value):
 class Options:
     """Options of one run. `hw` is a shipped profile name or a TOML path; `mesh` is
     "XxYxZ" or a tuple (None: the profile's); `checks` are the runtime checks left on
-    ("races", "semaphores"; `mkemu run --no-check NAME` removes one); `params`
+    ("races", "semaphores"; `mkemu run --no-check NAME` removes one); `max_instructions`
+    bounds each core's instructions per launch (a runaway loop faults); `schedule`
+    ("normal", "shuffle" with `schedule_seed`, "late") is when DMAs land; `params`
     override the program's `param`s; `trace` is a path to write the trace to, True to
     keep it in memory (API), or None. The driver options (None: the driver's default)
     apply to programs whose reference is a driver, e.g. the K3 programs."""
@@ -94,6 +96,9 @@ class Options:
     max_cycles: int = attrs.field(default=10**12, validator=_int(1))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset, validator=_checks)
+    max_instructions: int = attrs.field(default=50_000_000, validator=_int(1))
+    schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
+    schedule_seed: int = attrs.field(default=0, validator=_int(0))
     params: dict[str, int] = attrs.field(factory=dict, converter=dict, validator=_params)
     trace: str | bool | None = attrs.field(default=None, validator=_trace)
     model: str | None = attrs.field(default=None, validator=_optional_str)
@@ -111,20 +116,22 @@ class Options:
     def run_config(self) -> RunConfig:
         """The emulator's view of these options."""
         return RunConfig(seed=self.seed, max_cycles=self.max_cycles, dma_order=self.dma_order,
-                         checks=self.checks)
+                         checks=self.checks, max_instructions=self.max_instructions,
+                         schedule=self.schedule, schedule_seed=self.schedule_seed)
 
     def driver_options(self) -> dict:
         """What a driver sees: the seed and the driver options that were set."""
         out = {"seed": self.seed}
         for name, _flag in DRIVER_FIELDS:
             value = getattr(self, name)
-            if value not in (None, False):
+            if value is not None and value is not False:   # 0 is a value (an error the driver names)
                 out[name] = value
         return out
 
     def driver_options_set(self) -> list[str]:
         """The CLI flags of the driver options that were set (an error for a plain program)."""
-        return [flag for name, flag in DRIVER_FIELDS if getattr(self, name) not in (None, False)]
+        return [flag for name, flag in DRIVER_FIELDS
+                if getattr(self, name) is not None and getattr(self, name) is not False]
 
     @classmethod
     def of(cls, options: Options | None = None, **changes) -> Options:

@@ -9,9 +9,13 @@ driver through a `Session`, which returns its own report and renderer. Used by
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import attrs
+import numpy as np
 
 from mkemu import runner
 from mkemu.api import compile as compile_program
@@ -21,7 +25,7 @@ from mkemu.options import Options
 def load_program(path: str, profile, params: dict[str, int]):
     """Assemble a `.s` file or compile a `.mk` file (a path or a shipped name) into a Program."""
     from mkemu.api import build_program
-    from mkemu.errors import ConfigError
+    from mkemu.errors import ConfigError, not_text
     from mkemu.shipped import resolve
 
     path = resolve(path)
@@ -29,6 +33,8 @@ def load_program(path: str, profile, params: dict[str, int]):
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
     return build_program(path, text, profile, params)
 
 
@@ -45,6 +51,11 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
                           file=inputs)
     run = kernel(inputs, progress=progress)
     report = run.report.figures
+    if not kernel.is_driven:
+        digest = hashlib.sha256()
+        for key in sorted(run.outputs):
+            digest.update(key.encode() + np.ascontiguousarray(run.outputs[key]).tobytes())
+        report["outputs_sha256"] = digest.hexdigest()
     if not kernel.is_driven and kernel.reference is not None:
         run.check()
         report["reference"] = kernel.program.reference
@@ -56,6 +67,50 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     report["compile_s"] = round(kernel.compile_s, 3)
     report["wall_s"] = round(time.perf_counter() - wall0, 3)
     return report, render
+
+
+def check_schedules(file: str, options: Options, count: int, normal: dict, inputs: str | None = None) -> list[dict]:
+    """Run `count` adversarial schedules (the late one, then shuffles with seeds 1, 2,
+    ...) and say of each whether it gave the normal run's bits, faulted or deadlocked."""
+    from mkemu.errors import MkemuError
+
+    out = []
+    for k in range(count):
+        schedule = "late" if k == 0 else "shuffle"
+        variant = attrs.evolve(options, schedule=schedule, schedule_seed=k, trace=None)
+        entry = {"schedule": schedule, "seed": k}
+        try:
+            report, _ = execute(file, variant, inputs=inputs)
+        except MkemuError as exc:
+            kind = getattr(exc, "kind", "error")
+            entry.update(outcome="deadlock" if kind == "deadlock" else "fault", detail=exc.render())
+        else:
+            differs = _outcome_differs(normal, report)
+            entry.update(outcome="changed bits" if differs else "same", detail=differs,
+                         cycles=report.get("cycles", sum(report.get("cycles_per_step", []))))
+        out.append(entry)
+    return out
+
+
+def _outcome_differs(normal: dict, other: dict) -> str | None:
+    """What of `other` differs from the normal run's outcome: the reference check, the
+    generated tokens of a driven run, or the outputs' digest of a plain one."""
+    if other.get("bit_exact") != normal.get("bit_exact"):
+        return other.get("mismatch") or "the reference check's verdict changed"
+    for key in ("tokens", "outputs_sha256"):
+        if key in normal and normal[key] != other.get(key):
+            return f"{key} differ from the normal schedule's"
+    return None
+
+
+def render_schedules(entries: list[dict]) -> str:
+    lines = [f"schedules: {len(entries)} adversarial (late, then shuffled with seeds 1..{len(entries) - 1})"
+             if len(entries) > 1 else "schedules: 1 adversarial (late)"]
+    for e in entries:
+        name = e["schedule"] + (f" seed {e['seed']}" if e["schedule"] == "shuffle" else "")
+        detail = f": {e['detail']}" if e.get("detail") else ""
+        lines.append(f"  {name}: {e['outcome']}{detail}")
+    return "\n".join(lines)
 
 
 def render_plain(report: dict) -> str:

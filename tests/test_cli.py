@@ -188,3 +188,42 @@ def test_compare_of_a_missing_program_is_one_clear_error(capsys):
     code, out, err = cli(capsys, "compare", "programs/k3_per_op.mk", "no/such.mk", *K3_TINY)
     assert code != 0 and out == ""
     assert err.strip() == "no/such.mk: error: cannot read program: No such file", "nothing runs first"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("binary.mk", b"\xff\xfe\x00kernel", "binary.mk: error: cannot read program: it is not UTF-8 text (byte 0xff at offset 0)"),
+    ("binary.s", b".kernel main\n\x80halt\n", "binary.s: error: cannot read program: it is not UTF-8 text (byte 0x80 at offset 13)"),
+    ("imports.mk", b'import "binary.mk";\nkernel k() { }\nhost { launch k(); }\n',
+     "imported file 'binary.mk' is not UTF-8 text (byte 0xff at offset 0)"),
+])
+def test_a_program_file_that_is_not_text_is_one_clear_error(capsys, tmp_path, monkeypatch, name, content, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "binary.mk").write_bytes(b"\xff\xfe\x00kernel")
+    (tmp_path / name).write_bytes(content)
+    for command in ("run", "asm"):
+        assert main([command, name]) == 1
+        out, err = capsys.readouterr()
+        assert message in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "--batch: error: batch must be 1..8, got 0"),
+    (["--mesh", "0x2"], "bad mesh '0x2'"),
+    (["--mesh=-2x1x1"], "bad mesh '-2x1x1'"),
+    (["--max-instructions", "0"], "max_instructions must be an integer >= 1"),
+    (["--schedules", "-1"], "--schedules must be 0 or more"),
+])
+def test_bad_run_options_are_one_line_errors(capsys, argv, message):
+    assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", *argv]) == 1
+    out, err = capsys.readouterr()
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+
+
+def test_schedules_report_every_adversarial_schedule(capsys):
+    assert main(["run", "programs/examples/all_reduce.mk", "--mesh", "2x1x1", "--schedules", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(s["schedule"], s["seed"], s["outcome"]) for s in report["schedules"]] == [
+        ("late", 0, "same"), ("shuffle", 1, "same"), ("shuffle", 2, "same")]
+    assert main(["run", "programs/examples/all_reduce.mk", "--mesh", "2x1x1", "--schedules", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "schedules: 2 adversarial" in out and "late: same" in out and "shuffle seed 1: same" in out

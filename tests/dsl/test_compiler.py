@@ -497,6 +497,26 @@ kernel k(x: hbm f32[8, 128]) {
     assert text.startswith("t.mk:2:1: error:")
 
 
+@pytest.mark.parametrize("use, caret", [
+    ("t[0] = BIG;", "             ^^^"),
+    ("x = x * (BIG + 1);", "               ^^^^^^^"),
+    ("var c: i32 = 3000000000;", "                   ^^^^^^^^^^"),
+])
+def test_a_constant_that_does_not_fit_int32_is_a_compile_error(use, caret):
+    src = f"""const BIG = 1 << 40;
+kernel k(y: hbm i32[8, 128]) {{
+    smem t: i32[4];
+    vmem x: i32[8, 128];
+    {use}
+}}
+"""
+    with pytest.raises(SourceError) as info:
+        compile_text(src, "t.mk", PROFILE)
+    lines = info.value.render().splitlines()
+    assert lines[0].startswith("t.mk:5:") and "does not fit in 32 bits" in lines[0]
+    assert lines[2] == caret
+
+
 def test_many_scalar_variables_spill_to_smem():
     lets = "\n".join(f"    let v{i} = ps[{i % 8}] * {i + 1} + {i};" for i in range(40))
     total = " + ".join(f"v{i}" for i in range(40))

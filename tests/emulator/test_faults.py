@@ -99,7 +99,11 @@ def test_semaphore_left_nonzero_at_halt(emu):
 
 def test_dma_never_waited_for_leaves_its_semaphore_nonzero(emu):
     fault = fault_of(emu, "li s1, @src\nli s2, 2\ndma.start vmem[s0], hbm[s1], s0, s2")
-    assert fault.kind == "semaphore-nonzero" and "semaphore 2 = 4096" in fault.render()
+    text = fault.render()
+    assert fault.kind == "semaphore-nonzero" and "semaphore 2 = 4096" in text
+    # ... naming the instruction that raised it, with its pc and source line.
+    assert "last raised at cycle" in text and "by `dma.start vmem[s0], hbm[s1], s0, s2`" in text
+    assert "pc 0x0004" in text and re.search(r"source: test\.s:\d+:\d+: dma.start", text)
 
 
 def test_deadlock_names_the_waiting_core_and_semaphore(emu):
@@ -121,6 +125,17 @@ def test_max_cycle_guard_stops_an_infinite_loop(emu):
     text = fault.render()
     assert fault.kind == "max-cycles" and "20000" in text
     assert "chip 0, core 0, cycle" in text and "instruction: " in text
+
+
+def test_instruction_budget_stops_a_runaway_loop_at_its_source_line(emu):
+    fault = fault_of(emu, "spin:\naddi s1, s1, 1\njmp spin", config=RunConfig(max_instructions=5_000))
+    text = assert_names_everything(fault, "max-instructions", "")
+    assert "ran 5,000 instructions in one launch" in text and "--max-instructions" in text
+    assert re.search(r"source: test\.s:\d+:\d+: (addi s1, s1, 1|jmp spin)", text)
+
+
+def test_the_default_instruction_budget_is_finite():
+    assert RunConfig().max_instructions <= 10**8
 
 
 def test_max_cycle_guard_while_waiting_for_a_slow_dma(emu):

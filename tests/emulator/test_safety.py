@@ -1,0 +1,274 @@
+"""Schedule safety: every class of race is reported, naming both sides, and each
+correctly synchronised counterpart runs clean, in every DMA schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mkemu
+from mkemu.errors import EmulatorFault
+
+X = (np.arange(8 * 256, dtype=np.float32).reshape(8, 256) % 97) / 8
+
+# One core pushes `src` into another core's `inbox` while that core reads `inbox`.
+# With CREDIT = 1 the reader first says "inbox free" (a signal) and the sender waits
+# for it: the race is gone.
+PUSH = """
+param CREDIT = 0 in {{0, 1}};
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {{
+    vmem src: f32[8, 256];
+    vmem inbox: f32[8, 256];
+    vmem acc: f32[8, 256];
+    sem s;
+    sem send;
+    sem recv;
+    sem credit;
+    start copy(x, src, s);
+    wait copy(x, src, s);
+    start copy(x, inbox, s);
+    wait copy(x, inbox, s);
+    let h = copy(src, inbox @ {to_reader}, send, recv);
+    if {is_sender} {{
+        if CREDIT == 1 {{
+            wait(credit, 1);
+        }}
+        start h;
+        wait h;
+    }}
+    if {is_reader} {{
+        acc = inbox * inbox;
+        for i in 0..8 {{
+            acc = acc + inbox;
+        }}
+        if CREDIT == 1 {{
+            signal(credit @ {to_sender}, 1);
+        }}
+        wait recv h;
+        acc = acc + inbox;
+        start copy(acc, y, s);
+        wait copy(acc, y, s);
+    }}
+}}
+host {{
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}}
+"""
+SIBLING = dict(to_reader="global_core(chip_id(), 1)", to_sender="global_core(chip_id(), 0)",
+               is_sender="core_id() == 0", is_reader="core_id() == 1", mesh="1")
+NEIGHBOUR = dict(to_reader="peer(0, 1)", to_sender="peer(0, -1)", is_sender="chip_id() == 0 && core_id() == 0",
+                 is_reader="chip_id() == 1 && core_id() == 0", mesh="2x1x1")
+
+
+def run(text: str, mesh: str = "1", schedule: str = "normal", **params):
+    kernel = mkemu.compile_source(text, "safety.mk", hw="tpu-v7-like", mesh=mesh, params=params,
+                                  schedule=schedule)
+    return kernel(x=X)
+
+
+def race_of(text: str, **kwargs) -> str:
+    with pytest.raises(EmulatorFault) as info:
+        run(text, **kwargs)
+    assert info.value.kind == "race", info.value.render()
+    return info.value.render()
+
+
+@pytest.mark.parametrize("where", [SIBLING, NEIGHBOUR], ids=["sibling core", "next chip"])
+def test_a_push_into_a_buffer_the_target_still_reads_is_a_race(where):
+    text = PUSH.format(**where)
+    report = race_of(text, mesh=where["mesh"])
+    # Both sides: the access (this core, cycle, pc, source line) and the DMA's start.
+    assert "safety.mk:" in report and "instruction:" in report
+    assert "dma.start.r" in report and "issued at cycle" in report
+
+
+@pytest.mark.parametrize("where", [SIBLING, NEIGHBOUR], ids=["sibling core", "next chip"])
+@pytest.mark.parametrize("schedule", ["normal", "late", "shuffle"])
+def test_the_same_push_after_a_credit_signal_is_clean(where, schedule):
+    ran = run(PUSH.format(**where), mesh=where["mesh"], schedule=schedule, CREDIT=1)
+    reader_chip = 1 if where is NEIGHBOUR else 0
+    expected = X * X
+    for _ in range(9):
+        expected = expected + X
+    assert np.array_equal(ran.output("y", reader_chip), expected)
+
+
+# A DMA writes column block J of a buffer back to HBM while the vector unit works on
+# column block K of the same buffer.
+COLUMNS = """
+param K = 1 in {0, 1};
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem b: f32[8, 256];
+    sem s;
+    sem out;
+    start copy(x, b, s);
+    wait copy(x, b, s);
+    start copy(b[:, 0:128], y[:, 0:128], out);
+    b[:, K * 128 +: 128] = b[:, K * 128 +: 128] * 2.0;
+    wait copy(b[:, 0:128], y[:, 0:128], out);
+    start copy(b[:, 128:256], y[:, 128:256], out);
+    wait copy(b[:, 128:256], y[:, 128:256], out);
+}
+host {
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}
+"""
+
+
+def test_disjoint_column_blocks_of_one_buffer_do_not_race():
+    ran = run(COLUMNS, K=1)
+    assert np.array_equal(ran.output("y"), np.concatenate([X[:, :128], X[:, 128:] * 2], axis=1))
+
+
+def test_the_column_block_the_dma_reads_does_race():
+    assert "overwrites the source of a DMA still in flight" in race_of(COLUMNS, K=0)
+
+
+# Two DMAs into one VMEM buffer, or a copy out of a buffer another copy still fills.
+TWO_DMAS = """
+param WAIT = 0 in {0, 1};
+param READ = 0 in {0, 1};
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem b: f32[8, 256];
+    sem s;
+    sem t;
+    start copy(x, b, s);
+    if WAIT == 1 {
+        wait copy(x, b, s);
+    }
+    if READ == 1 {
+        start copy(b, y, t);
+        wait copy(b, y, t);
+    } else {
+        start copy(x, b, t);
+        wait copy(x, b, t);
+        start copy(b, y, t);
+        wait copy(b, y, t);
+    }
+    if WAIT == 0 {
+        wait copy(x, b, s);
+    }
+}
+host {
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}
+"""
+
+
+@pytest.mark.parametrize("read", [0, 1], ids=["two writes", "a read of what is being written"])
+def test_two_dmas_on_one_buffer_race_unless_the_first_is_waited_for(read):
+    report = race_of(TWO_DMAS, READ=read)
+    assert "this DMA and an earlier one in flight share bytes of VMEM" in report
+    assert np.array_equal(run(TWO_DMAS, READ=read, WAIT=1).output("y"), X)
+
+
+# A copy into HBM while another copy still reads those HBM bytes.
+HBM_WAR = """
+param WAIT = 0 in {0, 1};
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem a: f32[8, 256];
+    vmem b: f32[8, 256];
+    sem s;
+    sem t;
+    start copy(x, a, s);
+    wait copy(x, a, s);
+    a = a + 1.0;
+    start copy(x, b, s);
+    if WAIT == 1 {
+        wait copy(x, b, s);
+    }
+    start copy(a, x, t);
+    wait copy(a, x, t);
+    if WAIT == 0 {
+        wait copy(x, b, s);
+    }
+    start copy(b, y, t);
+    wait copy(b, y, t);
+}
+host {
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}
+"""
+
+
+def test_a_copy_into_hbm_another_copy_still_reads_is_a_race():
+    assert "share bytes of HBM of chip 0" in race_of(HBM_WAR)
+    assert np.array_equal(run(HBM_WAR, WAIT=1).output("y"), X)
+
+
+@pytest.mark.parametrize("schedule", ["late", "shuffle"])
+def test_a_missing_wait_is_a_race_in_every_schedule(schedule):
+    race_of(TWO_DMAS, READ=1, schedule=schedule)
+
+
+# Random DMA/compute schedules: per buffer, load it, wait, compute on it, store it,
+# wait; the buffers' steps interleaved at random.
+STEPS = ("start load", "wait load", "compute", "start store", "wait store")
+
+
+def random_program(n: int, order: list[int], late_wait: int | None) -> str:
+    """`order` interleaves the buffers' steps (a buffer's index each time it takes its
+    next step). With `late_wait` = i, buffer i's load wait moves to the very end."""
+    body, done = [], [0] * n
+    for i in order:
+        step = STEPS[done[i]]
+        done[i] += 1
+        if step == "start load":
+            body.append(f"start copy(x[{i}], b{i}, ls[{i}]);")
+        elif step == "wait load" and late_wait != i:
+            body.append(f"wait copy(x[{i}], b{i}, ls[{i}]);")
+        elif step == "compute":
+            body.append(f"b{i} = b{i} * 2.0 + 1.0;")
+        elif step == "start store":
+            body.append(f"start copy(b{i}, y[{i}], ss[{i}]);")
+        elif step == "wait store":
+            body.append(f"wait copy(b{i}, y[{i}], ss[{i}]);")
+    if late_wait is not None:
+        body.append(f"wait copy(x[{late_wait}], b{late_wait}, ls[{late_wait}]);")
+    bufs = "".join(f"    vmem b{i}: f32[8, 128];\n" for i in range(n))
+    return (f"kernel k(x: hbm f32[{n}, 8, 128], y: hbm f32[{n}, 8, 128]) {{\n{bufs}"
+            f"    sem ls[{n}];\n    sem ss[{n}];\n" + "".join(f"    {line}\n" for line in body) +
+            f"}}\nhost {{\n    input x: f32[{n}, 8, 128];\n    output y: f32[{n}, 8, 128];\n"
+            f"    launch k(x, y);\n}}\n")
+
+
+@st.composite
+def schedules(draw):
+    n = draw(st.integers(1, 4))
+    pending = [list(range(len(STEPS))) for _ in range(n)]
+    order = []
+    while any(pending):
+        i = draw(st.sampled_from([b for b in range(n) if pending[b]]))
+        pending[i].pop(0)
+        order.append(i)
+    return n, order, draw(st.integers(0, n - 1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(schedules())
+def test_random_correct_schedules_run_clean_and_a_missing_wait_is_caught(case):
+    n, order, victim = case
+    x = np.arange(n * 8 * 128, dtype=np.float32).reshape(n, 8, 128) % 13
+    for schedule in ("normal", "late", "shuffle"):
+        ran = mkemu.compile_source(random_program(n, order, None), "random.mk", hw="test", mesh="1",
+                                   schedule=schedule)(x=x)
+        assert np.array_equal(ran.output("y"), x * 2 + 1), schedule
+    caught = []
+    for schedule in ("normal", "late", "shuffle"):
+        bad = mkemu.compile_source(random_program(n, order, victim), "random.mk", hw="test", mesh="1",
+                                   schedule=schedule)
+        try:
+            bad(x=x)
+        except EmulatorFault as fault:
+            caught.append(fault.kind)
+    assert "race" in caught
