@@ -47,6 +47,10 @@ class RunConfig:
     loop stops within seconds of wall time, naming the loop).
     schedule: when DMAs land (emulator/dma.py): "normal"; "shuffle" (a seeded random
     delay per DMA, from `schedule_seed`); "late" (as late as synchronisation allows).
+    timing_only: compute nothing, charge every cycle (docs/architecture.md): memories
+    hold no data but SMEM and i32 HBM buffers; values read back into scalars come
+    from each core's queue (`Core.feed_readbacks`); race checks are off.
+    record_readbacks: keep the values a data run reads back (`Core.take_readbacks`).
     """
 
     seed: int = 0
@@ -57,3 +61,5 @@ class RunConfig:
     max_instructions: int = attrs.field(default=50_000_000, validator=_positive)
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = 0
+    timing_only: bool = False
+    record_readbacks: bool = False

@@ -71,10 +71,11 @@ class Core:
         self.mx_w = np.zeros((p.mxus_per_core, d, d), np.uint32)
         self.mx_lhs = np.zeros((p.mxus_per_core, ROWS, d), np.uint32)
         self.mx_acc = np.zeros((p.mxus_per_core, p.mxu_accumulators, ROWS, d), np.uint32)
-        self.rstack = np.zeros((lp.REGION_DEPTH, 4), np.int64)
-        self.rstat = np.zeros((1, 2), np.int64)
+        self.rstack = np.zeros((lp.REGION_DEPTH, 5), np.int64)   # region, index, start, pc, nested time
+        self.rstat = np.zeros((1, 3), np.int64)                  # cycles, times left, cycles not nested
         self.races = np.zeros((RACE_SLOTS, 10), np.int64)
         self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
+        self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -143,16 +144,17 @@ class Core:
 
     def open_regions(self) -> list[tuple[int, int, int, int]]:
         """(region id, index, start cycle, pc) of the regions entered and not left."""
-        return [tuple(int(v) for v in row) for row in self.rstack[:self.I[lp.H_RDEPTH]]]
+        return [tuple(int(v) for v in row[:4]) for row in self.rstack[:self.I[lp.H_RDEPTH]]]
 
-    def region_stats(self) -> dict[int, tuple[int, int]]:
-        """region id -> (cycles spent inside, times left) in this launch."""
-        return {rid: (int(c), int(n)) for rid, (c, n) in enumerate(self.rstat) if n}
+    def region_stats(self) -> dict[int, tuple[int, int, int]]:
+        """region id -> (cycles spent inside, times left, cycles inside but not in a
+        region nested in it) in this launch."""
+        return {rid: (int(c), int(n), int(x)) for rid, (c, n, x) in enumerate(self.rstat) if n}
 
     # -- launches ------------------------------------------------------------
 
     def start(self, kernel: Kernel, decoded: DecodedKernel, args: tuple[int, ...], t: int,
-              limit: int, max_instructions: int, checks_races: bool) -> None:
+              limit: int, max_instructions: int, flags: int) -> None:
         """Fresh state for a kernel launch: kernels see nothing of each other's memories.
         Counters (instructions, unit busy and stall cycles) carry over: they are the run's."""
         I = self.I
@@ -190,14 +192,14 @@ class Core:
         I[lp.H_LIMIT] = limit
         I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
         I[lp.H_IMAX] = max_instructions
-        I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | (lp.FLAG_RACES if checks_races else 0)
+        I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | flags
         I[lp.H_NREGNAMES] = len(kernel.regions)
         I[lp.H_T] = t
         self.kernel = kernel
         self.decoded = decoded
         self.code = decoded.code
         if self.rstat.shape[0] < decoded.region_slots:
-            self.rstat = np.zeros((decoded.region_slots, 2), np.int64)
+            self.rstat = np.zeros((decoded.region_slots, 3), np.int64)
         else:
             self.rstat[:] = 0
         self.sems = [0] * self.profile.semaphores
@@ -215,7 +217,7 @@ class Core:
         while True:
             code = self._loop(self.code, self.I, self.V, self.M, self.vmem, self.smem, self.mx_w,
                               self.mx_lhs, self.mx_acc, self.rstack, self.rstat, self.races,
-                              self.access_log, self.trace_rows, self.trace_regions)
+                              self.access_log, self.readback, self.trace_rows, self.trace_regions)
             if self.trace is not None:
                 self.trace.drain(self)
             if code == lp.EXIT_GLOBAL:
@@ -224,6 +226,12 @@ class Core:
                 raise self._trap()
             if code == lp.EXIT_LOG_FULL:
                 self.access_log = np.concatenate([self.access_log, np.zeros_like(self.access_log)])
+            if code == lp.EXIT_READBACK:
+                if self.I[lp.H_FLAGS] & lp.FLAG_TIMING_ONLY:
+                    raise Trap("readback", f"this timing-only run reads back value {int(self.I[lp.H_RB_N]) + 1} "
+                                           f"into a scalar, but only {int(self.I[lp.H_RB_N])} were supplied "
+                                           "(the router's choices: see docs/k3.md, timing-only runs)")
+                self.readback = np.concatenate([self.readback, np.zeros_like(self.readback)])
 
     def retire(self, op: Op, issue: int) -> None:
         """Book the unit and the results of global `op` issued at `issue`."""
@@ -254,6 +262,21 @@ class Core:
         mnemonic = op.instr.mnemonic if op.instr is not None else ""
         return Trap(kind, template.format(a=a, b=b, c=c, d=d, name="VMEM", problem=op.problem,
                                           op=mnemonic.rstrip("i")))
+
+    # -- values read back into scalars (timing-only runs take them from here) ------
+
+    def feed_readbacks(self, values) -> None:
+        """Queue the values this core's reads back will take (a timing-only run)."""
+        values = np.asarray(values, np.int64)
+        self.readback = np.concatenate([values, np.zeros(64, np.int64)])
+        self.I[lp.H_RB_N], self.I[lp.H_RB_I] = len(values), 0
+
+    def take_readbacks(self) -> np.ndarray:
+        """The values this core read back since the last call (a recording run)."""
+        n = int(self.I[lp.H_RB_N])
+        out = self.readback[:n].copy()
+        self.I[lp.H_RB_N] = 0
+        return out
 
     # -- DMAs in flight, as the loop's race check sees them ----------------------
 

@@ -8,6 +8,11 @@ each resource max-min fairly with the other flows; an engine moves at most
 bytes have moved the DMA *lands*: its destination is written and its semaphores are
 raised (the issuer's by the bytes sent, a remote target's by the bytes received).
 
+In a timing-only run (`RunConfig.timing_only`) only SMEM and the i32 HBM buffers hold
+data: a DMA between them copies bytes, any other moves nothing but still takes its
+time. A DMA of computed bytes into them (from VMEM or another HBM buffer), which a
+data run can record (`record_readbacks`), takes the recorded bytes instead.
+
 When a DMA lands depends on the run's schedule (`RunConfig.schedule`): "normal" lands
 it as soon as its bytes have moved; "shuffle" adds a seeded random delay to each
 landing, so DMAs in flight together land in a permuted order; "late" holds every DMA
@@ -23,7 +28,7 @@ import numpy as np
 
 from mkemu.emulator.core import Core
 from mkemu.emulator.flows import completion_cycle
-from mkemu.emulator.memory import Trap, block_ranges, read_block, write_block
+from mkemu.emulator.memory import Trap, block_ranges, check_bounds, read_block, write_block
 from mkemu.isa.encoding import SPACES
 
 DESC_WORDS = 7
@@ -86,8 +91,18 @@ class DmaMixin:
         src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
         src_mem = self._memory(core, src_space, *src_range)
         dst_mem = self._memory(target, dst_space)
-        data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
         dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
+        computed = not self._holds_data(src_space, *src_range) and self._holds_data(dst_space, *dst_range)
+        if self.config.timing_only and not (self._holds_data(src_space, *src_range)
+                                            and self._holds_data(dst_space, *dst_range)):
+            # Nothing to move: one end holds no data in a timing-only run, except computed
+            # bytes that land where control reads them: those a data run recorded.
+            check_bounds(src_mem, f"{src_space.upper()} (DMA source)", *src_range)
+            data = self._recorded_payload(core, inner * n1 * n2) if computed else None
+        else:
+            data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
+            if computed and self.config.record_readbacks:
+                self.payloads_out[core.gid].append(data.tobytes())
         if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
             raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
                                         f"is outside {dst_space.upper()} of {dst_mem.size} bytes"
@@ -119,6 +134,27 @@ class DmaMixin:
             self._push(t + latency, DMA_BEGIN, dma)
         else:
             self.engine_queue[core.gid].append(dma)
+
+    def _recorded_payload(self, core: Core, size: int) -> np.ndarray:
+        queue = self.payloads_in[core.gid]
+        if not queue:
+            raise Trap("readback", "this timing-only DMA copies computed bytes into SMEM or an i32 buffer, "
+                                   "where control reads them, and no recorded payload is left for it (record "
+                                   "the data run's with --record-routing and replay it with --routing)")
+        data = np.frombuffer(queue.pop(0), np.uint8)
+        if data.size != size:
+            raise Trap("readback", f"the recorded payload has {data.size} bytes, this DMA moves {size}: the "
+                                   "record is from another program or run")
+        return data
+
+    def _holds_data(self, space: str, lo: int, hi: int) -> bool:
+        """In a timing-only run only SMEM and the i32 HBM buffers (indices, tokens,
+        positions) hold data; VMEM and every other HBM buffer are sizes without bytes."""
+        if space == "smem":
+            return True
+        if space == "vmem":
+            return False
+        return any(b_lo <= lo and hi <= b_hi for b_lo, b_hi in self.data_regions)
 
     def _dma_resources(self, core: Core, target: Core, src_space: str, dst_space: str) -> list[int]:
         """The flow resources a DMA crosses.
@@ -196,10 +232,11 @@ class DmaMixin:
         if self.trace is not None:
             self.trace.on_dma_done(dma, t)
         inner, n1, ds1, n2, ds2 = dma.shape
-        write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
-                    dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
-        if dma.dst_space != "hbm":
-            dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
+        if dma.data is not None:
+            write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
+                        dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
+            if dma.dst_space != "hbm":
+                dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
         self._add_sem(dma.src_core, dma.sem, dma.size_bytes, t, by_dma=True, raiser=dma)
         if dma.rsem is not None:
             self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t, by_dma=True, raiser=dma)

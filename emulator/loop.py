@@ -1,7 +1,7 @@
 """The compiled issue loop: generated from the instruction table, compiled once by numba.
 
 `compiled_loop()` returns `run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK,
-RSTAT, RACES, LOG, TR, TRR) -> exit code`. It runs one core's local instructions from
+RSTAT, RACES, LOG, RB, TR, TRR) -> exit code`. It runs one core's local instructions from
 `I[H_PC]` with the timing rules of docs/architecture.md (an instruction issues when
 its unit is free and its sources are ready; it books the unit for its occupancy and
 its results for its latency) and executes each one by its table row's exec clause.
@@ -12,7 +12,10 @@ records traces (flag bit 0: one (pc, issue, unit stall, operand stall) row per
 instruction into TR, region rows into TRR) and checks races (flag bit 1): every VMEM
 and SMEM access against the DMAs in flight for the core (RACES rows: outer lo, hi,
 whether the DMA only reads, space, its block), and into LOG (issue cycle, pc, space,
-footprint, write) for the checks made when another core's DMA lands later.
+footprint, write) for the checks made when another core's DMA lands later. With
+flag bit 2 (timing-only) it computes nothing: vector-side rows only take their
+cycles, and a value read back into a scalar (`vextract`) is taken from the queue RB
+(EXIT_READBACK when it runs dry); with flag bit 3 it records those values into RB.
 
 The source of the loop is generated from the table: one branch per row, holding the
 row's operand names, its race check (from its memory footprint) and its exec
@@ -49,10 +52,11 @@ H_NSREG, H_NREADY, H_NUNITS, H_NMREG, H_NMXU, H_MXD = range(31, 37)
 H_NLOG = 37           # accesses logged in this run-ahead
 H_ILIMIT = 38         # the instruction count at which this launch faults
 H_IMAX = 39           # the instructions a core may run per launch
-HEADER = 40
+H_RB_N, H_RB_I = 40, 41   # readback queue: values in it, next to take (recording: values kept)
+HEADER = 48
 
-EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL, EXIT_LOG_FULL = 1, 2, 3, 4
-FLAG_TRACE, FLAG_RACES = 1, 2
+EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL, EXIT_LOG_FULL, EXIT_READBACK = 1, 2, 3, 4, 5
+FLAG_TRACE, FLAG_RACES, FLAG_TIMING_ONLY, FLAG_RECORD = 1, 2, 4, 8
 # Faults the loop itself raises (the rows' own are in isa/semantics.py).
 E_RAN_OFF, E_MAX_CYCLES, E_RACE, E_MAX_INSTRUCTIONS = 40, 41, 42, 43
 REGION_DEPTH = 64
@@ -60,7 +64,7 @@ REGION_OPEN, REGION_CLOSE = 0, 1
 # Compiled eagerly for exactly these array types (all C-contiguous).
 SIGNATURE = ("int64(int64[:, ::1], int64[::1], uint32[:, ::1], uint8[:, ::1], uint8[::1], uint8[::1], "
              "uint32[:, :, ::1], uint32[:, :, ::1], uint32[:, :, :, ::1], int64[:, ::1], int64[:, ::1], "
-             "int64[:, ::1], int64[:, ::1], int64[:, ::1], int64[:, ::1])")
+             "int64[:, ::1], int64[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1])")
 
 
 def layout(nsreg: int, nready: int, nunits: int, nmreg: int, nmxu: int) -> dict[str, int]:
@@ -87,21 +91,27 @@ def region_enter(RSTACK, I, region, index, issue, pc, E):
     RSTACK[d, 1] = index
     RSTACK[d, 2] = issue
     RSTACK[d, 3] = pc
+    RSTACK[d, 4] = 0
     I[H_RDEPTH] = d + 1
     return 0
 
 
 @jitable
 def region_leave(RSTACK, RSTAT, TRR, I, issue, E):
-    """mark.pop: time spent in the innermost region, and its trace row."""
+    """mark.pop: time spent in the innermost region (all of it, and outside the regions
+    nested in it), and its trace row."""
     d = I[H_RDEPTH]
     if d == 0:
         return fault(E, E_REGION_POP, 0, 0, 0, 0)
     d -= 1
     I[H_RDEPTH] = d
     rid = RSTACK[d, 0]
-    RSTAT[rid, 0] += issue - RSTACK[d, 2]
+    spent = issue - RSTACK[d, 2]
+    RSTAT[rid, 0] += spent
     RSTAT[rid, 1] += 1
+    RSTAT[rid, 2] += spent - RSTACK[d, 4]
+    if d > 0:
+        RSTACK[d - 1, 4] += spent
     if I[H_FLAGS] & FLAG_TRACE:
         n = I[H_NTRR]
         TRR[n, 0] = REGION_CLOSE
@@ -248,23 +258,29 @@ def _dirty_update(instr) -> str:
 
 
 def _branch(instr) -> str:
-    """The body run for one row: operands by name, race check, exec clause, bookkeeping."""
+    """The body run for one row: operands by name, race check, exec clause, bookkeeping;
+    in a timing-only run a vector-side row does nothing but take its cycles, and a row
+    that reads data back into a scalar takes the value from the readback queue."""
     lines = [f"{op.name} = C[pc, {dec.C_ARG + k}]" for k, op in enumerate(instr.operands)]
     check = _footprint_check(instr)
     body = instr.exec
     if "{check}" in body:
-        lines.append(body.replace("{check}", _indent(check, 1).strip() or "pass"))
-    else:
-        if check:
-            lines += [check, "if err == 0:", _indent(body, 1)]
-        else:
-            lines.append(body)
+        body = body.replace("{check}", _indent(check, 1).strip() or "pass")
+    elif check:
+        body = "\n".join([check, "if err == 0:", _indent(body, 1)])
     if instr.mnemonic == "mark.push":
-        lines.append("if tracing and region >= I[H_NREGNAMES]:\n    region_named(TRR, I, region)")
+        body += "\nif tracing and region >= I[H_NREGNAMES]:\n    region_named(TRR, I, region)"
     dirty = _dirty_update(instr)
     if dirty:
-        lines.append(dirty)
-    return "\n".join(lines)
+        body += "\n" + dirty
+    if instr.reads_back:
+        recorded = (f"{body}\nif recording and err == 0:\n    RB[I[H_RB_N]] = {instr.readback}\n"
+                    "    I[H_RB_N] += 1")
+        taken = instr.exec.replace(instr.readback, "RB[I[H_RB_I]]") + "\nif err == 0:\n    I[H_RB_I] += 1"
+        body = f"if timing_only:\n{_indent(taken, 1)}\nelse:\n{_indent(recorded, 1)}"
+    elif instr.vector_side:
+        body = f"if not timing_only:\n{_indent(body, 1)}"
+    return "\n".join(lines + [body])
 
 
 def _dispatch(ids: list[int], levels: int) -> str:
@@ -282,7 +298,7 @@ def _dispatch(ids: list[int], levels: int) -> str:
 
 _PROLOGUE = '''
 @njit(SIGNATURE, cache=True, error_model="numpy", nogil=True)
-def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, TR, TRR):
+def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB, TR, TRR):
     VMEM16 = VMEM.view(np.uint16)
     VMEM32 = VMEM.view(np.uint32)
     SMEM32 = SMEM.view(np.uint32)
@@ -303,6 +319,8 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, TR,
     n_ops = C.shape[0]
     tracing = (I[H_FLAGS] & FLAG_TRACE) != 0
     races = (I[H_FLAGS] & FLAG_RACES) != 0
+    timing_only = (I[H_FLAGS] & FLAG_TIMING_ONLY) != 0
+    recording = (I[H_FLAGS] & FLAG_RECORD) != 0
     limit = I[H_LIMIT]
     budget = I[H_ILIMIT] - I[H_COUNT]
     pc = I[H_PC]
@@ -321,6 +339,10 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, TR,
         if pc >= n_ops or pc < 0:
             fault(E, E_RAN_OFF, pc, n_ops, 0, 0)
             code = EXIT_FAULT
+            break
+        if C[pc, C_XID] == XID_READBACK and ((timing_only and I[H_RB_I] >= I[H_RB_N])
+                                            or (recording and I[H_RB_N] >= RB.shape[0])):
+            code = EXIT_READBACK    # the queue ran dry, or the record is full: before issuing
             break
         issue = t
         u = C[pc, C_UNIT]
@@ -397,6 +419,9 @@ def generate_source() -> str:
                    if name.startswith(("H_", "EXIT_", "FLAG_", "E_"))})
     consts.update({name: getattr(dec, name) for name in ("C_UNIT", "C_NSRC", "C_SRC", "C_GLOBAL",
                                                          "C_OCC", "C_LAT", "C_NDST", "C_DST", "C_XID")})
+    readers = [n for n, instr in enumerate(dec.LOCAL_ROWS) if instr.reads_back]
+    assert len(readers) == 1, "the loop's readback queue serves one reading row"
+    consts["XID_READBACK"] = readers[0]
     head = ["# Generated by mkemu.emulator.loop from the instruction table: do not edit.",
             "import numpy as np", "from numba import njit",
             f"from mkemu.isa.semantics import {', '.join(_HELPERS)}",

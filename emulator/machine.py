@@ -21,6 +21,7 @@ from mkemu.isa.encoding import BARRIER_SCOPES
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Program
 
+from mkemu.emulator import loop as lp
 from mkemu.emulator.config import RunConfig
 from mkemu.emulator.core import Core
 from mkemu.emulator.decode import decode_kernel, unit_names
@@ -48,6 +49,7 @@ class RunResult:
     link_bytes: int
     per_core: tuple[dict, ...]
     region_cycles: dict[str, int]
+    region_own_cycles: dict[str, int]
     region_entries: dict[str, int]
     dma_wait_cycles: dict[str, int]
     idle_cycles: int
@@ -91,6 +93,7 @@ class Machine(DmaMixin):
         self.dma_count = 0
         self.launch_cycles: list[int] = []
         self.region_cycles: dict[str, int] = {}    # summed over cores
+        self.region_own_cycles: dict[str, int] = {}  # ... outside the regions nested in each
         self.region_entries: dict[str, int] = {}   # summed over cores
         self.core_region_entries: list[dict[str, int]] = [{} for _ in self.cores]   # per core
         self.dma_wait_cycles: dict[str, int] = {}  # waits ended by a DMA, by innermost region
@@ -101,7 +104,8 @@ class Machine(DmaMixin):
         self.schedule_rng = np.random.default_rng([self.config.seed, self.config.schedule_seed])
         self.shuffle_cycles = 2 * p.dma_start_latency_cycles
         # Race checks in simulated time (`safety.py`), or None with --no-check races.
-        self.safety = Safety(self.cores) if "races" in self.config.checks else None
+        races = "races" in self.config.checks and not self.config.timing_only
+        self.safety = Safety(self.cores) if races else None
 
     # -- loading and data ----------------------------------------------------
 
@@ -114,6 +118,13 @@ class Machine(DmaMixin):
             raise EmulatorFault("out-of-memory", f"program needs {program.hbm_bytes} bytes of HBM, "
                                                  f"the chip has {self.profile.hbm_bytes}")
         self._hbm = ChipMemories(self.mesh.num_chips, program.hbm_bytes)
+        # Computed bytes DMAs moved into SMEM or i32 buffers: kept by a recording data
+        # run, taken by a timing-only run (per issuing core, in issue order).
+        self.payloads_out: list[list[bytes]] = [[] for _ in self.cores]
+        self.payloads_in: list[list[bytes]] = [[] for _ in self.cores]
+        # What holds data in a timing-only run besides SMEM: the i32 HBM buffers.
+        self.data_regions = [(b.offset_bytes, b.offset_bytes + b.size_bytes)
+                             for b in program.buffers if b.dtype == "i32"]
 
     @property
     def hbm(self) -> list[np.ndarray]:
@@ -166,12 +177,17 @@ class Machine(DmaMixin):
         self.flow_version = 0
         if self.trace is not None:
             self.trace.on_launch(self, launch, start)
-        races = self.safety is not None
-        if races:
+        flags = 0
+        if self.safety is not None:
             self.safety.launch()
+            flags |= lp.FLAG_RACES
+        if self.config.timing_only:
+            flags |= lp.FLAG_TIMING_ONLY
+        if self.config.record_readbacks:
+            flags |= lp.FLAG_RECORD
         for core in self.cores:
             core.start(kernel, decoded, launch.args, start, self.config.max_cycles,
-                       self.config.max_instructions, races)
+                       self.config.max_instructions, flags)
             core.pending = None
             core.waiting = None
             core.end_time = None
@@ -242,8 +258,9 @@ class Machine(DmaMixin):
 
         for core in self.cores:
             mine = self.core_region_entries[core.gid]
-            for rid, (cycles, count) in core.region_stats().items():
+            for rid, (cycles, count, own) in core.region_stats().items():
                 self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
+                self.region_own_cycles[name(rid)] = self.region_own_cycles.get(name(rid), 0) + own
                 self.region_entries[name(rid)] = self.region_entries.get(name(rid), 0) + count
                 mine[name(rid)] = mine.get(name(rid), 0) + count
             for rid, cycles in core.dma_wait_cycles.items():
@@ -483,7 +500,8 @@ class Machine(DmaMixin):
             instructions=sum(c.instructions for c in self.cores), unit_busy_cycles=busy,
             hbm_bytes=self.hbm_bytes, dma_count=self.dma_count, stall_cycles=stalls,
             launch_cycles=tuple(self.launch_cycles), link_bytes=self.link_bytes, per_core=tuple(per_core),
-            region_cycles=dict(self.region_cycles), region_entries=dict(self.region_entries),
+            region_cycles=dict(self.region_cycles), region_own_cycles=dict(self.region_own_cycles),
+            region_entries=dict(self.region_entries),
             dma_wait_cycles=dict(self.dma_wait_cycles),
             idle_cycles=self.idle_cycles)
 

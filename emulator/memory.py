@@ -21,6 +21,11 @@ class Trap(Exception):
 
 
 
+def check_bounds(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
+    """Fault unless [lo, hi) lies inside `mem`."""
+    _check(mem, name, lo, hi)
+
+
 def _check(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
     if lo < 0 or hi > mem.size:
         raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {mem.size} bytes")

@@ -19,7 +19,10 @@ row of 1024 elements per register, `M` masks and `MR` their known rectangles, `V
 accumulators, `MXR` loaded weight rows, `SPEC` special registers, `MXD` the array
 size, `n_ops` the kernel length), the helpers of `semantics.py`, and sets `nxt` to
 jump or `err` (via `fault`) to stop with a fault. `{check}` marks where the race
-check of its memory footprint goes when it is not simply first.
+check of its memory footprint goes when it is not simply first. In a timing-only run
+(nothing computed) vector-side rows only take their cycles, and a row that reads data
+back into a scalar takes the value its `readback` expression would give from a queue
+the driver fills (the router's choices, recorded or synthetic).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Instr:
     writes: tuple[str, ...] = ()   # matrix-unit state written
     accumulates: bool = False      # writes its accumulator in issue order, without waiting for it
     memory: tuple[tuple[str, str, str], ...] = ()   # footprints: (space, "r"/"w", FOOTPRINTS)
+    readback: str | None = None    # the value a `reads_back` row moves from data into a scalar
     elem_bytes: int = 4            # bytes per element of a "tile" footprint
     doc: str = ""
     fields: tuple[Field, ...] = ()
@@ -88,6 +92,17 @@ class Instr:
     @property
     def is_global(self) -> bool:
         return self.global_kind is not None
+
+    @property
+    def vector_side(self) -> bool:
+        """Runs on the vector, cross-lane, transcendental or matrix units (or moves their
+        tiles to and from VMEM): it computes data, not control."""
+        return self.unit in ("vld", "vst", "valu", "xlu", "eup", "mxu")
+
+    @property
+    def reads_back(self) -> bool:
+        """A vector-side row that writes a scalar register: data becomes control here."""
+        return self.vector_side and any(op.kind is REG_S and op.access == "w" for op in self.operands)
 
     def operand(self, name: str) -> Operand:
         for op in self.operands:
@@ -333,7 +348,7 @@ def _declare() -> list[dict]:
             "column, broadcast across lanes (a row vector to column form).")
     add(g, "vextract", [_s("sd", "w"), _v("va"), _s("sb")], "{sd}, {va}, {sb}", "xlu",
         "vextract", "element", exec="err = element_ok(S[sb], E)\nif err == 0 and sd:\n"
-                                    "    S[sd] = VI[va, S[sb]]",
+                                    "    S[sd] = VI[va, S[sb]]", readback="VI[va, S[sb]]",
         doc="sd = the 32 bits of element sb (= sublane*128 + lane) of va.")
     add(g, "vinsert", [_v("vd", "w"), _s("sa"), _s("sb")], "{vd}, {sa}, {sb}", "xlu",
         "vextract", "element", reads=("vd",),

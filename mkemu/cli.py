@@ -192,6 +192,16 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, help="tokens to generate (default 4)")
     g.add_argument("--check-layers", action="store_true",
                    help="compare every layer's attention and FFN outputs, naming the first that differs")
+    g.add_argument("--timing-only", action="store_true",
+                   help="compute nothing, charge every cycle (full-size runs; no PASS/FAIL): the router's "
+                        "choices come from --routing or a seeded synthetic distribution")
+    g.add_argument("--routing", metavar="FILE", help="timing-only: replay the router's choices recorded "
+                   "from a data run with --record-routing")
+    g.add_argument("--routing-skew", type=float, metavar="S",
+                   help="timing-only, synthetic routing: expert popularity falls as 1/rank^S "
+                        "(default 0: uniform)")
+    g.add_argument("--record-routing", metavar="FILE", help="data run: write the router's choices (and "
+                   "the tokens) of every step to FILE, for --timing-only --routing FILE")
 
 
 def _params(items: list[str]) -> dict[str, int]:
@@ -217,7 +227,9 @@ def _options(args):
                    dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
                    params=_params(args.set), trace=getattr(args, "trace", None), model=args.model,
                    batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
-                   check_layers=args.check_layers, dump=getattr(args, "dump", None))
+                   check_layers=args.check_layers, dump=getattr(args, "dump", None),
+                   timing_only=args.timing_only, routing=args.routing, routing_skew=args.routing_skew,
+                   record_routing=args.record_routing)
 
 
 class _Progress:

@@ -19,7 +19,9 @@ from mkemu.isa.hardware import DEFAULT_PROFILE
 
 # Driver options: (name, the CLI flag that sets it).
 DRIVER_FIELDS = (("model", "--model"), ("batch", "--batch"), ("prompt_len", "--prompt-len"),
-                 ("steps", "--steps"), ("check_layers", "--check-layers"), ("dump", "--dump"))
+                 ("steps", "--steps"), ("check_layers", "--check-layers"), ("dump", "--dump"),
+                 ("timing_only", "--timing-only"), ("routing", "--routing"), ("routing_skew", "--routing-skew"),
+                 ("record_routing", "--record-routing"))
 
 
 def _mesh(value):
@@ -74,6 +76,11 @@ def _optional_str(instance, attribute, value):
         raise ConfigError(f"{attribute.name} must be a path (a string), not {value!r}", key=attribute.name)
 
 
+def _optional_number(instance, attribute, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+        raise ConfigError(f"{attribute.name} must be a number >= 0, not {value!r}", key=attribute.name)
+
+
 def _trace(instance, attribute, value):
     if value is not None and value is not True and not isinstance(value, str):
         raise ConfigError(f"trace must be a path, True (keep it in memory) or None, not {value!r}", key="trace")
@@ -88,7 +95,10 @@ class Options:
     ("normal", "shuffle" with `schedule_seed`, "late") is when DMAs land; `params`
     override the program's `param`s; `trace` is a path to write the trace to, True to
     keep it in memory (API), or None. The driver options (None: the driver's default)
-    apply to programs whose reference is a driver, e.g. the K3 programs."""
+    apply to programs whose reference is a driver, e.g. the K3 programs; `timing_only`
+    computes nothing and charges every cycle (the driver supplies the router's choices:
+    `routing` replays a file `record_routing` wrote in a data run, else a seeded
+    synthetic draw with popularity skew `routing_skew`)."""
 
     hw: str = attrs.field(default=DEFAULT_PROFILE)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
@@ -107,6 +117,10 @@ class Options:
     steps: int | None = attrs.field(default=None, validator=_int(optional=True))
     check_layers: bool = False
     dump: str | None = attrs.field(default=None, validator=_optional_str)
+    timing_only: bool = False
+    routing: str | None = attrs.field(default=None, validator=_optional_str)
+    routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
+    record_routing: str | None = attrs.field(default=None, validator=_optional_str)
 
     @hw.validator
     def _hw(self, attribute, value):
@@ -117,7 +131,8 @@ class Options:
         """The emulator's view of these options."""
         return RunConfig(seed=self.seed, max_cycles=self.max_cycles, dma_order=self.dma_order,
                          checks=self.checks, max_instructions=self.max_instructions,
-                         schedule=self.schedule, schedule_seed=self.schedule_seed)
+                         schedule=self.schedule, schedule_seed=self.schedule_seed,
+                         timing_only=self.timing_only, record_readbacks=self.record_routing is not None)
 
     def driver_options(self) -> dict:
         """What a driver sees: the seed and the driver options that were set."""

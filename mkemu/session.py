@@ -86,6 +86,35 @@ class Session:
         buf = self._buffer(name)
         return from_storage(self._machine.read_buffer(chip, name), buf.dtype)
 
+    @property
+    def timing_only(self) -> bool:
+        """True when nothing is computed (only SMEM and i32 buffers hold data)."""
+        return self._machine.config.timing_only
+
+    def feed_readbacks(self, values, core: int | None = None) -> None:
+        """For the next run of a timing-only session: the values the reads of data into
+        scalars take, in order, on core `core` (a global core id), or on every core."""
+        cores = self._machine.cores if core is None else [self._machine.cores[core]]
+        for c in cores:
+            c.feed_readbacks(values)
+
+    def take_readbacks(self) -> list[list[int]]:
+        """Per core, the values it read back into scalars since the last call (a run
+        whose options record them)."""
+        return [core.take_readbacks().tolist() for core in self._machine.cores]
+
+    def take_payloads(self) -> list[list[bytes]]:
+        """Per core, the computed bytes its DMAs moved into SMEM or i32 buffers since
+        the last call (a run whose options record them)."""
+        out = self._machine.payloads_out
+        self._machine.payloads_out = [[] for _ in out]
+        return out
+
+    def feed_payloads(self, payloads: list[list[bytes]]) -> None:
+        """For the next run of a timing-only session: per core, the bytes its DMAs of
+        computed data into SMEM or i32 buffers move, in order."""
+        self._machine.payloads_in = [list(p) for p in payloads]
+
     def run(self) -> dict:
         """Run the launch sequence once; figures of this run alone (not cumulative)."""
         result = self._machine.run().to_json()

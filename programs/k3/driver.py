@@ -24,7 +24,9 @@ from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
-from .weights import generate_weight_bits
+from . import timing
+from .config import param_counts
+from .weights import MAX_GENERATED_PARAMS, generate_weight_bits
 
 COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
 DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
@@ -42,6 +44,7 @@ def params(options: dict, info) -> dict[str, int]:
     cfg = load_config(opts["model"])
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
+    _check_mode(opts, cfg)
     return {
         "DIM": cfg.dim, "NLAYERS": cfg.n_layers, "NKDA": len(cfg.kda_layers),
         "NMLA": len(cfg.mla_layers), "HEADS": cfg.n_heads, "QRANK": cfg.q_rank,
@@ -52,16 +55,49 @@ def params(options: dict, info) -> dict[str, int]:
     }
 
 
-def drive(session, options: dict) -> dict:
-    opts = _options(options)
-    cfg = load_config(opts["model"])
-    batch, prompt_len, gen = opts["batch"], opts["prompt_len"], opts["steps"]
+def _check_mode(opts: dict, cfg) -> None:
+    """What a timing-only or a data run cannot do, said before anything runs."""
+    if opts.get("timing_only"):
+        for key in ("dump", "check_layers", "record_routing"):
+            if opts.get(key):
+                raise ConfigError(f"--{key.replace('_', '-')} needs computed numbers; a timing-only run has none",
+                                  key=f"--{key.replace('_', '-')}")
+        return
+    for key in ("routing", "routing_skew"):
+        if opts.get(key) is not None:
+            raise ConfigError(f"--{key.replace('_', '-')} applies to --timing-only runs", key=f"--{key.replace('_', '-')}")
+    total = param_counts(cfg).total
+    if total > MAX_GENERATED_PARAMS:
+        raise ConfigError(
+            f"model '{cfg.name}' has {total:,} parameters: a data run would hold about {2 * total:,} bytes "
+            f"of bf16 weights on every chip and {4 * total:,} more for the numpy reference; "
+            "run it with --timing-only", key="--model")
+
+
+def _steps(opts: dict, cfg) -> int:
+    prompt_len, gen = opts["prompt_len"], opts["steps"]
     if prompt_len < 1 or gen < 1:
         raise ConfigError("--prompt-len and --steps must be at least 1", key="--steps")
     n_steps = prompt_len + gen - 1
     if n_steps > cfg.max_seq:
         raise ConfigError(f"{prompt_len} prompt + {gen} generated tokens need {n_steps} positions; "
                           f"{cfg.name} has max_seq {cfg.max_seq}", key="--steps")
+    return n_steps
+
+
+def _layer_plan(cfg) -> np.ndarray:
+    return np.array([[int(p.attn == "mla"), p.attn_index, int(p.ffn == "moe"), p.ffn_index]
+                     for p in cfg.layer_plan()], np.int32)
+
+
+def drive(session, options: dict) -> dict:
+    opts = _options(options)
+    cfg = load_config(opts["model"])
+    _check_mode(opts, cfg)
+    if session.timing_only:
+        return drive_timing_only(session, opts, cfg)
+    batch, prompt_len = opts["batch"], opts["prompt_len"]
+    n_steps = _steps(opts, cfg)
     seed = opts.get("seed", 0)
     weights = generate_weight_bits(cfg, seed)
     buffers = session.buffers()
@@ -72,9 +108,8 @@ def drive(session, options: dict) -> dict:
     for name, array in weights.items():
         if name in buffers:
             session.write(name, array)
-    plan = np.array([[int(p.attn == "mla"), p.attn_index, int(p.ffn == "moe"), p.ffn_index]
-                     for p in cfg.layer_plan()], np.int32)
-    session.write("layer_plan", plan)
+    session.write("layer_plan", _layer_plan(cfg))
+    record = timing.RoutingRecord(cfg.name, batch, session.info.cores) if opts.get("record_routing") else None
 
     rng = np.random.default_rng([seed, 1])
     prompt = rng.integers(0, cfg.vocab, size=(batch, prompt_len))
@@ -89,6 +124,8 @@ def drive(session, options: dict) -> dict:
         session.write("pos", np.array([step], np.int32))
         figures = session.run()
         per_step.append(figures)
+        if record is not None:
+            record.add(tokens, step, session.take_readbacks(), session.take_payloads())
         trace = {} if check_layers else None
         before = state   # decode_step never modifies its input state
         expected, state = ref.decode_step(cfg, weights, before, tokens, trace=trace)
@@ -113,10 +150,49 @@ def drive(session, options: dict) -> dict:
             progress(step + 1, n_steps, figures)
         if mismatch:
             break
-    report = _report(session, cfg, opts, per_step, generated, mismatch)
+    report = _with_budget(_report(session, cfg, opts, per_step, generated, mismatch), cfg, per_step, session.info)
+    if record is not None:
+        record.save(opts["record_routing"])
+        report["routing_record"] = opts["record_routing"]
     if opts.get("dump"):
         _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
         report["dump"] = str(opts["dump"])
+    return report
+
+
+def drive_timing_only(session, opts: dict, cfg) -> dict:
+    """Every step's cycles with nothing computed: the tokens and the router's choices
+    come from a routing record, or are drawn from the seed."""
+    batch = opts["batch"]
+    n_steps = _steps(opts, cfg)
+    seed = opts.get("seed", 0)
+    session.write("layer_plan", _layer_plan(cfg))
+    record = None
+    if opts.get("routing"):
+        record = timing.RoutingRecord.load(opts["routing"], cfg.name, batch, session.info.cores, n_steps)
+    skew = float(opts.get("routing_skew") or 0.0)
+    tokens = np.random.default_rng([seed, 1]).integers(0, cfg.vocab, size=(n_steps, batch))
+    per_step = []
+    progress = opts.get("progress")
+    for step in range(n_steps):
+        if record is not None:
+            entry = record.steps[step]
+            session.write("tokens", np.array(entry["tokens"], np.int32))
+            session.write("pos", np.array([entry["pos"]], np.int32))
+            for core, values in enumerate(entry["readbacks"]):
+                session.feed_readbacks(values, core=core)
+            session.feed_payloads(record.payloads(step))
+        else:
+            session.write("tokens", tokens[step].astype(np.int32))
+            session.write("pos", np.array([step], np.int32))
+            session.feed_readbacks(timing.synthetic_routing(cfg, batch, seed, skew, step))
+        figures = session.run()
+        per_step.append(figures)
+        if progress:
+            progress(step + 1, n_steps, figures)
+    report = _with_budget(_report(session, cfg, opts, per_step, [], None), cfg, per_step, session.info)
+    report.update(bit_exact=None, mismatch=None, timing_only=True, tokens=None,
+                  routing=opts["routing"] if record is not None else f"synthetic, skew {skew:g}")
     return report
 
 
@@ -207,7 +283,13 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
         "breakdown_us": breakdown,
         "instructions_per_step": sum(f["instructions"] for f in per_step) / n,
         "region_us_per_core": {k: per_core_us(v / n) for k, v in sorted(region.items())},
+        "timing_only": False,
     }
+
+
+def _with_budget(report: dict, cfg, per_step: list[dict], info) -> dict:
+    report["budget"] = timing.budget(report, cfg, per_step, info.cores, info.clock_hz)
+    return report
 
 
 def _sum_dicts(items) -> dict:
@@ -235,14 +317,22 @@ def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
 
 def render(report: dict) -> str:
     """The readable summary `mkemu run` prints for a K3 program."""
-    status = "PASS (every step's logits bit-exact against the numpy reference)" if report["bit_exact"] \
-        else f"FAIL: {report['mismatch']}"
+    if report.get("timing_only"):
+        status = (f"TIMING ONLY: nothing was computed (no PASS/FAIL); the router's choices: "
+                  f"{report['routing']}")
+    elif report["bit_exact"]:
+        status = "PASS (every step's logits bit-exact against the numpy reference)"
+    else:
+        status = f"FAIL: {report['mismatch']}"
     b = report["breakdown_us"]
     lines = [
         status,
         f"model {report['model']}, batch {report['batch']}, prompt {report['prompt_len']} tokens, "
         f"{report['steps_run']} decode steps",
-        f"generated tokens: {report['tokens']}",
+    ]
+    if not report.get("timing_only"):
+        lines.append(f"generated tokens: {report['tokens']}")
+    lines += [
         f"machine: {report['chips']} chips ({report['mesh']}) x {report['cores'] // report['chips']} cores "
         f"= {report['cores']} cores of {report['hw']}",
         f"time per step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} tok/s per "
@@ -257,6 +347,8 @@ def render(report: dict) -> str:
         f"kernels launched per step: {report['kernels_per_step']}",
         "time per step, per core: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} us" for k, v in b.items()),
     ]
+    if report.get("timing_only") and "budget" in report:
+        lines += timing.render_budget(report["budget"])
     if "wall_s" in report:
         lines.append(f"wall {report['wall_s']:.1f} s (compile {report.get('compile_s', 0):.2f} s)")
     return "\n".join(lines)

@@ -542,8 +542,9 @@ def test_a_barrier_one_chip_never_reaches(capsys, compile_text, tmp_path):
         barrier();
     }"""
     err = run_fault(capsys, fault_file(tmp_path, body), "--mesh", "2x2x2", "--hw", "test")
-    assert "fault [barrier-not-reached] at chip 3, core" in err
-    assert "halted without reaching the all barrier" in err
+    # The fault points at the barrier (where chip 0 waits) and names the chip that skipped it.
+    assert "fault [barrier-not-reached] at chip 0, core 0" in err and "instruction: barrier all" in err
+    assert "chip 3 core 0 halted at cycle" in err and "without reaching this all barrier" in err
     for chip in (0, 1, 2, 4, 5, 6, 7):
         assert f"chip {chip} core 0" in err and f"chip {chip} core 1" in err
 

@@ -1,0 +1,134 @@
+"""K3 timing-only runs: where the router's choices come from, and the budget table.
+
+In a timing-only run nothing is computed (docs/architecture.md, "Timing-only runs"),
+so the one data-dependent thing the K3 programs read back into scalars, the router's
+top-k expert ids, is supplied by the driver: per decode step, the same sequence for
+every core that routes (docs/k3_programs.md: for each MoE layer in order, for each
+row b, for each slot j, expert topi[b, j]). It comes either from a record a data run
+wrote (`--record-routing FILE`, replayed with `--routing FILE`: the timing-only run
+then takes exactly the data run's cycles), or from a seeded synthetic draw: each row
+picks TOPK distinct experts, an expert's popularity falling as 1/rank^skew over a
+seeded ranking of the experts (skew 0: uniform).
+
+The budget table puts a step's time, per layer and category, next to the published
+figures of the Kimi K3 megakernel on 16 TPU v7 chips at batch 1 (MISSION.md): about
+55 us per layer (weight streaming 25, collectives 14, experts 9, attention 1.5,
+routing 0.7) and about 195 us of fixed cost per step.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mkemu.errors import ConfigError
+from mkemu.runner import atomic_write
+
+FORMAT = "mkemu-k3-routing"
+# The published per-layer budget at batch 1 (us) and the fixed cost per step (us).
+PUBLISHED_LAYER_US = {"weight_streaming": 25.0, "collectives": 14.0, "experts": 9.0, "attention": 1.5,
+                      "routing": 0.7}
+PUBLISHED_LAYER_TOTAL_US = 55.0
+PUBLISHED_FIXED_US = 195.0
+ATTENTION_REGIONS = ("kda", "mla")
+
+
+def synthetic_routing(cfg, batch: int, seed: int, skew: float, step: int) -> np.ndarray:
+    """One step's expert ids in readback order, drawn from the seeded distribution."""
+    ranking = np.random.default_rng([seed, 2]).permutation(cfg.n_experts)
+    weight = np.empty(cfg.n_experts)
+    weight[ranking] = 1.0 / np.arange(1, cfg.n_experts + 1) ** skew
+    p = weight / weight.sum()
+    out = []
+    moe = [plan for plan in cfg.layer_plan() if plan.ffn == "moe"]
+    for layer, _ in enumerate(moe):
+        for b in range(batch):
+            rng = np.random.default_rng([seed, 3, step, layer, b])
+            out.extend(rng.choice(cfg.n_experts, size=cfg.top_k, replace=False, p=p).tolist())
+    return np.array(out, np.int64)
+
+
+class RoutingRecord:
+    """The router's choices and the tokens of every step of a data run, per core."""
+
+    def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None):
+        self.model, self.batch, self.cores = model, batch, cores
+        self.steps = steps or []
+
+    def add(self, tokens, pos: int, readbacks: list[list[int]], payloads: list[list[bytes]]) -> None:
+        self.steps.append({"tokens": np.asarray(tokens).tolist(), "pos": int(pos), "readbacks": readbacks,
+                           "payloads": [[base64.b64encode(p).decode() for p in core] for core in payloads]})
+
+    def payloads(self, step: int) -> list[list[bytes]]:
+        return [[base64.b64decode(p) for p in core] for core in self.steps[step].get("payloads", [])]
+
+    def save(self, path: str) -> None:
+        doc = {"format": FORMAT, "version": 1, "model": self.model, "batch": self.batch,
+               "cores": self.cores, "steps": self.steps}
+        atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
+
+    @classmethod
+    def load(cls, path: str, model: str, batch: int, cores: int, steps: int) -> RoutingRecord:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read the routing record: {exc}", file=path) from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ConfigError("not a routing record written by --record-routing", file=path)
+        for key, want in (("model", model), ("batch", batch), ("cores", cores)):
+            if doc.get(key) != want:
+                raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
+                                  file=path, key=key)
+        if len(doc.get("steps", [])) < steps:
+            raise ConfigError(f"the routing record has {len(doc.get('steps', []))} steps; this run needs "
+                              f"{steps}", file=path, key="steps")
+        return cls(model, batch, cores, doc["steps"])
+
+
+def budget(report: dict, cfg, per_step: list[dict], cores: int, clock_hz: float) -> dict:
+    """A step's time split like the published budget: per layer (us, averaged over
+    cores and steps) and the fixed rest of the step."""
+    n = len(per_step)
+
+    def us(cycles: float) -> float:
+        return cycles / n / cores / clock_hz * 1e6
+
+    own = _sum(f.get("region_own_cycles", {}) for f in per_step)
+    waits = _sum(f["dma_wait_cycles"] for f in per_step)
+    collective = report["breakdown_us"]["collectives"]
+    layer = {
+        "weight_streaming": report["breakdown_us"]["weight_streaming"],
+        "collectives": collective,
+        "experts": us(own.get("experts", 0) - waits.get("experts", 0)),
+        "attention": us(sum(own.get(r, 0) - waits.get(r, 0) for r in ATTENTION_REGIONS)),
+        "routing": us(own.get("router", 0) - waits.get("router", 0)),
+    }
+    in_layers = report["region_us_per_core"].get("layer", 0.0)
+    layer["other"] = max(in_layers - sum(layer.values()), 0.0)
+    per_layer = {k: v / cfg.n_layers for k, v in layer.items()}
+    return {"per_layer_us": per_layer, "layer_us": in_layers / cfg.n_layers,
+            "fixed_us_per_step": report["us_per_step"] - in_layers,
+            "published": {"per_layer_us": PUBLISHED_LAYER_US, "layer_us": PUBLISHED_LAYER_TOTAL_US,
+                          "fixed_us_per_step": PUBLISHED_FIXED_US}}
+
+
+def render_budget(b: dict) -> list[str]:
+    lines = ["per layer (us, this run vs published K3 megakernel on 16 TPU v7 at batch 1):"]
+    for key, published in b["published"]["per_layer_us"].items():
+        lines.append(f"  {key.replace('_', ' '):17s} {b['per_layer_us'][key]:8.2f}   published {published:6.1f}")
+    lines.append(f"  {'other':17s} {b['per_layer_us']['other']:8.2f}")
+    lines.append(f"  {'layer total':17s} {b['layer_us']:8.2f}   published {b['published']['layer_us']:6.1f}")
+    lines.append(f"fixed per step (outside layers): {b['fixed_us_per_step']:.1f} us   published "
+                 f"{b['published']['fixed_us_per_step']:.0f} us")
+    return lines
+
+
+def _sum(dicts) -> dict:
+    out: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out

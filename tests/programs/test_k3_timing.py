@@ -1,0 +1,86 @@
+"""Timing-only K3 runs: given the routing a data run recorded, exactly the data run's
+cycles, breakdown and trace timing; with synthetic routing, a run that says clearly
+that nothing was computed; and the combinations that cannot work are errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mkemu.cli import main
+from mkemu.tools.trace_reader import read_trace
+
+PROGRAMS = ["programs/k3_megakernel.mk", "programs/k3_per_op.mk"]
+TIMING_TABLES = ("instr", "dma", "wait", "signal", "region")
+
+
+def run_json(capsys, *args) -> dict:
+    code = main(["run", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def assert_same_timing(data: dict, timing: dict, data_trace, timing_trace) -> None:
+    assert timing["timing_only"] is True and timing["bit_exact"] is None
+    for key in ("cycles_per_step", "breakdown_us", "region_us_per_core", "hbm_bytes_per_step",
+                "instructions_per_step", "kernels_per_step"):
+        assert timing[key] == data[key], key
+    a, b = read_trace(data_trace), read_trace(timing_trace)
+    for table in TIMING_TABLES:
+        for column, values in a.tables[table].items():
+            assert np.array_equal(values, b.tables[table][column]), (table, column)
+
+
+TINY, MINI = ("k3-tiny", ("--prompt-len", "2", "--steps", "2")), ("k3-mini", ("--prompt-len", "1", "--steps", "2"))
+# Every program and scheme at k3-tiny; at k3-mini three of the four (the suite stays short).
+CASES = [(p, s, *TINY) for p in PROGRAMS for s in (0, 1)] + [
+    (PROGRAMS[0], 0, *MINI), (PROGRAMS[0], 1, *MINI), (PROGRAMS[1], 1, *MINI)]
+
+
+@pytest.mark.parametrize("program, scheme, model, steps", CASES)
+def test_recorded_routing_gives_the_data_runs_cycles_and_trace(capsys, tmp_path, program, scheme, model, steps):
+    common = (program, "--model", model, *steps, "--set", f"SCHEME={scheme}", "--batch", "2")
+    record = tmp_path / "routing.json"
+    data = run_json(capsys, *common, "--record-routing", str(record), "--trace", str(tmp_path / "d.mkt"))
+    assert data["bit_exact"] is True and data["timing_only"] is False
+    timing = run_json(capsys, *common, "--timing-only", "--routing", str(record),
+                      "--trace", str(tmp_path / "t.mkt"))
+    assert_same_timing(data, timing, tmp_path / "d.mkt", tmp_path / "t.mkt")
+
+
+def test_synthetic_routing_runs_and_says_nothing_was_computed(capsys):
+    args = ("programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "2",
+            "--timing-only", "--routing-skew", "1.5")
+    report = run_json(capsys, *args)
+    assert report["timing_only"] is True and report["bit_exact"] is None and report["tokens"] is None
+    assert report["routing"] == "synthetic, skew 1.5"
+    assert report["us_per_step"] > 0 and set(report["budget"]["per_layer_us"]) >= {
+        "weight_streaming", "collectives", "experts", "attention", "routing"}
+    assert main(["run", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TIMING ONLY: nothing was computed (no PASS/FAIL)")
+    assert "per layer (us, this run vs published" in out and "bit-exact" not in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--timing-only", "--dump", "out"], "--dump needs computed numbers; a timing-only run has none"),
+    (["--timing-only", "--check-layers"], "--check-layers needs computed numbers"),
+    (["--routing-skew", "1"], "--routing-skew applies to --timing-only runs"),
+    (["--model", "k3-full", "--mesh", "4x2x2"], "run it with --timing-only"),
+])
+def test_combinations_that_cannot_work_are_errors_before_anything_runs(capsys, argv, message):
+    assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", *argv]) == 1
+    out, err = capsys.readouterr()
+    assert message in err and "Traceback" not in out + err
+
+
+def test_a_routing_record_of_another_run_is_refused(capsys, tmp_path):
+    record = tmp_path / "routing.json"
+    run_json(capsys, "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
+             "--record-routing", str(record))
+    assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--batch", "2", "--prompt-len", "1",
+                 "--steps", "1", "--timing-only", "--routing", str(record)]) == 1
+    assert "the routing record is for batch 1; this run has 2" in capsys.readouterr().err
