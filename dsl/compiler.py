@@ -490,6 +490,11 @@ class KernelCompiler(TileLowering):
             self.emit("rdsr", sd=rd, which=SPECIAL_REGS.index(which))
             return rd
         if name == "global_core":
+            # A core index past this machine's cores would name a core of the next chip.
+            if isinstance(e.args[1], ir.Const) and not 0 <= e.args[1].value < self.profile.cores_per_chip:
+                self.error(f"global_core: core {e.args[1].value} does not exist (profile "
+                           f"'{self.profile.name}' has {self.profile.cores_per_chip} cores per chip)",
+                           e.args[1].span)
             chip = self.sval(e.args[0])
             core = self.sval(e.args[1])
             cores = self.tmp()

@@ -59,6 +59,7 @@ class Safety:
         self.known = [set() for _ in self.cores]        # per core: seqs of DMAs it knows landed
         self.sem_known: dict[tuple[int, int], set] = {}  # (core, semaphore) -> seqs it carries
         self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
+        self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
         self.live: dict[int, int] = {}                    # seq -> entries of it still listed
         for core in self.cores:
             core.clear_in_flight()
@@ -80,6 +81,7 @@ class Safety:
             entry = Entry(dma, write, block)
             if space == "hbm":
                 self.hbm.setdefault(owner.chip, []).append(entry)
+                self.hbm_issued.setdefault(issuer.gid, []).append((owner.chip, entry))
             else:
                 if owner is not issuer:
                     self._check_run_ahead(owner, entry, space)
@@ -126,14 +128,16 @@ class Safety:
         mine.update(s for s in seqs if s in live)
         if len(mine) == before:
             return
-        core.keep_in_flight(lambda entry: entry.dma.seq not in mine, self._unlisted)
-        for chip, entries in self.hbm.items():
-            kept = [e for e in entries if not (e.dma.src_core is core and e.dma.seq in mine)]
-            if len(kept) != len(entries):
-                for e in entries:
-                    if e.dma.src_core is core and e.dma.seq in mine:
-                        self._unlisted(e)
-                self.hbm[chip] = kept
+        if core.in_flight:
+            core.keep_in_flight(lambda entry: entry.dma.seq not in mine, self._unlisted)
+        issued = self.hbm_issued.get(core.gid)
+        if issued:
+            done = [(chip, e) for chip, e in issued if e.dma.seq in mine]
+            if done:
+                self.hbm_issued[core.gid] = [(chip, e) for chip, e in issued if e.dma.seq not in mine]
+                for chip, e in done:
+                    self.hbm[chip].remove(e)
+                    self._unlisted(e)
         if len(mine) > 4 * len(live) + 64:
             mine.intersection_update(live)
 

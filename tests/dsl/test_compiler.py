@@ -517,6 +517,20 @@ kernel k(y: hbm i32[8, 128]) {{
     assert lines[2] == caret
 
 
+def test_global_core_of_a_core_the_chip_does_not_have_is_a_compile_error():
+    src = """kernel k(y: hbm f32[8, 128]) {
+    sem s;
+    signal(s @ global_core(chip_id(), 2), 1);
+    wait(s, 1);
+}
+"""
+    with pytest.raises(SourceError) as info:
+        compile_text(src, "t.mk", PROFILE)
+    text = info.value.render()
+    assert text.startswith("t.mk:3:39: error: global_core: core 2 does not exist")
+    assert "has 2 cores per chip" in text
+
+
 def test_many_scalar_variables_spill_to_smem():
     lets = "\n".join(f"    let v{i} = ps[{i % 8}] * {i + 1} + {i};" for i in range(40))
     total = " + ".join(f"v{i}" for i in range(40))

@@ -8,7 +8,7 @@ interpreter core (commit 28e0cd5) before the emulator core was rebuilt, so these
 tests hold the rebuilt core to the old one's behaviour exactly.
 
 A change that is meant to move cycles re-records deliberately:
-`python -m pytest tests/programs/test_golden_runs.py --update-golden`, and says
+`python -m pytest tests/programs/test_golden_runs.py -n0 --update-golden`, and says
 which programs moved and why in its commit message.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,8 @@ def run_case(argv: tuple[str, ...], trace: Path, capsys) -> dict:
 @pytest.fixture(scope="module")
 def golden(request):
     updating = request.config.getoption("update_golden")
+    if updating and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.exit("--update-golden rewrites one file: run it in one process (add -n0)", returncode=2)
     recorded = {} if updating and not GOLDEN.is_file() else json.loads(GOLDEN.read_text())
     yield recorded
     if updating:
