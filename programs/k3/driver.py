@@ -15,6 +15,7 @@ to it by `mkemu run` or by `mkemu.compile("k3_megakernel")(...)`); the reference
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -119,16 +120,20 @@ def drive(session, options: dict) -> dict:
     generated, per_step, ref_logits_all, emu_logits_all = [], [], [], []
     mismatch = None
     progress = opts.get("progress")
+    # The reference's step runs on a second thread while the emulator runs the same
+    # step (numpy releases the interpreter lock; the two share no data).
+    reference = ThreadPoolExecutor(max_workers=1)
     for step in range(n_steps):
         session.write("tokens", tokens.astype(np.int32))
         session.write("pos", np.array([step], np.int32))
+        trace = {} if check_layers else None
+        before = state   # decode_step never modifies its input state
+        pending = reference.submit(ref.decode_step, cfg, weights, before, tokens, trace=trace)
         figures = session.run()
         per_step.append(figures)
         if record is not None:
             record.add(tokens, step, session.take_readbacks(), session.take_payloads())
-        trace = {} if check_layers else None
-        before = state   # decode_step never modifies its input state
-        expected, state = ref.decode_step(cfg, weights, before, tokens, trace=trace)
+        expected, state = pending.result()
         got = session.read("logits", 0)
         ref_logits_all.append(expected)
         emu_logits_all.append(got)
@@ -150,6 +155,7 @@ def drive(session, options: dict) -> dict:
             progress(step + 1, n_steps, figures)
         if mismatch:
             break
+    reference.shutdown()
     report = _with_budget(_report(session, cfg, opts, per_step, generated, mismatch), cfg, per_step, session.info)
     if record is not None:
         record.save(opts["record_routing"])
