@@ -109,12 +109,14 @@ def _illegal(row: np.ndarray, units: dict, text: str, problem: str) -> Op:
 
 def _check_ranges(instr: Instr, values: dict, profile: HardwareProfile) -> str | None:
     """Operands that fit the encoding but not this machine (e.g. a 5th matrix unit)."""
-    limits = {"vreg": profile.vregs, "sreg": profile.sregs, "mreg": profile.mregs,
-              "mxu": profile.mxus_per_core, "acc": profile.mxu_accumulators}
+    limits = {"vreg": (profile.vregs, "vector registers"), "sreg": (profile.sregs, "scalar registers"),
+              "mreg": (profile.mregs, "mask registers"), "mxu": (profile.mxus_per_core, "matrix units per core"),
+              "acc": (profile.mxu_accumulators, "accumulators per matrix unit")}
     for op in instr.operands:
-        limit = limits.get(op.kind.name)
+        limit, what = limits.get(op.kind.name, (None, ""))
         if limit is not None and values[op.name] >= limit:
-            return f"operand {op.name} = {values[op.name]} but this machine has {limit} ({op.kind.name})"
+            return (f"operand {op.name} = {values[op.name]} but this machine has {limit} {what} "
+                    f"(0..{limit - 1})")
         if op.name == "chunk" and values[op.name] * 128 >= profile.mxu_dim:
             return f"chunk {values[op.name]} is beyond the {profile.mxu_dim}-wide matrix unit"
     return None

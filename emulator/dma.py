@@ -89,23 +89,25 @@ class DmaMixin:
         src_space, dst_space = SPACES[ssp], SPACES[dsp]
         src_addr, dst_addr = s[src], s[dst]
         src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
-        src_mem = self._memory(core, src_space, *src_range)
-        dst_mem = self._memory(target, dst_space)
         dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
+        src_size = self._space_size(core, src_space)
         computed = not self._holds_data(src_space, *src_range) and self._holds_data(dst_space, *dst_range)
         if self.config.timing_only and not (self._holds_data(src_space, *src_range)
                                             and self._holds_data(dst_space, *dst_range)):
             # Nothing to move: one end holds no data in a timing-only run, except computed
             # bytes that land where control reads them: those a data run recorded.
-            check_bounds(src_mem, f"{src_space.upper()} (DMA source)", *src_range)
+            check_bounds(src_size, f"{src_space.upper()} (DMA source)", *src_range)
             data = self._recorded_payload(core, inner * n1 * n2) if computed else None
         else:
-            data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2)
+            src_mem, base = self._memory(core, src_space, *src_range)
+            data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2,
+                              base, src_size)
             if computed and self.config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
-        if dst_range[0] < 0 or dst_range[1] > dst_mem.size:
+        dst_size = self._space_size(target, dst_space)
+        if dst_range[0] < 0 or dst_range[1] > dst_size:
             raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
-                                        f"is outside {dst_space.upper()} of {dst_mem.size} bytes"
+                                        f"is outside {dst_space.upper()} of {dst_size} bytes"
                                         + (f" on chip {target.chip} core {target.index}" if remote else ""))
         size = inner * n1 * n2
         resources = self._dma_resources(core, target, src_space, dst_space)
@@ -173,13 +175,17 @@ class DmaMixin:
             resources.append(self.sibling_res[core.chip])
         return resources
 
-    def _memory(self, core: Core, space: str, lo: int = 0, hi: int = 0, write: bool = False) -> np.ndarray:
-        """The array holding `space` of `core` (HBM: of its chip) for an access to [lo, hi)."""
+    def _space_size(self, core: Core, space: str) -> int:
         if space == "hbm":
-            if write:
-                return self._hbm.for_write(core.chip, lo, hi)
-            return self._hbm.for_read(core.chip, lo, hi) if hi > lo else self._hbm.arrays[core.chip]
-        return core.vmem if space == "vmem" else core.smem
+            return self._hbm.size_bytes
+        return (core.vmem if space == "vmem" else core.smem).size
+
+    def _memory(self, core: Core, space: str, lo: int, hi: int, write: bool = False) -> tuple[np.ndarray, int]:
+        """(array, address of its first byte) holding [lo, hi) of `space` of `core`
+        (HBM: of its chip)."""
+        if space == "hbm":
+            return self._hbm.for_write(core.chip, lo, hi) if write else self._hbm.for_read(core.chip, lo, hi)
+        return (core.vmem if space == "vmem" else core.smem), 0
 
     def _begin_dma(self, dma: Dma, t: int) -> None:
         dma.begun_at = t
@@ -233,8 +239,9 @@ class DmaMixin:
             self.trace.on_dma_done(dma, t)
         inner, n1, ds1, n2, ds2 = dma.shape
         if dma.data is not None:
-            write_block(self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True),
-                        dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data)
+            mem, base = self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True)
+            write_block(mem, dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data,
+                        base, self._space_size(dma.dst_core, dma.dst_space))
             if dma.dst_space != "hbm":
                 dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
         self._add_sem(dma.src_core, dma.sem, dma.size_bytes, t, by_dma=True, raiser=dma)

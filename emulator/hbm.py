@@ -9,6 +9,11 @@ a page, which the OS then copies for that chip alone. Pages no chip touches cost
 nothing. Reads of bytes a chip has never written go through one shared read-only
 mapping (`for_read`), so a page eight chips read is in memory once, not eight
 times. After the first use, `write_all` simply writes every chip's copy.
+
+A timing-only run keeps data only in a few buffers (`regions`: the i32 ones), so its
+HBM is those buffers alone, one small array each per chip, and a chip of any size
+(k3-full's hundred gigabytes) costs only their bytes. Accessors therefore return the
+array together with the address of its first byte.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 
 
 class ChipMemories:
-    def __init__(self, chips: int, size_bytes: int):
+    def __init__(self, chips: int, size_bytes: int, regions: list[tuple[int, int]] | None = None):
         self.chips = chips
         self.size_bytes = size_bytes
         self._arrays: list[np.ndarray] | None = None
@@ -31,7 +36,13 @@ class ChipMemories:
         self._written: list[tuple[list[int], list[int]]] = [([], []) for _ in range(chips)]
         self._file = None
         self._fd = -1
-        if size_bytes:
+        # Timing-only: only these [lo, hi) ranges hold bytes, one array per chip each.
+        self._regions = sorted(regions) if regions is not None else None
+        if self._regions is not None:
+            self._region_lo = [lo for lo, _ in self._regions]
+            self._region_arrays = [[np.zeros(hi - lo, np.uint8) for lo, hi in self._regions]
+                                   for _ in range(chips)]
+        elif size_bytes:
             if hasattr(os, "memfd_create"):
                 self._fd = os.memfd_create("mkemu-hbm")
             else:
@@ -42,22 +53,36 @@ class ChipMemories:
     @property
     def arrays(self) -> list[np.ndarray]:
         """One writable uint8 array of `size_bytes` per chip (mapped at first use)."""
+        if self._regions is not None:
+            raise ValueError("a timing-only HBM holds only its data buffers")
         if self._arrays is None:
             self._map()
         return self._arrays
 
-    def for_read(self, chip: int, lo: int, hi: int) -> np.ndarray:
-        """An array holding chip `chip`'s bytes [lo, hi) at their addresses: the shared
-        mapping unless the chip has written some of them."""
+    def _region(self, chip: int, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
+        i = bisect.bisect_right(self._region_lo, lo) - 1
+        if i >= 0 and hi <= self._regions[i][1]:
+            return self._region_arrays[chip][i], self._regions[i][0]
+        return None, 0
+
+    def for_read(self, chip: int, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
+        """(array, address of its first byte) holding chip `chip`'s bytes [lo, hi): the
+        shared mapping unless the chip has written some of them. In a timing-only HBM,
+        (None, 0) where [lo, hi) is not inside one data buffer."""
+        if self._regions is not None:
+            return self._region(chip, lo, hi)
         arrays = self.arrays
         los, his = self._written[chip]
         i = bisect.bisect_right(los, lo) - 1
         if (i >= 0 and his[i] > lo) or (i + 1 < len(los) and los[i + 1] < hi):
-            return arrays[chip]
-        return self._shared
+            return arrays[chip], 0
+        return self._shared, 0
 
-    def for_write(self, chip: int, lo: int, hi: int) -> np.ndarray:
-        """Chip `chip`'s own array, noting that it writes [lo, hi)."""
+    def for_write(self, chip: int, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
+        """(array, address of its first byte) of chip `chip`'s own bytes, noting that it
+        writes [lo, hi) (timing-only: as `for_read`)."""
+        if self._regions is not None:
+            return self._region(chip, lo, hi)
         arrays = self.arrays
         los, his = self._written[chip]
         i = bisect.bisect_left(his, lo)        # first range ending at or after lo
@@ -66,14 +91,16 @@ class ChipMemories:
             lo, hi = min(lo, los[i]), max(hi, his[j - 1])
         los[i:j] = [lo]
         his[i:j] = [hi]
-        return arrays[chip]
+        return arrays[chip], 0
 
     def write_all(self, offset: int, data: np.ndarray) -> None:
         """Write the same bytes at `offset` of every chip's HBM."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        if self._arrays is not None:
+        if self._arrays is not None or self._regions is not None:
             for chip in range(self.chips):
-                self.for_write(chip, offset, offset + raw.size)[offset:offset + raw.size] = raw
+                array, base = self.for_write(chip, offset, offset + raw.size)
+                if array is not None:
+                    array[offset - base:offset - base + raw.size] = raw
             return
         view = memoryview(raw)
         done = 0

@@ -212,10 +212,11 @@ _SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_rac
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
             "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
-            "log2_row", "rcp_row", "rsqrt_row", "sqrt_row", "sigmoid_row", "tanh_row", "silu_row", "reduce_f32", "reduce_i32",
-            "bcast_index", "rotate", "column", "element_ok", "smem_addr_ok", "smem_load",
-            "smem_store", "vload", "vstore", "vtile_span", "rows_span", "wtile_shape",
-            "load_weights", "push_lhs", "mac", "pop_acc", "mask_rect")
+            "log2_row", "rcp_row", "rsqrt_row", "sqrt_row", "sigmoid_row", "tanh_row", "silu_row",
+            "reduce_f32", "reduce_i32", "bcast_index", "rotate", "column", "element_ok",
+            "smem_addr_ok", "smem_load", "smem_store", "smem_pair_ok", "smem_load_d",
+            "smem_store_d", "vload", "vstore", "vtile_span", "rows_span", "wtile_shape",
+            "load_weights", "load_weights_mx", "push_lhs", "mac", "pop_acc", "mask_rect")
 
 
 # --- the generated source ---------------------------------------------------------
@@ -226,8 +227,9 @@ def _indent(text: str, levels: int) -> str:
 
 
 def _footprint_check(instr) -> str:
-    """The race check of a row's memory footprint: against the DMAs in flight for this
+    """The race check of a row's memory footprints: against the DMAs in flight for this
     core, and into the log of this run-ahead."""
+    checks = []
     for space, access, shape in instr.memory:
         if space not in ("vmem", "smem"):
             continue
@@ -238,12 +240,22 @@ def _footprint_check(instr) -> str:
                      f"fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})")
         elif shape == "span":   # the weight tile's rows x cols bf16 values
             where = "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols * 2"
-        else:                   # one SMEM word
-            where = "fa = S[sa] + off\nfs = 0\nfn, flo, fhi = 1, 0, 4"
-        return (f"if races:\n{_indent(where, 1)}\n    if I[H_NRACE] > 0:\n"
-                f"        err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
-                f"    log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
-    return ""
+        elif shape == "mxspan":  # MXFP4 values: rows x cols/2 bytes
+            where = "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols // 2"
+        elif shape == "mxscale":  # MXFP4 scales: a row of cols bytes per 32 rows
+            where = "fa = S[sc]\nfs = 2 * S[stride]\nfn, flo, fhi = (rows + 31) // 32, 0, cols"
+        else:                   # one or two SMEM words
+            size = 8 if shape == "dword" else 4
+            where = f"fa = S[sa] + off\nfs = 0\nfn, flo, fhi = 1, 0, {size}"
+        check = (f"{where}\nif I[H_NRACE] > 0:\n"
+                 f"    err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
+                 f"log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
+        if checks:
+            check = "if err == 0:\n" + _indent(check, 1)
+        checks.append(check)
+    if not checks:
+        return ""
+    return "if races:\n" + _indent("\n".join(checks), 1)
 
 
 def _dirty_update(instr) -> str:
@@ -252,8 +264,9 @@ def _dirty_update(instr) -> str:
         if access == "w" and shape == "tile":
             return (f"if err == 0:\n    lo, hi = vtile_span(S[sa] + off, S[stride], {instr.elem_bytes})\n"
                     "    mark_dirty(I, H_DIRTY, lo, hi)")
-        if access == "w" and shape == "word":
-            return "if err == 0:\n    mark_dirty(I, H_SDIRTY, S[sa] + off, S[sa] + off + 4)"
+        if access == "w" and shape in ("word", "dword"):
+            size = 8 if shape == "dword" else 4
+            return f"if err == 0:\n    mark_dirty(I, H_SDIRTY, S[sa] + off, S[sa] + off + {size})"
     return ""
 
 

@@ -117,18 +117,19 @@ class Machine(DmaMixin):
         if program.hbm_bytes > self.profile.hbm_bytes:
             raise EmulatorFault("out-of-memory", f"program needs {program.hbm_bytes} bytes of HBM, "
                                                  f"the chip has {self.profile.hbm_bytes}")
-        self._hbm = ChipMemories(self.mesh.num_chips, program.hbm_bytes)
+        # What holds data in a timing-only run besides SMEM: the i32 HBM buffers.
+        self.data_regions = [(b.offset_bytes, b.offset_bytes + b.size_bytes)
+                             for b in program.buffers if b.dtype == "i32"]
+        self._hbm = ChipMemories(self.mesh.num_chips, program.hbm_bytes,
+                                 self.data_regions if self.config.timing_only else None)
         # Computed bytes DMAs moved into SMEM or i32 buffers: kept by a recording data
         # run, taken by a timing-only run (per issuing core, in issue order).
         self.payloads_out: list[list[bytes]] = [[] for _ in self.cores]
         self.payloads_in: list[list[bytes]] = [[] for _ in self.cores]
-        # What holds data in a timing-only run besides SMEM: the i32 HBM buffers.
-        self.data_regions = [(b.offset_bytes, b.offset_bytes + b.size_bytes)
-                             for b in program.buffers if b.dtype == "i32"]
 
     @property
     def hbm(self) -> list[np.ndarray]:
-        """Each chip's HBM as a byte array."""
+        """Each chip's HBM as a byte array (not in a timing-only run: see `read_buffer`)."""
         return self._hbm.arrays
 
     def _buffer_data(self, name: str, array: np.ndarray):
@@ -139,9 +140,12 @@ class Machine(DmaMixin):
         return buf, data.view(np.uint8).reshape(-1)
 
     def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
+        """Write a buffer on one chip (a timing-only run keeps only i32 buffers' bytes)."""
         buf, raw = self._buffer_data(name, array)
         lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes
-        self._hbm.for_write(chip, lo, hi)[lo:hi] = raw
+        mem, base = self._hbm.for_write(chip, lo, hi)
+        if mem is not None:
+            mem[lo - base:hi - base] = raw
 
     def write_buffer_all(self, name: str, array: np.ndarray) -> None:
         """The same data into every chip's copy of a buffer (stored once until written)."""
@@ -150,8 +154,11 @@ class Machine(DmaMixin):
 
     def read_buffer(self, chip: int, name: str) -> np.ndarray:
         buf = self.program.buffer(name)
-        raw = self.hbm[chip][buf.offset_bytes:buf.offset_bytes + buf.size_bytes]
-        return raw.view(NP_DTYPES[buf.dtype]).reshape(buf.shape).copy()
+        lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes
+        mem, base = self._hbm.for_read(chip, lo, hi)
+        if mem is None:
+            raise ValueError(f"buffer {name} ({buf.dtype}) holds no data in a timing-only run")
+        return mem[lo - base:hi - base].view(NP_DTYPES[buf.dtype]).reshape(buf.shape).copy()
 
     # -- running -------------------------------------------------------------
 

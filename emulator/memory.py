@@ -21,14 +21,10 @@ class Trap(Exception):
 
 
 
-def check_bounds(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
-    """Fault unless [lo, hi) lies inside `mem`."""
-    _check(mem, name, lo, hi)
-
-
-def _check(mem: np.ndarray, name: str, lo: int, hi: int) -> None:
-    if lo < 0 or hi > mem.size:
-        raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {mem.size} bytes")
+def check_bounds(size: int, name: str, lo: int, hi: int) -> None:
+    """Fault unless [lo, hi) lies inside a memory of `size` bytes."""
+    if lo < 0 or hi > size:
+        raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {size} bytes")
 
 
 def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
@@ -47,9 +43,12 @@ def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
 
 
 def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
-               n2: int, s2: int) -> np.ndarray:
+               n2: int, s2: int, base: int = 0, size: int | None = None) -> np.ndarray:
+    """The bytes of a 3-D block. `mem` holds the memory's bytes from address `base` on
+    (a timing-only HBM keeps only its data buffers); `size` is the whole memory's."""
     lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
-    _check(mem, name, lo, hi)
+    check_bounds(mem.size if size is None else size, name, lo, hi)
+    addr -= base
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
     view = _block_view(mem, addr, inner, n1, s1, n2, s2)
@@ -61,9 +60,10 @@ def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: i
 
 
 def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
-                n2: int, s2: int, data: np.ndarray) -> None:
+                n2: int, s2: int, data: np.ndarray, base: int = 0, size: int | None = None) -> None:
     lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
-    _check(mem, name, lo, hi)
+    check_bounds(mem.size if size is None else size, name, lo, hi)
+    addr -= base
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         mem[addr:addr + inner * n1 * n2] = data
         return

@@ -14,8 +14,10 @@ def render() -> str:
         "",
         f"Every instruction is one {WORD_BITS}-bit word: a {OPCODE_BITS}-bit opcode in the top bits,",
         "then the operand fields packed downwards in the order shown (bit ranges inclusive).",
-        "Registers: `s0..s31` scalar int32 (`s0` reads 0), `v0..v31` vector (8 x 128 x 32 bit),",
-        "`m0..m7` masks (`m0` all true), `x0..x3` matrix units, `a0..a7` accumulators.",
+        "Registers: `s0..s31` scalar, 64 bits wide (`s0` reads 0; the int32 operations wrap",
+        "their results to 32 bits, the `.d` ones keep all 64 for HBM addresses), `v0..v31`",
+        "vector (8 x 128 x 32 bit), `m0..m7` masks (`m0` all true), `x0..x3` matrix units,",
+        "`a0..a7` accumulators.",
         "Timing classes map to a latency and an occupancy in each hardware profile.",
         "",
     ]

@@ -33,6 +33,9 @@ __all__ = [
     "i32_wrap",
     "log",
     "log2",
+    "mxfp4_decode",
+    "mxfp4_encode",
+    "mxfp4_nbytes",
     "mxu_matmul",
     "mxu_matmul_numpy",
     "reciprocal",
@@ -145,6 +148,71 @@ def _get_bf16_kernel():
 
         _bf16_kernel = kernel
     return _bf16_kernel
+
+
+# ------------------------------------------------------------------------ MXFP4
+# OCP Microscaling (MX) v1.0: MXFP4 stores 4-bit e2m1 elements in blocks of 32 that
+# share one 8-bit e8m0 scale (a power of two, 2^(e-127); 255 is NaN). Here a matrix
+# [K, N] used as matmul weights is blocked along K (the reduction): values[k, n // 2]
+# holds (k, n) in its low nibble for even n and high nibble for odd n, and
+# scales[k // 32, n] the scale of rows 32*(k//32) .. +31 of column n.
+
+MX_BLOCK = 32
+_E2M1_MAX_EXP = 2   # 6 = 1.5 * 2^2, the largest e2m1 value
+
+
+def mxfp4_nbytes(rows: int, cols: int) -> tuple[int, int]:
+    """Bytes of the values and of the scales of a [rows, cols] MXFP4 matrix."""
+    return rows * cols // 2, -(-rows // MX_BLOCK) * cols
+
+
+def mxfp4_decode(values, scales) -> np.ndarray:
+    """The float32 [K, N] matrix stored as MXFP4 `values` (uint8 [K, N/2]) and `scales`
+    (uint8 [ceil(K/32), N]): e2m1 times 2^(scale-127), exact in float64 and rounded
+    once to float32 (only 6 * 2^127 overflows, to inf); a scale of 255 gives the quiet
+    NaN 0x7FC00000. Every finite weight has at most 3 significant bits, so it is also
+    exactly a bf16 value and the matrix unit takes it unrounded."""
+    import ml_dtypes
+
+    values = np.asarray(values, np.uint8)
+    scales = np.asarray(scales, np.uint8)
+    rows, half = values.shape
+    codes = np.empty((rows, 2 * half), np.uint8)
+    codes[:, 0::2] = values & np.uint8(15)
+    codes[:, 1::2] = values >> np.uint8(4)
+    if scales.shape != (-(-rows // MX_BLOCK), 2 * half):
+        raise ValueError(f"scales of shape {scales.shape} do not match values of shape {values.shape}")
+    elems = codes.view(ml_dtypes.float4_e2m1fn).astype(_F64)
+    block = np.repeat(scales, MX_BLOCK, axis=0)[:rows]
+    power = np.ldexp(1.0, block.astype(np.int64) - 127)
+    with np.errstate(over="ignore"):          # 6 * 2^127 is inf by the rule above
+        out = (elems * power).astype(_F32)
+    out[block == 255] = np.uint32(0x7FC00000).view(_F32)
+    return out
+
+
+def mxfp4_encode(w) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise a float32 [K, N] matrix to MXFP4 (for making weights; not part of any
+    computed result): each block of 32 rows of a column takes the scale 2^(floor(log2
+    of its largest magnitude) - 2), the OCP choice, and each element its nearest e2m1
+    value after dividing by it (ties to even, saturating at 6; ml_dtypes' conversion)."""
+    import ml_dtypes
+
+    w = np.asarray(w, _F32)
+    rows, cols = w.shape
+    if cols % 2:
+        raise ValueError(f"MXFP4 columns must be even, got {cols}")
+    groups = -(-rows // MX_BLOCK)
+    padded = np.zeros((groups * MX_BLOCK, cols), _F64)
+    padded[:rows] = w
+    amax = np.abs(padded.reshape(groups, MX_BLOCK, cols)).max(axis=1)
+    _, exp = np.frexp(np.where(amax > 0, amax, 1.0))     # amax = m * 2^exp, m in [0.5, 1)
+    shared = np.clip(exp - 1 - _E2M1_MAX_EXP, -127, 127)
+    scales = (shared + 127).astype(np.uint8)
+    scaled = padded / np.repeat(np.ldexp(1.0, shared), MX_BLOCK, axis=0)
+    codes = scaled[:rows].astype(_F32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    values = (codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))).astype(np.uint8)
+    return values, scales
 
 
 # ------------------------------------------------------------- float64 kernels

@@ -482,6 +482,28 @@ def smem_store(SMEM32, addr, value):
     SMEM32[addr >> 2] = value & 0xFFFFFFFF
 
 
+@jitable
+def smem_pair_ok(SMEM, addr, E):
+    """Bounds and alignment of a 64-bit SMEM access: two words at addr, addr + 4."""
+    if addr % 4:
+        return fault(E, E_SMEM_ALIGN, addr, 0, 0, 0)
+    if addr < 0 or addr > SMEM.size - 8:
+        return fault(E, E_SMEM_OOB, addr, SMEM.size, 0, 0)
+    return 0
+
+
+@jitable
+def smem_load_d(SMEM32, addr):
+    """The 64-bit value at aligned byte address addr: the low word first."""
+    return int(SMEM32[addr >> 2]) | (w32(int(SMEM32[(addr >> 2) + 1])) << 32)
+
+
+@jitable
+def smem_store_d(SMEM32, addr, value):
+    SMEM32[addr >> 2] = value & 0xFFFFFFFF
+    SMEM32[(addr >> 2) + 1] = (value >> 32) & 0xFFFFFFFF
+
+
 # --- vector memory --------------------------------------------------------------
 # Tiles are 8 rows of 128 elements (4-byte words, or bf16 widened to the high half
 # of a word), row r at addr + r * stride. A mask known to be a rectangle of rows x
@@ -686,6 +708,63 @@ def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed,
             for n in range(cols, d):
                 MXWU[x, k, n] = 0
         MXR[x] = rows
+    return 0
+
+
+# MXFP4 (OCP microscaling): a 4-bit e2m1 value (sign, 2 exponent bits with bias 1, 1
+# mantissa bit) times the power of two of its block's 8-bit e8m0 scale (2^(e-127);
+# 255 is NaN). The 16 e2m1 codes as float64:
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+MX_BLOCK = 32   # rows (the matmul's k) sharing one scale
+
+
+@jitable
+def mxfp4_bits(code, scale):
+    """float32 bits of e2m1 `code` (0..15) times 2^(scale-127): exact in float64, then
+    rounded once to float32 (only 6 * 2^127 overflows, to inf); scale 255 gives the
+    quiet NaN 0x7FC00000. Every finite result has at most 3 significant bits, so it is
+    also exactly a bf16."""
+    if scale == 255:
+        return np.uint32(0x7FC00000)
+    value = np.float32(E2M1_VALUES[code] * _scale2(1.0, scale - 127))
+    return np.uint32(np.array([value]).view(np.uint32)[0])
+
+
+@compiled
+def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
+    """mxu.ldw.mx: the weight tile of matrix unit x from MXFP4 values and scales in VMEM."""
+    half = cols // 2
+    if step >= half:
+        lo, hi = addr, addr + (rows - 1) * step + half
+    else:
+        lo, hi = rows_span(addr, step, rows, half)
+    err = _check(VMEM.size, lo, hi, E)
+    if err:
+        return err
+    groups = (rows + MX_BLOCK - 1) // MX_BLOCK
+    lo, hi = rows_span(sc, 2 * step, groups, cols)
+    err = _check(VMEM.size, lo, hi, E)
+    if err:
+        return err
+    table = np.empty((256, 16), np.uint32)   # scale byte -> the 16 codes' weights
+    seen = np.zeros(256, np.bool_)
+    d = MXWU.shape[1]
+    for k in range(rows):
+        src = addr + k * step
+        srow = sc + (k // MX_BLOCK) * 2 * step
+        dst = MXWU[x, k]
+        for n in range(cols):
+            e = VMEM[srow + n]
+            if not seen[e]:
+                for c in range(16):
+                    table[e, c] = mxfp4_bits(c, e)
+                seen[e] = True
+            byte = VMEM[src + (n >> 1)]
+            dst[n] = table[e, (byte >> 4) & 15 if n & 1 else byte & 15]
+        for n in range(cols, d):
+            dst[n] = 0
+    MXR[x] = rows
     return 0
 
 

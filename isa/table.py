@@ -45,8 +45,10 @@ GLOBAL_KINDS = ("dma", "dma_remote", "signal", "signal_remote", "wait", "barrier
 MXU_STATE = ("mxu.w", "mxu.lhs", "mxu.acc")
 # Memory footprints: (space, "r" or "w", shape). "tile": 8 rows x 128 elements at
 # S[sa] + off, S[stride] apart ("w" words or "bf16" halves); "span": the rows x cols
-# bf16 weight tile of mxu.ldw; "word": one SMEM word; "block": a DMA's strided block.
-FOOTPRINTS = ("tile", "span", "word", "block")
+# bf16 weight tile of mxu.ldw; "mxspan" and "mxscale": the MXFP4 values (rows x cols/2
+# bytes) and scales (one row of cols bytes per 32 rows, 2*stride apart) of mxu.ldw.mx;
+# "word" / "dword": one or two SMEM words; "block": a DMA's strided block.
+FOOTPRINTS = ("tile", "span", "mxspan", "mxscale", "word", "dword", "block")
 
 
 @attrs.frozen
@@ -139,6 +141,11 @@ def _each(statement: str) -> str:
 def _set_s(expr: str) -> str:
     """sd = expr, wrapped to int32; writes to s0 are dropped."""
     return f"if sd:\n    S[sd] = w32({expr})"
+
+
+def _set_d(expr: str) -> str:
+    """sd = expr on all 64 bits; writes to s0 are dropped."""
+    return f"if sd:\n    S[sd] = {expr}"
 
 
 def _set_mask(expr: str) -> str:
@@ -240,6 +247,28 @@ def _declare() -> list[dict]:
     add(g, "rdsr", [_s("sd", "w"), _i("which", SPECIAL)], "{sd}, {which}", "scalar",
         "scalar", "scalar", exec=_set_s("SPEC[which]"),
         doc="sd = a special register: core, chip, chip_x.., mesh_x.., cores, chips, gcore.")
+    # 64-bit address arithmetic: a chip's HBM is larger than an int32 reaches.
+    for name, expr in (("add", "{a} + {b}"), ("mul", "{a} * {b}"), ("shl", "{a} << ({b} & 63)")):
+        timing = "scalar_mul" if name == "mul" else "scalar"
+        if name == "add":
+            add(g, "add.d", [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}", "scalar", timing,
+                "scalar", exec=_set_d(expr.format(a="S[sa]", b="S[sb]")),
+                doc="sd = sa + sb on all 64 bits (addresses).")
+        add(g, name + "i.d", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)], "{sd}, {sa}, {imm}",
+            "scalar", timing, "scalar", exec=_set_d(expr.format(a="S[sa]", b="imm")),
+            doc=f"sd = sa {name} imm on all 64 bits (addresses).")
+    add(g, "lui.d", [_s("sd", "w"), _i("imm", IMM32)], "{sd}, {imm}", "scalar", "scalar", "scalar",
+        exec=_set_d("imm << 32"), doc="sd = imm << 32 (the high half of a 64-bit constant).")
+    add(g, "lds.d", [_s("sd", "w"), _i("off", OFF27), _s("sa")], "{sd}, {off}({sa})",
+        "scalar", "smem", "smem", memory=(("smem", "r", "dword"),),
+        exec="err = smem_pair_ok(SMEM, S[sa] + off, E)\nif err == 0 and sd:\n"
+             "    S[sd] = smem_load_d(SMEM32, S[sa] + off)",
+        doc="sd = the 64-bit SMEM value at byte address sa + off (two words, low first; 4-aligned).")
+    add(g, "sts.d", [_s("sb"), _i("off", OFF27), _s("sa")], "{sb}, {off}({sa})",
+        "scalar", "smem", "smem", memory=(("smem", "w", "dword"),),
+        exec="err = smem_pair_ok(SMEM, S[sa] + off, E)\nif err == 0:\n"
+             "    smem_store_d(SMEM32, S[sa] + off, S[sb])",
+        doc="The 64-bit SMEM value at byte address sa + off = sb (two words, low first).")
 
     # -- vector memory -----------------------------------------------------------
     g = "vmem"
@@ -389,6 +418,16 @@ def _declare() -> list[dict]:
         "{vd}, {x}, {acc}, {chunk}", "mxu", "mxu_pop", "matrix", reads=("mxu.acc",),
         exec="pop_acc(V, MXAU, vd, x, acc, chunk)",
         doc="vd = accumulator columns chunk*128 .. chunk*128+127 (f32).")
+    add(g, "mxu.ldw.mx", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape"), _s("sc")],
+        "{x}, {off}({sa}), {stride}, {shape}, {sc}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        memory=(("vmem", "r", "mxspan"), ("vmem", "r", "mxscale")),
+        exec="rows, cols = wtile_shape(S[shape], MXD, E)\nif rows == 0:\n    err = E[0]\nelse:\n"
+             "    {check}\n    if err == 0:\n"
+             "        err = load_weights_mx(VMEM, MXWU, MXR, x, S[sa] + off, S[stride], S[sc], rows, cols, E)",
+        doc="Load the weight tile from MXFP4: row k < shape>>16 holds shape&0xffff 4-bit e2m1 "
+            "values, two per byte (even column in the low half), at VMEM byte address sa + off + "
+            "k*stride; the e8m0 scale of (k, n) is the byte at sc + (k>>5)*2*stride + n. Weight "
+            "(k, n) = e2m1 * 2^(scale-127), exact in bf16; the rest of the tile is zero.")
 
     # -- DMA and synchronisation -------------------------------------------------
     g = "dma"

@@ -147,6 +147,38 @@ def test_smem_load_store_with_offsets(emu):
     assert ran.core.s[3:6] == [-123456, 77, 2048]
 
 
+@covers("add.d", "addi.d", "muli.d", "shli.d", "lui.d", "lds.d", "sts.d")
+def test_wide_address_arithmetic_keeps_64_bits(emu):
+    # An HBM address past 4 GiB: 3 << 32 plus 5 * 1_000_000_000 + 12, built, stored,
+    # reloaded and offset; the int32 add of the same registers wraps.
+    ran = emu.run_vec("""
+        lui.d s1, 3
+        li s2, 1000000000
+        muli.d s3, s2, 5
+        add.d s4, s1, s3
+        addi.d s4, s4, 12
+        sts.d s4, 1024(s0)
+        lds.d s5, 1024(s0)
+        shli.d s6, s2, 33
+        addi.d s7, s5, -13
+        add s8, s1, s3
+        lui.d s9, -1
+        lds s10, 1028(s0)
+        lui.d s0, 9
+    """)
+    big = (3 << 32) + 5 * 1_000_000_000 + 12
+    assert ran.core.s[3:8] == [5_000_000_000, big, big, 1_000_000_000 << 33, big - 13]
+    assert ran.core.s[8] == wrap(5_000_000_000)
+    assert ran.core.s[9] == -(1 << 32)
+    assert ran.core.s[10] == big >> 32 and ran.core.s[0] == 0
+    assert int(ran.core.smem[1024:1032].view(np.int64)[0]) == big
+
+
+def test_wide_smem_access_faults_past_the_end(emu):
+    with pytest.raises(Exception, match="outside SMEM"):
+        emu.run_vec(f"li s1, {emu.profile().smem_bytes - 4}\nlds.d s2, 0(s1)")
+
+
 @covers("rdsr")
 def test_rdsr_reads_identity_and_machine_size(emu):
     body = "".join(f"rdsr s{i + 1}, {name}\n" for i, name in enumerate(SPECIAL_REGS))
@@ -483,6 +515,42 @@ def test_transposed_weight_load(emu, tokens):
     w[:, :tokens] = rows[:tokens].T
     expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), lhs, w)
     assert same_bits(expected, ran.core.vf[10])
+
+
+@covers("mxu.ldw.mx")
+@pytest.mark.parametrize("rows", [128, 40])
+def test_mxfp4_weight_load_decodes_the_contract(emu, rows):
+    rng = np.random.default_rng(rows)
+    lhs = rng.standard_normal((8, 128)).astype(np.float32)
+    w = (rng.standard_normal((128, 128)) * 2.0 ** rng.integers(-20, 20, (128, 1))).astype(np.float32)
+    values, scales = nx.mxfp4_encode(w)                  # [128, 64] and [4, 128] bytes
+    scales[0, :4] = [0, 254, 255, 127]                   # extremes: 2^-127, 2^127 (6 * that is inf), NaN
+    tiles = list(values.view(np.int32).reshape(2, 8, 128))
+    scale_tile = np.zeros(4096, np.uint8)
+    scale_tile[:scales.size] = scales.reshape(-1)        # one row of 128 scales per 32 rows: pitch 128
+    tiles.append(scale_tile.view(np.int32).reshape(8, 128))
+    base = emu.STAGE_VMEM + emu.TILE_BYTES
+    ran = emu.run_vec(f"""
+        li s2, {base}
+        li s3, 64
+        li s4, {(rows << 16) | 128}
+        li s5, {base + 2 * emu.TILE_BYTES}
+        mxu.ldw.mx x1, 0(s2), s3, s4, s5
+        mxu.push x1, v0, 0
+        mxu.mac x1, a1, 1
+        mxu.pop v10, x1, a1, 0
+    """, vregs=[lhs, *tiles])
+    decoded = nx.mxfp4_decode(values, scales)
+    assert np.array_equal(nx.bf16_round(decoded).view(np.uint32), decoded.view(np.uint32))   # exact in bf16
+    assert np.array_equal(ran.core.mx_w[1, :rows, :128], decoded[:rows].view(np.uint32))
+    expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), lhs[:, :rows], decoded[:rows])
+    assert same_bits(expected, ran.core.vf[10])
+
+
+def test_mxfp4_weight_load_out_of_vmem_faults(emu):
+    with pytest.raises(Exception, match="outside VMEM"):
+        emu.run_vec(f"li s2, {emu.profile().vmem_bytes - 64}\nli s3, 64\nli s4, {(32 << 16) | 128}\n"
+                    "li s5, 0\nmxu.ldw.mx x0, 0(s2), s3, s4, s5")
 
 
 # --- DMA, semaphores, barriers, regions ---------------------------------------------
