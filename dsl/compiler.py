@@ -24,7 +24,7 @@ from mkemu.errors import Diagnostic, SourceError, SourceSpan
 from mkemu.isa.asm import encode
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
 from mkemu.isa.hardware import DEFAULT_PROFILE, HardwareProfile, load_profile
-from mkemu.isa.program import Kernel, Launch, Program, layout_buffers
+from mkemu.isa.program import Extent, Kernel, Launch, Program, RangeCheck, layout_buffers
 from mkemu.isa.table import TABLE
 
 # Scalar registers kept free for temporaries: a variable defined while fewer than
@@ -116,7 +116,7 @@ def _host(program: ir.Program):
             kind = "inout" if r and w else "output" if w else "input"
             specs.append((p.name, p.dtype, tuple(p.shape), kind))
         buffers = layout_buffers(specs)
-        return buffers, (Launch(kernel.name, tuple(b.offset_bytes for b in buffers)),)
+        return buffers, (Launch(kernel.name, tuple(w for b in buffers for w in _address_words(b.offset_bytes))),)
     host = program.host
     buffers = layout_buffers([(b.name, b.dtype, tuple(b.shape), KIND_OF_ROLE[b.role]) for b in host.arrays])
     where = {b.name: pb for b, pb in zip(host.arrays, buffers)}
@@ -130,7 +130,7 @@ def _host(program: ir.Program):
                     if not isinstance(off, ir.Const):
                         raise CompileError(arg.span, "a launch argument needs static offsets")
                     addr += off.value * stride
-                args.append(addr)
+                args += _address_words(addr)
             else:
                 args.append(int(arg))
         launches.append(Launch(launch.kernel.name, tuple(args)))
@@ -201,7 +201,14 @@ class KernelCompiler(TileLowering):
 
     def _layout(self) -> None:
         k, p = self.kernel, self.profile
-        self.param_word = {param: i for i, param in enumerate(k.params)}
+        # The argument block: an i32 scalar takes one word, an HBM array's address two
+        # (low, high: a chip's HBM is larger than 32 bits reach).
+        self.param_word = {}
+        words = 0
+        for param in k.params:
+            self.param_word[param] = words
+            words += 2 if isinstance(param, ir.Buffer) else 1
+        self.arg_words = words
         # VMEM: every vmem buffer and var tile, statically; then a stack of temporaries.
         self.vmem_addr: dict = {}
         self.alloc_lines: list[tuple[int, str, int]] = []
@@ -218,7 +225,7 @@ class KernelCompiler(TileLowering):
         self.vmem_top = top
         self.vmem_peak = top
         # SMEM: argument block, DMA descriptors, smem buffers, then spill slots.
-        smem = 4 * len(k.params)
+        smem = 4 * self.arg_words
         self.desc_addr: dict = {}
         descs = []
         for stmt in walk_stmts(k.body):
@@ -232,7 +239,7 @@ class KernelCompiler(TileLowering):
                     descs.append(d)
         smem += 28 * len(descs)
         self.descs = descs
-        self.desc_base = 4 * len(k.params)
+        self.desc_base = 4 * self.arg_words
         self.smem_addr: dict = {}
         for buf in k.buffers:
             if buf.space == "smem":
@@ -267,8 +274,11 @@ class KernelCompiler(TileLowering):
 
     # -- emission ------------------------------------------------------------
 
-    def emit(self, mnemonic: str, **values) -> None:
-        self.code.append((mnemonic, values, self.span))
+    def emit(self, mnemonic: str, extents: tuple | None = None, check=None, **values) -> None:
+        """Append one instruction. `extents`: the buffers its memory operands go through
+        (in the row's footprint order), for run-time bounds checks; `check`: a
+        `RangeCheck` of a register it takes."""
+        self.code.append((mnemonic, values, self.span, extents, check))
 
     def label(self, hint: str) -> Label:
         self.n_labels += 1
@@ -412,7 +422,7 @@ class KernelCompiler(TileLowering):
         if isinstance(e, ir.SmemLoad):
             reg, off = self.ref_address(e.ref)
             r = self._dest(want, reg) if reg is not None else (want if want is not None else self.tmp())
-            self.emit("lds", sd=r, off=off, sa=reg or 0)
+            self.emit("lds", sd=r, off=off, sa=reg or 0, extents=(self.extent(e.ref.buffer),))
             if reg is not None and r != reg:
                 self.release(reg)
             return r
@@ -500,7 +510,11 @@ class KernelCompiler(TileLowering):
             cores = self.tmp()
             self.emit("rdsr", sd=cores, which=SPECIAL_REGS.index("cores"))
             self.emit("mul", sd=rd, sa=chip, sb=cores)
-            self.emit("add", sd=rd, sa=rd, sb=core)
+            n = self.profile.cores_per_chip
+            self.emit("add", sd=rd, sa=rd, sb=core,
+                      check=None if isinstance(e.args[1], ir.Const) else RangeCheck(
+                          core, 0, n, f"global_core: core {{value}} does not exist (the chip has {n} "
+                                      f"cores, 0..{n - 1})"))
             for r in (chip, core, cores):
                 if r != rd:
                     self.release(r)
@@ -544,14 +558,16 @@ class KernelCompiler(TileLowering):
     # -- addresses -----------------------------------------------------------
 
     def ref_address(self, ref: ir.Ref) -> tuple[int | None, int]:
-        """The byte address of a view's first element: (register or None, constant)."""
+        """The byte address of a view's first element: (register or None, constant). An
+        HBM address is 64 bits (a parameter's address plus offsets, in `.d` arithmetic)."""
         buf = ref.buffer
         reg, const = None, 0
-        if buf.space == "hbm":
+        wide = buf.space == "hbm"
+        if wide:
             if buf not in self.param_word:
                 self.error(f"'{buf.name}' is not a parameter of this kernel")
             reg = self.tmp()
-            self.emit("lds", sd=reg, off=4 * self.param_word[buf], sa=0)
+            self.emit("lds.d", sd=reg, off=4 * self.param_word[buf], sa=0)
         elif buf.space == "smem":
             const = self.smem_addr[buf]
         else:
@@ -561,6 +577,7 @@ class KernelCompiler(TileLowering):
             const += _affine(ref.slot, layout.slot_stride(buf), terms)
         for expr, stride in zip(ref.offsets, layout.buffer_strides(buf)):
             const += _affine(expr, stride, terms)
+        d = ".d" if wide else ""
         for expr, stride in terms:
             if stride == 0:
                 continue
@@ -568,25 +585,57 @@ class KernelCompiler(TileLowering):
             t = self._dest(None, r)
             if stride == 1:
                 if t != r:
-                    self.emit("add", sd=t, sa=r, sb=0)
+                    self.emit("add" + d, sd=t, sa=r, sb=0)
             elif stride & (stride - 1) == 0 and stride > 0:
-                self.emit("shli", sd=t, sa=r, imm=stride.bit_length() - 1)
+                self.emit("shli" + d, sd=t, sa=r, imm=stride.bit_length() - 1)
             else:
-                self.emit("muli", sd=t, sa=r, imm=stride)
+                self.emit("muli" + d, sd=t, sa=r, imm=self.stride_imm(stride, buf))
             if reg is None:
                 reg = t
             else:
-                self.emit("add", sd=reg, sa=reg, sb=t)
+                self.emit("add" + d, sd=reg, sa=reg, sb=t)
                 self.release(t)
+        if wide and not INT32_MIN <= const <= INT32_MAX:
+            # A constant offset past 2 GiB: add its high half separately.
+            lo = _wrap32(const)
+            high = self.tmp()
+            self.emit("lui.d", sd=high, imm=(const - lo) >> 32)
+            self.emit("add.d", sd=reg, sa=reg, sb=high)
+            self.release(high)
+            const = lo
         return reg, const
+
+    def stride_imm(self, stride: int, buf: ir.Buffer) -> int:
+        if not INT32_MIN <= stride <= INT32_MAX:
+            self.error(f"'{buf.name}': an index step of {stride:,} bytes does not fit a 32-bit "
+                       "immediate; index a smaller view")
+        return stride
 
     def addr_reg(self, ref: ir.Ref) -> int:
         reg, const = self.ref_address(ref)
         if reg is None:
             return self.imm_reg(const)
         if const:
-            self.emit("addi", sd=reg, sa=reg, imm=const)
+            self.emit("addi.d" if ref.buffer.space == "hbm" else "addi", sd=reg, sa=reg, imm=const)
         return reg
+
+    def extent(self, buf: ir.Buffer) -> Extent:
+        """The bytes a named buffer owns, for run-time bounds checks: VMEM up to the end
+        of its last row (rows are padded to 128 lanes, slots to whole tiles), SMEM and
+        HBM exactly."""
+        shape, strides = tuple(buf.shape), layout.buffer_strides(buf)
+        space, param = _space(buf), None
+        if space == "hbm":
+            lo, size, param = 0, layout.slot_stride(buf), self.param_word.get(buf)
+        else:
+            lo = self.smem_addr[buf] if space == "smem" else self.vmem_addr[buf]
+            last = strides[0] * shape[0] if len(shape) == 2 else layout.slot_stride(buf)
+            if space == "smem":
+                last = layout.slot_stride(buf)
+            size = layout.slot_stride(buf) * ((buf.slots or 1) - 1) + last
+        if buf.slots:
+            shape, strides = (buf.slots,) + shape, (layout.slot_stride(buf),) + strides
+        return Extent(buf.name, space, lo, size, shape, strides, buf.dtype, param)
 
     def sem_reg(self, sref: ir.SemRef) -> int:
         base = self.sem_base[sref.sem]
@@ -633,7 +682,7 @@ class KernelCompiler(TileLowering):
     def stmt_StoreSmem(self, s: ir.StoreSmem) -> None:
         val = self.sval(s.value)
         reg, off = self.ref_address(s.ref)
-        self.emit("sts", sb=val, off=off, sa=reg or 0)
+        self.emit("sts", sb=val, off=off, sa=reg or 0, extents=(self.extent(s.ref.buffer),))
 
     def stmt_LetTile(self, s: ir.LetTile) -> None:
         self.let_tile(s.value, s.expr)
@@ -650,12 +699,14 @@ class KernelCompiler(TileLowering):
         sem = self.sem_reg(dma.sem)
         dsp = SPACES.index(_space(dma.dst.buffer))
         ssp = SPACES.index(_space(dma.src.buffer))
+        extents = (self.extent(dma.src.buffer), self.extent(dma.dst.buffer))
         if dma.target is None:
-            self.emit("dma.start", dsp=dsp, dst=dst, ssp=ssp, src=src, desc=d, sem=sem)
+            self.emit("dma.start", dsp=dsp, dst=dst, ssp=ssp, src=src, desc=d, sem=sem, extents=extents)
         else:
             tgt = self.sval(dma.target)
             rsem = self.sem_reg(dma.recv_sem if dma.recv_sem is not None else dma.sem)
-            self.emit("dma.start.r", dsp=dsp, dst=dst, tgt=tgt, ssp=ssp, src=src, desc=d, sem=sem, rsem=rsem)
+            self.emit("dma.start.r", dsp=dsp, dst=dst, tgt=tgt, ssp=ssp, src=src, desc=d, sem=sem, rsem=rsem,
+                      extents=extents)
 
     def stmt_DmaWait(self, s: ir.DmaWait) -> None:
         sref = s.dma.recv_sem if s.side == "recv" else s.dma.sem
@@ -808,10 +859,15 @@ class KernelCompiler(TileLowering):
                 raise AssertionError(f"label {lab.name} never placed")
         words = np.empty(len(self.code), dtype=np.uint64)
         spans = []
-        for i, (mnem, values, span) in enumerate(self.code):
+        extents, ranges = {}, {}
+        for i, (mnem, values, span, ext, check) in enumerate(self.code):
             vals = {key: (v.pc if isinstance(v, Label) else v) for key, v in values.items()}
             words[i] = encode(TABLE[mnem], vals)
             spans.append(span)
+            if ext is not None and any(e is not None for e in ext):
+                extents[i] = ext
+            if check is not None:
+                ranges[i] = check
         smem_init = bytearray(self.desc_base + 28 * len(self.descs))
         for d, addr in self.desc_addr.items():
             smem_init[addr:addr + 28] = np.array(d, dtype=np.int32).tobytes()
@@ -819,7 +875,7 @@ class KernelCompiler(TileLowering):
         if self.descs:
             desc_line = [f"SMEM {self.desc_base:#08x} DMA descriptors x {len(self.descs)} "
                          f"({28 * len(self.descs)} bytes)"]
-        alloc = ([f"SMEM {0:#08x} arguments x {len(k.params)} ({4 * len(k.params)} bytes)"]
+        alloc = ([f"SMEM {0:#08x} arguments x {len(k.params)} ({4 * self.arg_words} bytes)"]
                  + desc_line + [l for _, l, _ in lines])
         if self.smem_top > self.smem_alloc_end():
             alloc.append(f"SMEM {self.smem_alloc_end():#08x} spilled scalars "
@@ -828,7 +884,7 @@ class KernelCompiler(TileLowering):
             name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
             source_text={f: t.splitlines() for f, t in self.program.sources.items()},
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
-            vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc))
+            vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges)
 
     def smem_alloc_end(self) -> int:
         end = self.desc_base + 28 * len(self.descs)
@@ -853,6 +909,11 @@ def _affine(expr, scale: int, terms: list) -> int:
             return _affine(b, scale * a.value, terms)
     terms.append((expr, scale))
     return 0
+
+
+def _address_words(addr: int) -> tuple[int, int]:
+    """An HBM address as the two argument words (low, high) a kernel loads with lds.d."""
+    return addr & 0xFFFFFFFF, addr >> 32
 
 
 def _space(buf: ir.Buffer) -> str:

@@ -50,6 +50,7 @@ class View:
     buf_cols: int               # columns of the underlying buffer
     lane_bcast: bool = False    # every lane of a row holds the value (compiler temporaries, C == 1)
     is_mask: bool = False       # a bool tile stored as i32 0/1
+    extent: object = None       # the named buffer (isa.program.Extent) for bounds checks
 
     @property
     def elem(self) -> int:
@@ -153,7 +154,7 @@ class TileLowering:
         rows, cols = ref.tile_shape
         _, bcols = layout.tile_dims(buf.shape)
         return View(reg, const, layout.buffer_strides(buf)[0] if len(buf.shape) == 2 else 0,
-                    rows, cols, buf.dtype, bcols, lane_bcast=False)
+                    rows, cols, buf.dtype, bcols, lane_bcast=False, extent=self.extent(buf))
 
     def temp_view(self, dtype: str, shape: tuple[int, int]) -> View:
         rows, cols = shape
@@ -234,7 +235,7 @@ class TileLowering:
         cols = S(128) if (dest.cols == 1 and dest.buf_cols == 1) else (S(1) if dest.cols == 1 else blk.vc)
         mask = self.geometry_mask(rows, cols)
         self.emit("vst.bf16" if dest.dtype == "bf16" else "vst.w", va=v, off=off, sa=addr,
-                  stride=stride, mask=mask)
+                  stride=stride, mask=mask, extents=(dest.extent,))
         self.vfree(v)
 
     # -- blocks ----------------------------------------------------------------------
@@ -358,7 +359,7 @@ class TileLowering:
         mask = self.geometry_mask(rows, cols)
         vd = self.vreg()
         self.emit("vld.bf16" if v.dtype == "bf16" else "vld.w", vd=vd, off=off, sa=reg,
-                  stride=stride, mask=mask)
+                  stride=stride, mask=mask, extents=(v.extent,))
         if v.cols == 1 and not v.lane_bcast:
             self.emit("vbcast.lane", vd=vd, va=vd, idx=0)
         if v.is_mask:
@@ -829,7 +830,8 @@ class TileLowering:
                             off = w.off + k0 * w.pitch + n0 * 2
                         self.emit("li", sd=shape_reg, imm=shape)
                         self.emit("mxu.ldwt" if transposed else "mxu.ldw", x=x, off=off,
-                                  sa=w.base_reg or 0, stride=stride, shape=shape_reg)
+                                  sa=w.base_reg or 0, stride=stride, shape=shape_reg,
+                                  extents=(w.extent,))
                     for i, rb in enumerate(group):
                         for c in range(-(-kr // 128)):
                             self.block_cache = {}

@@ -257,6 +257,10 @@ class Core:
                                             "--max-instructions if the kernel really needs more")
         if code == lp.E_RACE:
             return self.race_trap(a, b, c)
+        if code == lp.E_BUFFER:
+            return Trap("out-of-bounds", self.kernel.extents[self.pc][c].describe(a, b))
+        if code == lp.E_RANGE:
+            return Trap("out-of-range", self.kernel.ranges[self.pc].what.format(value=a, lo=b, hi=c))
         kind, template = FAULTS[code]
         op = self.decoded.ops[self.pc]
         mnemonic = op.instr.mnemonic if op.instr is not None else ""

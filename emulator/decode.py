@@ -38,7 +38,15 @@ C_SRC = 6
 C_NDST = C_SRC + MAX_SRCS
 C_DST = C_NDST + 1
 C_ARG = C_DST + MAX_DSTS
-C_WIDTH = C_ARG + MAX_ARGS
+# Run-time checks the compiler attached (free of cycles): the buffers of up to two
+# VMEM/SMEM footprints (count, then [lo, hi) each), and a register that must lie in
+# [lo, hi) (register + 1, or 0 for none).
+MAX_BOUNDS = 2
+C_NBOUND = C_ARG + MAX_ARGS
+C_BOUND = C_NBOUND + 1
+C_RREG = C_BOUND + 2 * MAX_BOUNDS
+C_RLO, C_RHI = C_RREG + 1, C_RREG + 2
+C_WIDTH = C_RHI + 1
 
 
 def unit_names(profile: HardwareProfile) -> tuple[str, ...]:
@@ -96,6 +104,7 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
             ops.append(_illegal(code[pc], units, format_instr(instr, values), problem))
             continue
         ops.append(_encode_row(code[pc], instr, values, profile, units))
+        _encode_checks(code[pc], instr, kernel, pc)
         if instr.mnemonic == "mark.push":
             regions = max(regions, values["region"] + 1)
     return DecodedKernel(code=code, ops=tuple(ops), region_slots=regions)
@@ -165,3 +174,17 @@ def _encode_row(row: np.ndarray, instr: Instr, values: dict, profile: HardwarePr
     row[C_ARG:C_ARG + len(args)] = args
     return Op(instr=instr, args=args, text=format_instr(instr, values), unit=unit,
               latency=latency, occupancy=occupancy)
+
+
+def _encode_checks(row: np.ndarray, instr: Instr, kernel: Kernel, pc: int) -> None:
+    """The compiler's run-time checks of this instruction, for the loop to test."""
+    extents = kernel.extents.get(pc)
+    if extents and not instr.is_global:
+        local = [e for (space, _, _), e in zip(instr.memory, extents) if space in ("vmem", "smem")]
+        row[C_NBOUND] = len(local)
+        for k, e in enumerate(local[:MAX_BOUNDS]):
+            lo, hi = (e.lo, e.lo + e.size) if e is not None else (-(1 << 62), 1 << 62)
+            row[C_BOUND + 2 * k], row[C_BOUND + 2 * k + 1] = lo, hi
+    check = kernel.ranges.get(pc)
+    if check is not None:
+        row[C_RREG], row[C_RLO], row[C_RHI] = check.reg + 1, check.lo, check.hi

@@ -90,6 +90,11 @@ class DmaMixin:
         src_addr, dst_addr = s[src], s[dst]
         src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
         dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
+        extents = self.kernel.extents.get(core.pc)
+        if extents:
+            for extent, (lo, hi) in zip(extents, (src_range, dst_range)):
+                if extent is not None:
+                    _check_extent(core, extent, lo, hi)
         src_size = self._space_size(core, src_space)
         computed = not self._holds_data(src_space, *src_range) and self._holds_data(dst_space, *dst_range)
         if self.config.timing_only and not (self._holds_data(src_space, *src_range)
@@ -277,3 +282,15 @@ class DmaMixin:
 
     # -- faults and results --------------------------------------------------
 
+
+
+def _check_extent(core: Core, extent, lo: int, hi: int) -> None:
+    """Fault unless the DMA's bytes [lo, hi) lie inside the buffer the compiler named
+    (an HBM parameter's address comes from the launch arguments in SMEM)."""
+    base = 0
+    if extent.param is not None:
+        words = core.smem[4 * extent.param:4 * extent.param + 8].view(np.uint32)
+        base = int(words[0]) | (int(words[1]) << 32)
+    start = base + extent.lo
+    if lo < start or hi > start + extent.size:
+        raise Trap("out-of-bounds", extent.describe(lo, hi, base))

@@ -59,6 +59,7 @@ EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL, EXIT_LOG_FULL, EXIT_READBACK = 1, 2, 3
 FLAG_TRACE, FLAG_RACES, FLAG_TIMING_ONLY, FLAG_RECORD = 1, 2, 4, 8
 # Faults the loop itself raises (the rows' own are in isa/semantics.py).
 E_RAN_OFF, E_MAX_CYCLES, E_RACE, E_MAX_INSTRUCTIONS = 40, 41, 42, 43
+E_BUFFER, E_RANGE = 44, 45   # the compiler's run-time checks: a buffer's bounds, a value's range
 REGION_DEPTH = 64
 REGION_OPEN, REGION_CLOSE = 0, 1
 # Compiled eagerly for exactly these array types (all C-contiguous).
@@ -226,36 +227,47 @@ def _indent(text: str, levels: int) -> str:
     return "\n".join(pad + line if line.strip() else line for line in text.splitlines())
 
 
+def _footprint_where(instr, shape: str) -> str:
+    """Code setting one footprint as (fa, fs, fn, flo, fhi): fn rows fs bytes apart from
+    fa, bytes [flo, fhi) of each."""
+    if shape == "tile":
+        return (f"fa = S[sa] + off\nfs = S[stride]\n"
+                f"fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})")
+    if shape == "span":      # the weight tile's rows x cols bf16 values
+        return "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols * 2"
+    if shape == "mxspan":    # MXFP4 values: rows x cols/2 bytes
+        return "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols // 2"
+    if shape == "mxscale":   # MXFP4 scales: a row of cols bytes per 32 rows
+        return "fa = S[sc]\nfs = 2 * S[stride]\nfn, flo, fhi = (rows + 31) // 32, 0, cols"
+    size = 8 if shape == "dword" else 4     # one or two SMEM words
+    return f"fa = S[sa] + off\nfs = 0\nfn, flo, fhi = 1, 0, {size}"
+
+
 def _footprint_check(instr) -> str:
-    """The race check of a row's memory footprints: against the DMAs in flight for this
-    core, and into the log of this run-ahead."""
+    """The checks of a row's memory footprints: inside the buffers the compiler named
+    (when it named them), and the race check against the DMAs in flight for this core
+    and into the log of this run-ahead."""
     checks = []
-    for space, access, shape in instr.memory:
+    for k, (space, access, shape) in enumerate(instr.memory):
         if space not in ("vmem", "smem"):
             continue
         write = 1 if access == "w" else 0
         code = 0 if space == "vmem" else 1
-        if shape == "tile":
-            where = (f"fa = S[sa] + off\nfs = S[stride]\n"
-                     f"fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})")
-        elif shape == "span":   # the weight tile's rows x cols bf16 values
-            where = "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols * 2"
-        elif shape == "mxspan":  # MXFP4 values: rows x cols/2 bytes
-            where = "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols // 2"
-        elif shape == "mxscale":  # MXFP4 scales: a row of cols bytes per 32 rows
-            where = "fa = S[sc]\nfs = 2 * S[stride]\nfn, flo, fhi = (rows + 31) // 32, 0, cols"
-        else:                   # one or two SMEM words
-            size = 8 if shape == "dword" else 4
-            where = f"fa = S[sa] + off\nfs = 0\nfn, flo, fhi = 1, 0, {size}"
-        check = (f"{where}\nif I[H_NRACE] > 0:\n"
-                 f"    err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
-                 f"log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
+        bound = (f"if C[pc, C_NBOUND] > {k} and fn > 0 and fhi > flo:\n"
+                 f"    blo, bhi = block_span(fa + flo, fhi - flo, fn, fs, 1, 0)\n"
+                 f"    if blo < C[pc, C_BOUND + {2 * k}] or bhi > C[pc, C_BOUND + {2 * k + 1}]:\n"
+                 f"        err = fault(E, E_BUFFER, blo, bhi, {k}, 0)")
+        race = (f"if races and err == 0:\n"
+                f"    if I[H_NRACE] > 0:\n"
+                f"        err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
+                f"    log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
+        check = "\n".join([_footprint_where(instr, shape), bound, race])
         if checks:
             check = "if err == 0:\n" + _indent(check, 1)
         checks.append(check)
     if not checks:
         return ""
-    return "if races:\n" + _indent("\n".join(checks), 1)
+    return "if races or C[pc, C_NBOUND] > 0:\n" + _indent("\n".join(checks), 1)
 
 
 def _dirty_update(instr) -> str:
@@ -397,6 +409,12 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
         count += 1
         nxt = -1
         err = 0
+        if C[pc, C_RREG] > 0:
+            v = S[C[pc, C_RREG] - 1]
+            if v < C[pc, C_RLO] or v >= C[pc, C_RHI]:
+                fault(E, E_RANGE, v, C[pc, C_RLO], C[pc, C_RHI], 0)
+                code = EXIT_FAULT
+                break
         x_id = C[pc, C_XID]
 '''
 
@@ -431,7 +449,9 @@ def generate_source() -> str:
     consts.update({name: value for name, value in globals().items()
                    if name.startswith(("H_", "EXIT_", "FLAG_", "E_"))})
     consts.update({name: getattr(dec, name) for name in ("C_UNIT", "C_NSRC", "C_SRC", "C_GLOBAL",
-                                                         "C_OCC", "C_LAT", "C_NDST", "C_DST", "C_XID")})
+                                                         "C_OCC", "C_LAT", "C_NDST", "C_DST", "C_XID",
+                                                         "C_NBOUND", "C_BOUND", "C_RREG", "C_RLO",
+                                                         "C_RHI")})
     readers = [n for n, instr in enumerate(dec.LOCAL_ROWS) if instr.reads_back]
     assert len(readers) == 1, "the loop's readback queue serves one reading row"
     consts["XID_READBACK"] = readers[0]
@@ -440,7 +460,7 @@ def generate_source() -> str:
             f"from mkemu.isa.semantics import {', '.join(_HELPERS)}",
             f"from mkemu.emulator.loop import {', '.join(fn.__name__ for fn in _SUPPORT)}", ""]
     head += [f"{name} = {value!r}" for name, value in sorted(consts.items())]
-    head.append("from mkemu.emulator.footprint import blocks_overlap")
+    head.append("from mkemu.emulator.footprint import block_span, blocks_overlap")
     head.append(f"SIGNATURE = {SIGNATURE!r}")
     ids = list(range(len(dec.LOCAL_ROWS))) + [dec.ILLEGAL_XID]
     return "\n".join(head) + "\n" + _PROLOGUE + _dispatch(ids, 2) + "\n" + _EPILOGUE + _MACHINE_SIDE

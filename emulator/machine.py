@@ -152,6 +152,11 @@ class Machine(DmaMixin):
         buf, raw = self._buffer_data(name, array)
         self._hbm.write_all(buf.offset_bytes, raw)
 
+    def holds_data(self, name: str) -> bool:
+        """Does buffer `name` keep its bytes (every buffer does, except in a timing-only
+        run, where only the i32 ones do)?"""
+        return not self.config.timing_only or self.program.buffer(name).dtype == "i32"
+
     def read_buffer(self, chip: int, name: str) -> np.ndarray:
         buf = self.program.buffer(name)
         lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes

@@ -33,6 +33,46 @@ class Buffer:
         return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype]
 
 
+@attrs.frozen
+class Extent:
+    """The named buffer one memory operand of an instruction goes through: an access
+    outside [lo, lo + size) faults naming it, even inside the memory. For an HBM
+    kernel parameter `param` is the first of the two launch-argument words (low, high)
+    holding its address, and lo counts from that address."""
+
+    name: str
+    space: str                   # vmem | smem | hbm
+    lo: int
+    size: int
+    shape: tuple[int, ...]       # (slots first, for a buffer with slots)
+    strides: tuple[int, ...]     # bytes per step of each index
+    dtype: str
+    param: int | None = None
+
+    def describe(self, lo: int, hi: int, base: int = 0) -> str:
+        """Why the bytes [lo, hi) are outside this buffer (based at `base` + self.lo)."""
+        start = base + self.lo
+        offset, index = lo - start, []
+        for stride in self.strides:
+            step, offset = divmod(offset, stride)
+            index.append(step)
+        shape = ", ".join(map(str, self.shape))
+        return (f"{self.space.upper()} access [{lo}, {hi}) is outside buffer '{self.name}' "
+                f"({self.dtype}[{shape}], {self.space.upper()} [{start}, {start + self.size})): it "
+                f"starts at index [{', '.join(map(str, index))}]")
+
+
+@attrs.frozen
+class RangeCheck:
+    """A run-time value an instruction takes that must lie in [lo, hi) (checked free
+    of cycles before the instruction runs): register `reg`, described by `what`."""
+
+    reg: int
+    lo: int
+    hi: int
+    what: str
+
+
 @attrs.frozen(eq=False)
 class Kernel:
     name: str
@@ -45,6 +85,10 @@ class Kernel:
     vmem_bytes: int = 0                       # statically allocated
     smem_bytes: int = 0
     allocation: tuple[str, ...] = ()          # human-readable allocation map lines
+    # pc -> the buffers its memory operands go through, in the order of the row's
+    # footprints (a DMA: source, destination); None where an operand is not checked.
+    extents: dict[int, tuple[Extent | None, ...]] = attrs.Factory(dict)
+    ranges: dict[int, RangeCheck] = attrs.Factory(dict)   # pc -> a value it must check
 
     def source_of(self, pc: int) -> SourceSpan | None:
         return self.source_map[pc] if 0 <= pc < len(self.source_map) else None
@@ -61,7 +105,7 @@ class Kernel:
 @attrs.frozen
 class Launch:
     kernel: str
-    args: tuple[int, ...] = ()   # scalar arguments, placed in s1, s2, ...
+    args: tuple[int, ...] = ()   # 32-bit words of the SMEM argument block (word i at byte 4*i)
 
 
 @attrs.frozen

@@ -160,7 +160,7 @@ class Kernel:
         figures = machine.run().to_json()
         figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
         outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype)
-                   for b in self.program.buffers if b.kind in ("output", "inout")
+                   for b in self.program.buffers if b.kind in ("output", "inout") and machine.holds_data(b.name)
                    for chip in range(self.chips)}
         run = Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0,
                   read=lambda chip, name: runner.from_storage(machine.read_buffer(chip, name),

@@ -23,6 +23,9 @@ DRIVER_FIELDS = (("model", "--model"), ("batch", "--batch"), ("prompt_len", "--p
                  ("timing_only", "--timing-only"), ("routing", "--routing"), ("routing_skew", "--routing-skew"),
                  ("record_routing", "--record-routing"))
 
+# Driver options a plain program takes too (a plain timing-only run reads no data back).
+PLAIN_TOO = ("timing_only",)
+
 
 def _mesh(value):
     if value is None:
@@ -146,7 +149,7 @@ class Options:
     def driver_options_set(self) -> list[str]:
         """The CLI flags of the driver options that were set (an error for a plain program)."""
         return [flag for name, flag in DRIVER_FIELDS
-                if getattr(self, name) is not None and getattr(self, name) is not False]
+                if name not in PLAIN_TOO and getattr(self, name) is not None and getattr(self, name) is not False]
 
     @classmethod
     def of(cls, options: Options | None = None, **changes) -> Options:
