@@ -33,7 +33,7 @@ from mkemu.emulator.safety import Safety
 from mkemu.emulator.topology import Mesh
 
 RESUME, SIGNAL = 0, 3
-NP_DTYPES = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32}
+NP_DTYPES = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32, "mxfp4": np.uint8}
 
 
 @attrs.frozen
@@ -135,8 +135,8 @@ class Machine(DmaMixin):
     def _buffer_data(self, name: str, array: np.ndarray):
         buf = self.program.buffer(name)
         data = np.ascontiguousarray(array, dtype=NP_DTYPES[buf.dtype])
-        if data.shape != buf.shape:
-            raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.shape}")
+        if data.shape != buf.storage_shape:
+            raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.storage_shape}")
         return buf, data.view(np.uint8).reshape(-1)
 
     def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
@@ -163,7 +163,7 @@ class Machine(DmaMixin):
         mem, base = self._hbm.for_read(chip, lo, hi)
         if mem is None:
             raise ValueError(f"buffer {name} ({buf.dtype}) holds no data in a timing-only run")
-        return mem[lo - base:hi - base].view(NP_DTYPES[buf.dtype]).reshape(buf.shape).copy()
+        return mem[lo - base:hi - base].view(NP_DTYPES[buf.dtype]).reshape(buf.storage_shape).copy()
 
     # -- running -------------------------------------------------------------
 

@@ -208,6 +208,9 @@ def assemble(text: str, filename: str = "<asm>") -> Program:
                     error(line_no, col, f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
                 elif not re.fullmatch(r"\d+(x\d+)*", shape_text):
                     error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
+                elif dtype == "mxfp4" and (len(shape_text.split("x")) < 2 or int(shape_text.split("x")[-1]) % 2):
+                    error(line_no, col, f"an mxfp4 buffer needs at least 2 dimensions and an even last one, "
+                                        f"got {shape_text}")
                 else:
                     buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
             elif directive == ".reference" and len(args) == 1:

@@ -35,7 +35,9 @@ __all__ = [
     "log2",
     "mxfp4_decode",
     "mxfp4_encode",
+    "mxfp4_from_bytes",
     "mxfp4_nbytes",
+    "mxfp4_to_bytes",
     "mxu_matmul",
     "mxu_matmul_numpy",
     "reciprocal",
@@ -169,8 +171,8 @@ def mxfp4_nbytes(rows: int, cols: int) -> tuple[int, int]:
 def mxfp4_decode(values, scales) -> np.ndarray:
     """The float32 [K, N] matrix stored as MXFP4 `values` (uint8 [K, N/2]) and `scales`
     (uint8 [ceil(K/32), N]): e2m1 times 2^(scale-127), exact in float64 and rounded
-    once to float32 (only 6 * 2^127 overflows, to inf); a scale of 255 gives the quiet
-    NaN 0x7FC00000. Every finite weight has at most 3 significant bits, so it is also
+    once to float32 (2^128 and above overflow to inf: e2m1 values of 2 and more with
+    scale 254); a scale of 255 gives the quiet NaN 0x7FC00000. Every finite weight has at most 3 significant bits, so it is also
     exactly a bf16 value and the matrix unit takes it unrounded."""
     import ml_dtypes
 
@@ -185,7 +187,7 @@ def mxfp4_decode(values, scales) -> np.ndarray:
     elems = codes.view(ml_dtypes.float4_e2m1fn).astype(_F64)
     block = np.repeat(scales, MX_BLOCK, axis=0)[:rows]
     power = np.ldexp(1.0, block.astype(np.int64) - 127)
-    with np.errstate(over="ignore"):          # 6 * 2^127 is inf by the rule above
+    with np.errstate(over="ignore"):          # 2^128 and above are inf by the rule above
         out = (elems * power).astype(_F32)
     out[block == 255] = np.uint32(0x7FC00000).view(_F32)
     return out
@@ -213,6 +215,31 @@ def mxfp4_encode(w) -> tuple[np.ndarray, np.ndarray]:
     codes = scaled[:rows].astype(_F32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
     values = (codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))).astype(np.uint8)
     return values, scales
+
+
+def mxfp4_to_bytes(w) -> np.ndarray:
+    """An MXFP4 array [..., K, N] as it is stored (in HBM or a file): every matrix's values
+    (row-major, K rows of N/2 bytes), then every matrix's scales (ceil(K/32) rows of N
+    bytes), so a row of scales is twice as long as a row of values."""
+    w = np.asarray(w, _F32)
+    if w.ndim < 2:
+        raise ValueError(f"an MXFP4 array needs at least 2 dimensions, got shape {w.shape}")
+    mats = w.reshape(-1, *w.shape[-2:])
+    parts = [mxfp4_encode(m) for m in mats]
+    return np.concatenate([v.reshape(-1) for v, _ in parts] + [s.reshape(-1) for _, s in parts])
+
+
+def mxfp4_from_bytes(raw, shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 array of `shape` that `mxfp4_to_bytes` stored as `raw`."""
+    raw = np.asarray(raw, np.uint8).reshape(-1)
+    rows, cols = shape[-2:]
+    count = int(np.prod(shape[:-2], dtype=np.int64))
+    nv, ns = mxfp4_nbytes(rows, cols)
+    if raw.size != count * (nv + ns):
+        raise ValueError(f"{raw.size} bytes do not hold an MXFP4 array of shape {tuple(shape)}")
+    values = raw[:count * nv].reshape(count, rows, cols // 2)
+    scales = raw[count * nv:].reshape(count, -(-rows // MX_BLOCK), cols)
+    return np.stack([mxfp4_decode(v, s) for v, s in zip(values, scales)]).reshape(shape)
 
 
 # ------------------------------------------------------------- float64 kernels

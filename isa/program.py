@@ -13,7 +13,20 @@ import numpy as np
 
 from mkemu.errors import SourceSpan
 
-DTYPES = {"bf16": 2, "f32": 4, "i32": 4}
+# Bytes per element; MXFP4 (4-bit values plus a scale per 32 rows) is stored as its
+# values then its scales (numerics.mxfp4_to_bytes), `storage_bytes` gives the size.
+DTYPES = {"bf16": 2, "f32": 4, "i32": 4, "mxfp4": None}
+
+
+def storage_bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    """Bytes an array of `dtype` and `shape` takes in HBM."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype != "mxfp4":
+        return count * DTYPES[dtype]
+    from mkemu.isa.numerics import mxfp4_nbytes
+
+    values, scales = mxfp4_nbytes(shape[-2], shape[-1])
+    return int(np.prod(shape[:-2], dtype=np.int64)) * (values + scales)
 BUFFER_KINDS = ("input", "output", "inout", "weight", "scratch")
 HBM_ALIGN_BYTES = 512
 
@@ -30,7 +43,13 @@ class Buffer:
 
     @property
     def size_bytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype]
+        return storage_bytes(self.dtype, self.shape)
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        """The shape of the array `write_buffer` takes and `read_buffer` gives: the
+        buffer's shape, or for MXFP4 its stored bytes."""
+        return (self.size_bytes,) if self.dtype == "mxfp4" else self.shape
 
 
 @attrs.frozen

@@ -722,7 +722,7 @@ MX_BLOCK = 32   # rows (the matmul's k) sharing one scale
 @jitable
 def mxfp4_bits(code, scale):
     """float32 bits of e2m1 `code` (0..15) times 2^(scale-127): exact in float64, then
-    rounded once to float32 (only 6 * 2^127 overflows, to inf); scale 255 gives the
+    rounded once to float32 (2^128 and above overflow to inf); scale 255 gives the
     quiet NaN 0x7FC00000. Every finite result has at most 3 significant bits, so it is
     also exactly a bf16."""
     if scale == 255:

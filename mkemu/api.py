@@ -159,12 +159,13 @@ class Kernel:
         written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
         figures = machine.run().to_json()
         figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
-        outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype)
+        outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype, b.shape)
                    for b in self.program.buffers if b.kind in ("output", "inout") and machine.holds_data(b.name)
                    for chip in range(self.chips)}
         run = Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0,
                   read=lambda chip, name: runner.from_storage(machine.read_buffer(chip, name),
-                                                               self.program.buffer(name).dtype))
+                                                               self.program.buffer(name).dtype,
+                                                               self.program.buffer(name).shape))
         return run
 
     def expected(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

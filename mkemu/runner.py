@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError, MkemuError
-from mkemu.isa.numerics import bf16_round
+from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import Program
 
 
@@ -44,6 +44,9 @@ def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
             continue
         if buf.dtype == "i32":
             out[buf.name] = rng.integers(-100, 100, size=buf.shape, dtype=np.int32)
+        elif buf.dtype == "mxfp4":     # values MXFP4 holds exactly
+            values = rng.standard_normal(buf.shape).astype(np.float32)
+            out[buf.name] = mxfp4_from_bytes(mxfp4_to_bytes(values), buf.shape)
         else:
             values = rng.standard_normal(buf.shape).astype(np.float32)
             out[buf.name] = bf16_round(values) if buf.dtype == "bf16" else values
@@ -71,17 +74,23 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
-    """Arrays as they sit in HBM: bf16 as its 16-bit patterns."""
+    """Arrays as they sit in HBM: bf16 as its 16-bit patterns, MXFP4 as its values and
+    scales (quantised: numerics.mxfp4_encode)."""
     from mkemu.isa.numerics import f32_to_bf16_bits
 
     if dtype == "bf16":
         return f32_to_bf16_bits(np.asarray(array, np.float32))
+    if dtype == "mxfp4":
+        return mxfp4_to_bytes(array)
     return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
 
 
-def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The values of an array as stored (an MXFP4 one needs its `shape`)."""
     from mkemu.isa.numerics import bf16_bits_to_f32
 
+    if dtype == "mxfp4":
+        return mxfp4_from_bytes(array, shape)
     return bf16_bits_to_f32(array) if dtype == "bf16" else array
 
 

@@ -84,7 +84,7 @@ class Session:
 
     def read(self, name: str, chip: int = 0) -> np.ndarray:
         buf = self._buffer(name)
-        return from_storage(self._machine.read_buffer(chip, name), buf.dtype)
+        return from_storage(self._machine.read_buffer(chip, name), buf.dtype, buf.shape)
 
     @property
     def timing_only(self) -> bool:

@@ -150,3 +150,56 @@ def test_a_driven_program_runs_through_its_driver():
         k3(tokens=np.zeros(1, np.int32))
     session = k3.session()
     assert session.info.chips == k3.chips and "logits" in session.buffers()
+
+
+# An MXFP4 weight buffer: the whole array (values, then scales) copied into VMEM and
+# loaded onto the matrix unit; its scales follow its values at twice their row pitch.
+MXFP4_KERNEL = """
+.buffer w mxfp4 64x128 input
+.buffer x f32 8x128 input
+.buffer y f32 8x128 output
+.kernel main
+    .smem 0 4352 1 0 0 1 0 0
+    .smem 28 4096 1 0 0 1 0 0
+    rdsr s31, core
+    bne s31, s0, done
+    li s1, @w
+    li s2, 65536
+    li s3, 28
+    dma.start vmem[s2], hbm[s1], s0, s0
+    li s4, @x
+    dma.start vmem[s0], hbm[s4], s3, s0
+    li s5, 8448
+    sem.wait s0, s5
+    li s6, 512
+    vld.w v0, 0(s0), s6, m0
+    li s7, 64
+    li s8, 4194432
+    li s9, 69632
+    mxu.ldw.mx x0, 0(s2), s7, s8, s9
+    mxu.push x0, v0, 0
+    mxu.mac x0, a0, 1
+    mxu.pop v1, x0, a0, 0
+    vst.w v1, 0(s0), s6, m0
+    li s10, @y
+    dma.start hbm[s10], vmem[s0], s3, s0
+    li s5, 4096
+    sem.wait s0, s5
+done:
+    halt
+"""
+
+
+def test_an_mxfp4_buffer_is_written_quantised_and_read_by_the_matrix_unit():
+    from mkemu.isa import numerics as nx
+
+    kernel = mkemu.compile_source(MXFP4_KERNEL, "mx.s", hw="test", mesh="1")
+    assert kernel.buffers["w"].dtype == "mxfp4" and kernel.program.buffer("w").size_bytes == 64 * 64 + 2 * 128
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 128)).astype(np.float32)
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    run = kernel(w=w, x=x)
+    held = nx.mxfp4_from_bytes(nx.mxfp4_to_bytes(w), w.shape)
+    expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), x[:, :64], held)
+    assert np.array_equal(run.outputs["y@0"].view(np.uint32), expected.view(np.uint32))
+    assert np.array_equal(run.output("w"), held)          # read back as the values it holds

@@ -524,7 +524,7 @@ def test_mxfp4_weight_load_decodes_the_contract(emu, rows):
     lhs = rng.standard_normal((8, 128)).astype(np.float32)
     w = (rng.standard_normal((128, 128)) * 2.0 ** rng.integers(-20, 20, (128, 1))).astype(np.float32)
     values, scales = nx.mxfp4_encode(w)                  # [128, 64] and [4, 128] bytes
-    scales[0, :4] = [0, 254, 255, 127]                   # extremes: 2^-127, 2^127 (6 * that is inf), NaN
+    scales[0, :4] = [0, 254, 255, 127]                   # extremes: 2^-127, 2^127 (2 and more times that are inf), NaN
     tiles = list(values.view(np.int32).reshape(2, 8, 128))
     scale_tile = np.zeros(4096, np.uint8)
     scale_tile[:scales.size] = scales.reshape(-1)        # one row of 128 scales per 32 rows: pitch 128

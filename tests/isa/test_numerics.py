@@ -410,3 +410,50 @@ def test_mxu_shape_errors():
         nm.mxu_matmul(np.zeros((2, 3)), np.zeros((2, 4)), np.zeros((5, 3)))
     with pytest.raises(ValueError, match="2-D"):
         nm.mxu_matmul_numpy(np.zeros(3), np.zeros((2, 4)), np.zeros((4, 3)))
+
+
+# --------------------------------------------------------------------------- MXFP4
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float64)
+
+
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 70), st.sampled_from([2, 4, 128])),
+                  elements=st.floats(-2.0 ** 99, 2.0 ** 99, width=32)))
+def test_mxfp4_encode_decode_round_trips_what_it_holds(w):
+    values, scales = nm.mxfp4_encode(w)
+    assert values.shape == (w.shape[0], w.shape[1] // 2) and scales.shape == (-(-w.shape[0] // 32), w.shape[1])
+    decoded = nm.mxfp4_decode(values, scales)
+    again = nm.mxfp4_decode(*nm.mxfp4_encode(decoded))   # what MXFP4 holds, it holds exactly
+    assert np.array_equal(decoded.view(np.uint32), again.view(np.uint32))
+    # Every weight is an e2m1 value times its block's power of two, and exactly a bf16.
+    power = np.repeat(np.ldexp(1.0, scales.astype(np.int64) - 127), 32, axis=0)[:w.shape[0]]
+    assert np.isin(np.abs(decoded / power), E2M1).all()
+    assert np.array_equal(nm.bf16_round(decoded).view(np.uint32), decoded.view(np.uint32))
+
+
+def test_mxfp4_decode_follows_ml_dtypes_and_the_special_scales():
+    codes = np.arange(16, dtype=np.uint8)
+    values = (codes[0::2] | (codes[1::2] << 4)).reshape(1, 8)          # one row, 16 columns
+    for scale, expect in ((127, 1.0), (0, 2.0 ** -127), (130, 8.0)):   # 1, the smallest, 8
+        got = nm.mxfp4_decode(values, np.full((1, 16), scale, np.uint8))
+        want = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float64) * expect
+        assert np.array_equal(got[0], want.astype(np.float32))
+    top = nm.mxfp4_decode(values, np.full((1, 16), 254, np.uint8))
+    assert np.isposinf(top[0, 4:8]).all() and np.isneginf(top[0, 12:]).all() and top[0, 3] == np.float32(1.5 * 2.0 ** 127)
+    nan = nm.mxfp4_decode(values, np.full((1, 16), 255, np.uint8))
+    assert (nan.view(np.uint32) == 0x7FC00000).all()
+
+
+def test_mxfp4_bytes_hold_values_then_scales_of_every_matrix():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((3, 40, 256)).astype(np.float32)
+    raw = nm.mxfp4_to_bytes(w)
+    nv, ns = nm.mxfp4_nbytes(40, 256)
+    assert raw.size == 3 * (nv + ns) == 3 * (40 * 128 + 2 * 256)
+    v1, s1 = nm.mxfp4_encode(w[1])
+    assert np.array_equal(raw[nv:2 * nv], v1.reshape(-1))
+    assert np.array_equal(raw[3 * nv + ns:3 * nv + 2 * ns], s1.reshape(-1))
+    back = nm.mxfp4_from_bytes(raw, w.shape)
+    assert np.array_equal(back[2], nm.mxfp4_decode(*nm.mxfp4_encode(w[2])))
+    with pytest.raises(ValueError, match="do not hold"):
+        nm.mxfp4_from_bytes(raw[:-1], w.shape)
