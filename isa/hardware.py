@@ -92,6 +92,7 @@ class HardwareProfile:
     hbm_bw_bytes_per_cycle: float
     sibling_bw_bytes_per_cycle: float
     sibling_latency_cycles: int
+    sibling_signal_latency_cycles: int
     # core
     vmem_bytes: int
     smem_bytes: int
@@ -197,6 +198,7 @@ _SCHEMA = (
     _Key("chip", "hbm_bw", "hbm_bw_bytes_per_cycle", "bw"),
     _Key("chip", "sibling_bw", "sibling_bw_bytes_per_cycle", "bw"),
     _Key("chip", "sibling_latency", "sibling_latency_cycles", "time"),
+    _Key("chip", "sibling_signal_latency", "sibling_signal_latency_cycles", "time"),
     _Key(
         "core",
         "vmem_bytes",
@@ -586,7 +588,8 @@ def profile_to_text(p: HardwareProfile) -> str:
         ("HBM", _size_text(p.hbm_bytes)),
         ("HBM bandwidth", bw(p.hbm_bw_bytes_per_cycle)),
         ("sibling-core path", f"{bw(p.sibling_bw_bytes_per_cycle)}"),
-        ("sibling-core latency", cycles(p.sibling_latency_cycles)),
+        ("sibling-core latency", f"{cycles(p.sibling_latency_cycles)} (a DMA, after its start)"),
+        ("sibling signal latency", cycles(p.sibling_signal_latency_cycles)),
         (
             "peak bf16 (MXU)",
             f"{p.peak_flops_per_s / 1e12:.4g} TFLOP/s = {p.mxu_flops_per_cycle_per_chip} FLOP/cycle",
