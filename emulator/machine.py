@@ -84,7 +84,8 @@ class Machine(DmaMixin):
                             for c in range(self.mesh.num_chips)]
         self.engine_res = [self.net.add_resource(f"chip{c.chip} core{c.index} DMA engine",
                                                  p.dma_engine_bw_bytes_per_cycle) for c in self.cores]
-        self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle)
+        self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle, p.cores_per_chip,
+                                              p.per_core_links)
         self._hbm = ChipMemories(self.mesh.num_chips, 0)
         self.program: Program | None = None
         self.decoded: dict = {}

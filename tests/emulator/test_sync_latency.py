@@ -1,6 +1,7 @@
-"""What synchronisation costs over the mesh, on the `test` profile: a hop takes 50
-cycles, a signal to the sibling core 40 (`sibling_signal_latency_cycles`), a DMA's
-bytes reach the sibling core 100 cycles after its start (`sibling_latency_cycles`).
+"""What synchronisation costs over the mesh, and what two cores get over one link, on
+the `test` profile: a hop takes 50 cycles, a signal to the sibling core 40
+(`sibling_signal_latency_cycles`), a DMA's bytes reach the sibling core 100 cycles
+after its start (`sibling_latency_cycles`), a link moves 8 bytes a cycle.
 
 Every core runs the same kernel from the same launch cycle, so differences of halt
 cycles are the latencies, worked out by hand.
@@ -95,3 +96,38 @@ def test_barrier_on_a_ring_has_no_far_end():
     end = halts("    barrier all", (4, 1, 1), (True, False, False))
     back = [0, SIGNAL, HOP, HOP, 2 * HOP, 2 * HOP, HOP, HOP]
     assert [e - LAUNCH for e in end] == [2 * HOP + b for b in back]
+
+
+@pytest.mark.parametrize(("ici", "cycles_per_byte"), [
+    ("per_core_links = false\nlinks_per_neighbor = 1", 2 / 8),   # both share one 8 B/cycle link
+    ("per_core_links = true\nlinks_per_neighbor = 2", 1 / 8),    # each core its own 8 B/cycle
+])
+def test_both_cores_pushing_to_a_neighbour(tmp_path, ici, cycles_per_byte):
+    # Both cores of chip 0 push 8000 bytes into the same core of chip 1 and wait until
+    # they are sent; the DMA engine (32 B/cycle) is faster than a link (8 B/cycle).
+    path = tmp_path / "links.toml"
+    path.write_text(f'extends = "test"\n[ici]\n{ici}\n')
+    profile = load_profile(str(path))
+    machine = Machine(profile, Mesh((2, 1, 1), links_per_neighbor=profile.links_per_neighbor), RunConfig())
+    machine.load(assemble(""".kernel main
+    .smem 0 8000 1 0 0 1 0 0
+    rdsr s1, chip
+    rdsr s2, core
+    li s4, 1
+    li s5, 8000
+    bne s1, s0, receive
+    muli s6, s2, 8192
+    addi s3, s2, 2          ; the same core of chip 1
+    dma.start.r vmem[s6]@s3, vmem[s6], s0, s4, s4
+    sem.wait s4, s5
+    jmp done
+receive:
+    sem.wait s4, s5
+done:
+    halt
+""", "links.s"))
+    machine.run()
+    # Issued at cycle 7 (muli's result is ready then); start latency 10 and one hop
+    # before the bytes move; the receivers halt when their bytes have landed.
+    landed = LAUNCH + 7 + 10 + HOP + 8000 * cycles_per_byte
+    assert [c.end_time for c in machine.cores[2:]] == [landed, landed]
