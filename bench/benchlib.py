@@ -33,11 +33,11 @@ def profile(name: str = PROFILE_NAME):
 
 
 def run_asm(text: str, dims=(1, 1, 1), wrap=(False, False, False), inputs=None,
-            prof=None, config: RunConfig | None = None, links_per_neighbor: int = 1):
+            prof=None, config: RunConfig | None = None):
     """Assemble and run `text`; return (RunResult, machine, wall seconds of run())."""
     prof = prof or profile()
     program = assemble(text, filename="<bench>")
-    machine = Machine(prof, Mesh(tuple(dims), tuple(wrap), links_per_neighbor), config or RunConfig())
+    machine = Machine(prof, Mesh(tuple(dims), tuple(wrap), prof.links_per_neighbor), config or RunConfig())
     machine.load(program)
     for (chip, name), array in (inputs or {}).items():
         machine.write_buffer(chip, name, array)

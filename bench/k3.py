@@ -20,7 +20,8 @@ import pstats
 import sys
 from pathlib import Path
 
-from mkemu.run import RunOptions, execute
+from mkemu.options import Options
+from mkemu.run import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {"per-op": "programs/k3_per_op.mk", "megakernel": "programs/k3_megakernel.mk"}
@@ -30,9 +31,7 @@ SCHEMES = {0: "TP", 1: "EP"}
 
 
 def run(program: str, model: str, batch: int, scheme: int = 0) -> dict:
-    opts = RunOptions(file=str(ROOT / program), params={"SCHEME": scheme},
-                      driver={"model": model, "batch": batch})
-    report, _ = execute(opts)
+    report, _ = execute(str(ROOT / program), Options(params={"SCHEME": scheme}, model=model, batch=batch))
     return report
 
 

@@ -812,47 +812,89 @@ class TileLowering:
         self.emit("li", sd=stride, imm=w.pitch)
         shape_reg = self.tmp()
         n_blocks = list(range(0, N, D))
-        for g0 in range(0, nrb, A):
-            group = list(range(g0, min(nrb, g0 + A)))
-            # One output column block per matrix unit at a time, the units' k loops
-            # interleaved so their accumulation chains overlap.
-            for u0 in range(0, len(n_blocks), U):
-                chunk = [(x, n_blocks[u0 + x]) for x in range(min(U, len(n_blocks) - u0))]
-                for kk, k0 in enumerate(range(0, K, D)):
-                    kr = min(D, K - k0)
-                    for x, n0 in chunk:
-                        nc = min(D, N - n0)
-                        if transposed:
-                            shape = (nc << 16) | layout.round_up(kr, 128)
-                            off = w.off + n0 * w.pitch + k0 * 2
-                        else:
-                            shape = (kr << 16) | layout.round_up(nc, 128)
-                            off = w.off + k0 * w.pitch + n0 * 2
-                        self.emit("li", sd=shape_reg, imm=shape)
-                        self.emit("mxu.ldwt" if transposed else "mxu.ldw", x=x, off=off,
-                                  sa=w.base_reg or 0, stride=stride, shape=shape_reg,
-                                  extents=(w.extent,))
-                    for i, rb in enumerate(group):
-                        for c in range(-(-kr // 128)):
-                            self.block_cache = {}
-                            v = self.ev(lhs, Blk(S(rb * 8), S(k0 + c * 128), S(min(8, M - rb * 8)),
-                                                 S(min(128, kr - c * 128))))
-                            self.end_block()
-                            for x, _ in chunk:
-                                self.emit("mxu.push", x=x, va=v, chunk=c)
-                            self.vfree(v)
-                        for x, _ in chunk:
-                            self.emit("mxu.mac", x=x, acc=i, zero=int(kk == 0))
+        loaded_shape = None
+
+        def load_weights(x: int, n0: int, k0: int) -> None:
+            nonlocal loaded_shape
+            kr, nc = min(D, K - k0), min(D, N - n0)
+            if transposed:
+                shape = (nc << 16) | layout.round_up(kr, 128)
+                off = w.off + n0 * w.pitch + k0 * 2
+            else:
+                shape = (kr << 16) | layout.round_up(nc, 128)
+                off = w.off + k0 * w.pitch + n0 * 2
+            if shape != loaded_shape:
+                self.emit("li", sd=shape_reg, imm=shape)
+                loaded_shape = shape
+            self.emit("mxu.ldwt" if transposed else "mxu.ldw", x=x, off=off,
+                      sa=w.base_reg or 0, stride=stride, shape=shape_reg, extents=(w.extent,))
+
+        def load_lhs(rb: int, k0: int) -> list[int]:
+            kr = min(D, K - k0)
+            regs = []
+            for c in range(-(-kr // 128)):
+                self.block_cache = {}
+                regs.append(self.ev(lhs, Blk(S(rb * 8), S(k0 + c * 128), S(min(8, M - rb * 8)),
+                                             S(min(128, kr - c * 128)))))
+                self.end_block()
+            return regs
+
+        # Blocks of up to A row blocks (one accumulator each) x one output column block per
+        # matrix unit; in each, the units' k loops interleaved so their accumulation
+        # chains overlap: for each K tile, each row block's LHS is pushed to every unit
+        # and multiplied into its accumulator. The order of passes, and so the bits, is
+        # fixed; the instructions around them are software-pipelined so that the
+        # single-issue core keeps the units fed: a row block's LHS is loaded before the
+        # previous row block's passes (several at once at the start of a K tile, while
+        # the passes wait for the new weights), each unit's next weight tile is loaded
+        # as soon as its last pass on the current tile has started (a unit holds two
+        # weight tiles, docs/architecture.md), and the next block's first tiles load
+        # while this block's results are popped.
+        blocks = [(list(range(g0, min(nrb, g0 + A))),
+                   [(x, n_blocks[u0 + x]) for x in range(min(U, len(n_blocks) - u0))])
+                  for g0 in range(0, nrb, A) for u0 in range(0, len(n_blocks), U)]
+        ahead: list[list[int]] = []     # the LHS registers of the next steps, in order
+
+        def prefetch(steps: list, s: int, depth: int) -> None:
+            while len(ahead) < depth and s + len(ahead) < len(steps):
+                _, k0, _, rb = steps[s + len(ahead)]
+                ahead.append(load_lhs(rb, k0))
+
+        for x, n0 in blocks[0][1]:
+            load_weights(x, n0, 0)
+        for b, (group, chunk) in enumerate(blocks):
+            steps = [(kk, k0, i, rb) for kk, k0 in enumerate(range(0, K, D)) for i, rb in enumerate(group)]
+            for s, (kk, k0, i, rb) in enumerate(steps):
+                prefetch(steps, s, 1)
+                for c, v in enumerate(ahead.pop(0)):
+                    for x, _ in chunk:
+                        self.emit("mxu.push", x=x, va=v, chunk=c)
+                    self.vfree(v)
+                depth = 1
+                if i == 0:   # the rest of this tile's row blocks, as registers allow
+                    chunks = -(-min(D, K - k0) // 128)
+                    depth = max(1, min(len(group) - 1, len(self.free_vregs) // 2 // chunks))
+                prefetch(steps, s + 1, depth)
+                nxt = steps[s + 1] if s + 1 < len(steps) else None
+                for x, n0 in chunk:
+                    self.emit("mxu.mac", x=x, acc=i, zero=int(kk == 0))
+                    if nxt is not None and nxt[0] != kk:
+                        load_weights(x, n0, nxt[1])
+            if b + 1 < len(blocks):
+                for x, n0 in blocks[b + 1][1]:
+                    load_weights(x, n0, 0)
+            # Accumulator by accumulator across the units: in the order their last
+            # passes finished.
+            for i, rb in enumerate(group):
                 for x, n0 in chunk:
                     nc = min(D, N - n0)
-                    for i, rb in enumerate(group):
-                        for c in range(-(-nc // 128)):
-                            v = self.vreg()
-                            self.emit("mxu.pop", vd=v, x=x, acc=i, chunk=c)
-                            self.block_cache = {}
-                            sink(v, Blk(S(rb * 8), S(n0 + c * 128), S(min(8, M - rb * 8)),
-                                        S(min(128, nc - c * 128))))
-                            self.end_block()
+                    for c in range(-(-nc // 128)):
+                        v = self.vreg()
+                        self.emit("mxu.pop", vd=v, x=x, acc=i, chunk=c)
+                        self.block_cache = {}
+                        sink(v, Blk(S(rb * 8), S(n0 + c * 128), S(min(8, M - rb * 8)),
+                                    S(min(128, nc - c * 128))))
+                        self.end_block()
         self.release(stride)
         self.release(shape_reg)
 

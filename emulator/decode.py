@@ -50,7 +50,7 @@ C_WIDTH = C_RHI + 1
 
 
 def unit_names(profile: HardwareProfile) -> tuple[str, ...]:
-    mxus = tuple(f"mxu{i}" for i in range(profile.mxus_per_core))
+    mxus = tuple(f"mxu{i}{path}" for path in ("", ".w", ".lhs") for i in range(profile.mxus_per_core))
     return ("scalar", "vld", "vst", "valu", "xlu", "eup") + mxus + ("dma", "sync", "meta")
 
 
@@ -158,7 +158,7 @@ def scoreboard(instr: Instr, values: dict, profile: HardwareProfile) -> tuple[li
 def _encode_row(row: np.ndarray, instr: Instr, values: dict, profile: HardwareProfile,
                 units: dict) -> Op:
     srcs, dsts = scoreboard(instr, values, profile)
-    unit = units[f"mxu{values['x']}"] if instr.unit == "mxu" else units[instr.unit]
+    unit = units[instr.unit.replace("mxu", f"mxu{values['x']}", 1)] if instr.unit.startswith("mxu") else units[instr.unit]
     if instr.timing is None:
         latency = occupancy = 0
     else:

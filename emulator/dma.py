@@ -175,7 +175,7 @@ class DmaMixin:
         if self.hbm_shared and "hbm" in (src_space, dst_space):
             resources.append(self.hbm_res[core.chip])
         if target.chip != core.chip:
-            resources += self.links.path_resources(core.chip, target.chip)
+            resources += self.links.path_resources(core.chip, target.chip, core.index)
         elif target is not core:
             resources.append(self.sibling_res[core.chip])
         return resources

@@ -75,6 +75,7 @@ class Machine(DmaMixin):
                                     mesh_z=self.mesh.dims[2], cores=p.cores_per_chip,
                                     chips=self.mesh.num_chips, gcore=core.gid)
                 self.cores.append(core)
+        self.barrier_roots: dict[tuple[int, ...], Core] = {}   # members -> their barrier's root
         self.net = FlowNetwork()
         self.hbm_shared = p.cores_per_chip * p.dma_engine_bw_bytes_per_cycle > p.hbm_bw_bytes_per_cycle
         self.hbm_res = [self.net.add_resource(f"chip{c} HBM", p.hbm_bw_bytes_per_cycle)
@@ -83,7 +84,8 @@ class Machine(DmaMixin):
                             for c in range(self.mesh.num_chips)]
         self.engine_res = [self.net.add_resource(f"chip{c.chip} core{c.index} DMA engine",
                                                  p.dma_engine_bw_bytes_per_cycle) for c in self.cores]
-        self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle)
+        self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle, p.cores_per_chip,
+                                              p.per_core_links)
         self._hbm = ChipMemories(self.mesh.num_chips, 0)
         self.program: Program | None = None
         self.decoded: dict = {}
@@ -332,7 +334,7 @@ class Machine(DmaMixin):
         sem, value = s[op.args[0]], s[op.args[1]]
         target = self._target_core(core, s[op.args[2]])
         self._check_sem(target, sem)
-        arrival = t + self._path_latency(core, target)
+        arrival = t + self._signal_latency(core, target)
         carried = self.safety.signal_payload(core) if self.safety is not None else None
         self._push(arrival, SIGNAL, (target, sem, value, carried, self._raiser(core, op)))
         if self.trace is not None:
@@ -374,10 +376,19 @@ class Machine(DmaMixin):
         return self.cores[gid]
 
     def _path_latency(self, src: Core, dst: Core) -> int:
+        """How much later a DMA's bytes start to arrive at `dst` than at `src` itself."""
         if src.chip != dst.chip:
             return self.mesh.hops(src.chip, dst.chip) * self.profile.hop_latency_cycles
         if src.index != dst.index:
             return self.profile.sibling_latency_cycles
+        return 0
+
+    def _signal_latency(self, src: Core, dst: Core) -> int:
+        """How long a semaphore signal (or a barrier's message) takes from `src` to `dst`."""
+        if src.chip != dst.chip:
+            return self.mesh.hops(src.chip, dst.chip) * self.profile.hop_latency_cycles
+        if src.index != dst.index:
+            return self.profile.sibling_signal_latency_cycles
         return 0
 
     def _raiser(self, core: Core, op) -> tuple:
@@ -408,28 +419,45 @@ class Machine(DmaMixin):
             self._push(t, RESUME, core)
 
     def _barrier(self, core: Core, scope: str, t: int, op) -> bool:
+        """A barrier is messages over the mesh: each member's arrival goes to a root
+        member, which releases every member once all have arrived; each message takes
+        a signal's latency (`_signal_latency`: hops of the dimension-order route, or the
+        on-chip path). The root is the member nearest to all others (`_barrier_root`).
+        Messages carry no bytes, so they share no link bandwidth."""
         members = self._barrier_members(core, scope)
         key = (scope, tuple(members))
         arrived = self.barriers.setdefault(key, {})
         arrived[core.gid] = (t, op)
+        core.waiting = ("barrier", scope, t, op)
         if len(arrived) < len(members):
-            core.waiting = ("barrier", scope, t, op)
             return True
         del self.barriers[key]
         if self.safety is not None:
             self.safety.barrier([self.cores[gid] for gid in arrived])
+        root = self._barrier_root(key[1])
+        all_in = max(since + self._signal_latency(self.cores[gid], root) for gid, (since, _) in arrived.items())
         for gid, (since, _) in arrived.items():
-            other = self.cores[gid]
-            if other is core:
-                continue
-            other.sync_stalls["barrier"] += t - since
-            other.waiting = None
+            member = self.cores[gid]
+            release = all_in + self._signal_latency(root, member)
+            member.sync_stalls["barrier"] += release - since
+            member.waiting = None
             if self.trace is not None:
-                self.trace.on_wait(other, 1, BARRIER_SCOPES.index(scope), 0, since, t)
-            other.t = max(other.t, t)
-            other.pc += 1
-            self._push(t, RESUME, other)
-        return False
+                self.trace.on_wait(member, 1, BARRIER_SCOPES.index(scope), 0, since, release)
+            member.t = max(member.t, release)
+            member.pc += 1
+            self._push(release, RESUME, member)
+        return True
+
+    def _barrier_root(self, members: tuple[int, ...]) -> Core:
+        """The member whose farthest member is nearest (lowest id on a tie): arrivals
+        gathered there and the release sent back out take twice that farthest path,
+        about the mesh diameter the last arrival's news must cross anyway."""
+        root = self.barrier_roots.get(members)
+        if root is None:
+            cores = [self.cores[gid] for gid in members]
+            root = min(cores, key=lambda c: (max(self._signal_latency(m, c) for m in cores), c.gid))
+            self.barrier_roots[members] = root
+        return root
 
     def _barrier_members(self, core: Core, scope: str) -> list[int]:
         if scope == "chip":

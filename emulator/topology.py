@@ -9,8 +9,11 @@ pair of links as the line.
 Links are directed: between every pair of neighbouring chips there are
 `links_per_neighbor` parallel links in each direction. For bandwidth sharing the
 parallel links of one (from, to) pair form a single resource of
-`links_per_neighbor × bw` bytes per cycle — a transfer may use all of them at once
-(the calibration figure "three links together ≈134 GB/s" is this aggregate).
+`links_per_neighbor × bw` bytes per cycle, shared by every transfer that crosses the
+pair (forwarded ones included). With per-core links, each core of a chip also has a
+port of its own into each direction, of one link's bandwidth: a transfer crosses its
+issuing core's port at its first hop, so one core gets at most `bw` into a direction
+while the cores of a chip together may use the whole pair.
 
 Routing is dimension order: first along X, then Y, then Z. On a ring the route takes
 the shorter way round; when both ways are equally long (distance exactly n/2) it
@@ -195,19 +198,23 @@ class Mesh:
                 out.append(Link(len(out), chip, nb, axis, direction, lane))
         return out
 
-    def link_resources(self, net: FlowNetwork, bw_bytes_per_cycle: float) -> MeshLinks:
-        """Register one flow resource per directed neighbour pair.
+    def link_resources(self, net: FlowNetwork, bw_bytes_per_cycle: float, cores_per_chip: int = 1,
+                       per_core: bool = False) -> MeshLinks:
+        """Register one flow resource per directed neighbour pair, and with `per_core`
+        one per core and direction out of its chip (its port).
 
-        Its capacity is `links_per_neighbor × bw_bytes_per_cycle` (the parallel
-        links of a pair are pooled). Returns the map used to turn routes into
-        resource lists.
+        A pair's capacity is `links_per_neighbor × bw_bytes_per_cycle` (the parallel
+        links of a pair are pooled); a port's is `bw_bytes_per_cycle`. Returns the map
+        used to turn routes into resource lists.
         """
-        ids = {}
+        ids, ports = {}, {}
         for chip, nb, axis, direction in self.neighbor_pairs():
             sign = "+" if direction > 0 else "-"
             name = f"link {chip}->{nb} ({AXES[axis]}{sign})"
             ids[(chip, nb)] = net.add_resource(name, self.links_per_neighbor * bw_bytes_per_cycle)
-        return MeshLinks(self, ids)
+            for core in range(cores_per_chip if per_core else 0):
+                ports[(chip, nb, core)] = net.add_resource(f"core {core} port {name}", bw_bytes_per_cycle)
+        return MeshLinks(self, ids, ports)
 
     def _check_chip(self, chip: int) -> None:
         if not 0 <= chip < self.num_chips:
@@ -216,10 +223,13 @@ class Mesh:
 
 @attrs.frozen
 class MeshLinks:
-    """The flow resources of a mesh's links, keyed by directed chip pair."""
+    """The flow resources of a mesh's links, keyed by directed chip pair, and of the
+    cores' ports into them (empty without per-core links), keyed by (chip, next chip,
+    core index)."""
 
     mesh: Mesh
     resource_ids: dict[tuple[int, int], int]
+    port_ids: dict[tuple[int, int, int], int] = attrs.field(factory=dict)
 
     def resource(self, from_chip: int, to_chip: int) -> int:
         try:
@@ -227,6 +237,11 @@ class MeshLinks:
         except KeyError:
             raise ValueError(f"chips {from_chip} and {to_chip} are not neighbours") from None
 
-    def path_resources(self, src_chip: int, dst_chip: int) -> list[int]:
-        """Resource ids of the links on the dimension-order route, in path order."""
-        return [self.resource_ids[(h.from_chip, h.to_chip)] for h in self.mesh.route(src_chip, dst_chip)]
+    def path_resources(self, src_chip: int, dst_chip: int, core: int = 0) -> list[int]:
+        """Resource ids of the links on the dimension-order route, in path order; with
+        per-core links the issuing core's (index `core`) port into the first hop first."""
+        route = self.mesh.route(src_chip, dst_chip)
+        path = [self.resource_ids[(h.from_chip, h.to_chip)] for h in route]
+        if self.port_ids and route:
+            path.insert(0, self.port_ids[(src_chip, route[0].to_chip, core)])
+        return path

@@ -94,6 +94,9 @@ class Recorder:
             resources[rid] = {"kind": "engine", "chip": machine.cores[gid].chip, "core": gid}
         for (src, dst), rid in sorted(machine.links.resource_ids.items()):
             resources[rid] = {"kind": "link", "chip": src, "dst_chip": dst}
+        for (src, dst, index), rid in sorted(machine.links.port_ids.items()):
+            resources[rid] = {"kind": "port", "chip": src, "dst_chip": dst,
+                              "core": src * machine.profile.cores_per_chip + index}
         for rid, res in enumerate(resources):
             res = res or {"kind": "other", "chip": -1}
             res.update(id=rid, name=machine.net.resource_name(rid),

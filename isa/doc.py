@@ -17,7 +17,7 @@ def render() -> str:
         "Registers: `s0..s31` scalar, 64 bits wide (`s0` reads 0; the int32 operations wrap",
         "their results to 32 bits, the `.d` ones keep all 64 for HBM addresses), `v0..v31`",
         "vector (8 x 128 x 32 bit), `m0..m7` masks (`m0` all true), `x0..x3` matrix units,",
-        "`a0..a7` accumulators.",
+        "`a0..a15` accumulators (as many as the profile has).",
         "Timing classes map to a latency and an occupancy in each hardware profile.",
         "",
     ]

@@ -92,6 +92,7 @@ class HardwareProfile:
     hbm_bw_bytes_per_cycle: float
     sibling_bw_bytes_per_cycle: float
     sibling_latency_cycles: int
+    sibling_signal_latency_cycles: int
     # core
     vmem_bytes: int
     smem_bytes: int
@@ -111,6 +112,7 @@ class HardwareProfile:
     # ici
     link_bw_bytes_per_cycle: float
     links_per_neighbor: int
+    per_core_links: bool
     hop_latency_cycles: int
     # mesh
     mesh_dims: tuple[int, int, int]
@@ -150,7 +152,7 @@ class _Key:
     section: str  # "" for a top-level key
     name: str  # TOML key; for "bw" and "time" the stem before the unit suffix
     attr: str
-    kind: str  # "int", "float", "ints", "bools", "bw", "time"
+    kind: str  # "int", "float", "bool", "ints", "bools", "bw", "time"
     check: Callable[[Any], str | None] | None = None
     length: int = 0  # for "ints" and "bools"
 
@@ -197,6 +199,7 @@ _SCHEMA = (
     _Key("chip", "hbm_bw", "hbm_bw_bytes_per_cycle", "bw"),
     _Key("chip", "sibling_bw", "sibling_bw_bytes_per_cycle", "bw"),
     _Key("chip", "sibling_latency", "sibling_latency_cycles", "time"),
+    _Key("chip", "sibling_signal_latency", "sibling_signal_latency_cycles", "time"),
     _Key(
         "core",
         "vmem_bytes",
@@ -225,6 +228,7 @@ _SCHEMA = (
     _Key("dma", "start_latency", "dma_start_latency_cycles", "time"),
     _Key("ici", "link_bw", "link_bw_bytes_per_cycle", "bw"),
     _Key("ici", "links_per_neighbor", "links_per_neighbor", "int", _at_least(1)),
+    _Key("ici", "per_core_links", "per_core_links", "bool"),
     _Key("ici", "hop_latency", "hop_latency_cycles", "time"),
     _Key("mesh", "dims", "mesh_dims", "ints", _all_at_least_one, length=3),
     _Key("mesh", "wrap", "mesh_wrap", "bools", length=3),
@@ -482,6 +486,8 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
         result: Any = _as_int(value, file, dotted)
     elif spec.kind == "float":
         result = _as_number(value, file, dotted)
+    elif spec.kind == "bool":
+        result = _as_bool(value, file, dotted)
     elif spec.kind == "ints":
         result = _as_list(value, spec.length, _as_int, file, dotted)
     elif spec.kind == "bools":
@@ -586,7 +592,8 @@ def profile_to_text(p: HardwareProfile) -> str:
         ("HBM", _size_text(p.hbm_bytes)),
         ("HBM bandwidth", bw(p.hbm_bw_bytes_per_cycle)),
         ("sibling-core path", f"{bw(p.sibling_bw_bytes_per_cycle)}"),
-        ("sibling-core latency", cycles(p.sibling_latency_cycles)),
+        ("sibling-core latency", f"{cycles(p.sibling_latency_cycles)} (a DMA, after its start)"),
+        ("sibling signal latency", cycles(p.sibling_signal_latency_cycles)),
         (
             "peak bf16 (MXU)",
             f"{p.peak_flops_per_s / 1e12:.4g} TFLOP/s = {p.mxu_flops_per_cycle_per_chip} FLOP/cycle",
@@ -607,7 +614,9 @@ def profile_to_text(p: HardwareProfile) -> str:
         ("start latency", cycles(p.dma_start_latency_cycles)),
         "ici",
         ("link bandwidth", f"{bw(p.link_bw_bytes_per_cycle)} per link per direction"),
-        ("links per neighbour", str(p.links_per_neighbor)),
+        ("links per neighbour", f"{p.links_per_neighbor} per direction, pooled"),
+        ("per-core links", "yes: each core's traffic into a direction at most one link's bandwidth"
+         if p.per_core_links else "no: the cores of a chip share the pooled links"),
         ("hop latency", cycles(p.hop_latency_cycles)),
         "mesh",
         ("default shape", "x".join(map(str, p.mesh_dims))),

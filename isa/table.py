@@ -37,7 +37,7 @@ from mkemu.isa.encoding import (
 )
 from mkemu.isa.hardware import TIMING_CLASSES
 
-UNITS = ("scalar", "vld", "vst", "valu", "xlu", "eup", "mxu", "dma", "sync", "meta")
+UNITS = ("scalar", "vld", "vst", "valu", "xlu", "eup", "mxu", "mxu.w", "mxu.lhs", "dma", "sync", "meta")
 # The operations global rows ask the machine for (it implements each once).
 GLOBAL_KINDS = ("dma", "dma_remote", "signal", "signal_remote", "wait", "barrier", "halt")
 # Matrix-unit state an instruction may read or write besides registers: per unit its
@@ -99,7 +99,7 @@ class Instr:
     def vector_side(self) -> bool:
         """Runs on the vector, cross-lane, transcendental or matrix units (or moves their
         tiles to and from VMEM): it computes data, not control."""
-        return self.unit in ("vld", "vst", "valu", "xlu", "eup", "mxu")
+        return self.unit in ("vld", "vst", "valu", "xlu", "eup", "mxu", "mxu.w", "mxu.lhs")
 
     @property
     def reads_back(self) -> bool:
@@ -397,17 +397,17 @@ def _declare() -> list[dict]:
            "    {{check}}\n    if err == 0:\n"
            "        err = load_weights(VMEM, VMEM16, MXWU, MXR, x, S[sa] + off, S[stride], rows, cols, {t}, E)")
     add(g, "mxu.ldw", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
-        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        "{x}, {off}({sa}), {stride}, {shape}", "mxu.w", "mxu_ldw", "matrix", writes=("mxu.w",),
         memory=(("vmem", "r", "span"),), exec=ldw.format(t=0),
         doc="Load the weight tile: rows k < shape>>16 of shape&0xffff bf16 values from VMEM "
             "byte address sa + off + k*stride; the rest of the D x D tile is zero.")
     add(g, "mxu.ldwt", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape")],
-        "{x}, {off}({sa}), {stride}, {shape}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        "{x}, {off}({sa}), {stride}, {shape}", "mxu.w", "mxu_ldw", "matrix", writes=("mxu.w",),
         memory=(("vmem", "r", "span"),), exec=ldw.format(t=1),
         doc="Load the transposed weight tile: memory row j (of shape>>16 rows, shape&0xffff "
             "bf16 values each) becomes weight column j; loaded rows k < shape&0xffff.")
     add(g, "mxu.push", [_i("x", MXU), _v("va"), _i("chunk", UIMM8)], "{x}, {va}, {chunk}",
-        "mxu", "mxu_push", "matrix", writes=("mxu.lhs",), exec="push_lhs(V, MXLU, x, va, chunk)",
+        "mxu.lhs", "mxu_push", "matrix", writes=("mxu.lhs",), exec="push_lhs(V, MXLU, x, va, chunk)",
         doc="Stage va (rounded to bf16) as LHS columns chunk*128 .. chunk*128+127.")
     add(g, "mxu.mac", [_i("x", MXU), _i("acc", ACC), _i("zero", FLAG)], "{x}, {acc}, {zero}",
         "mxu", "mxu_mac", "matrix", reads=("mxu.w", "mxu.lhs"), writes=("mxu.acc",), accumulates=True,
@@ -419,7 +419,7 @@ def _declare() -> list[dict]:
         exec="pop_acc(V, MXAU, vd, x, acc, chunk)",
         doc="vd = accumulator columns chunk*128 .. chunk*128+127 (f32).")
     add(g, "mxu.ldw.mx", [_i("x", MXU), _i("off", OFF27), _s("sa"), _s("stride"), _s("shape"), _s("sc")],
-        "{x}, {off}({sa}), {stride}, {shape}, {sc}", "mxu", "mxu_ldw", "matrix", writes=("mxu.w",),
+        "{x}, {off}({sa}), {stride}, {shape}, {sc}", "mxu.w", "mxu_ldw", "matrix", writes=("mxu.w",),
         memory=(("vmem", "r", "mxspan"), ("vmem", "r", "mxscale")),
         exec="rows, cols = wtile_shape(S[shape], MXD, E)\nif rows == 0:\n    err = E[0]\nelse:\n"
              "    {check}\n    if err == 0:\n"

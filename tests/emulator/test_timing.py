@@ -210,20 +210,42 @@ def test_vinsert_waits_for_the_vector_it_updates(emu):
 
 
 def test_unit_occupancy_serialises_one_unit_not_two(emu):
-    # mxu_ldw occupies its matrix unit 16 cycles; two units work side by side.
+    # mxu_ldw occupies its matrix unit's weight path 16 cycles; two units work side by side.
     setup = "li s2, 0\nli s3, 256\nli s4, 8388736\n"     # 128 x 128 tile
     same = setup + "mxu.ldw x0, 0(s2), s3, s4\n" * 8
     alternating = setup + "mxu.ldw x0, 0(s2), s3, s4\nmxu.ldw x1, 0(s2), s3, s4\n" * 4
     one_unit, r1 = end_cycle(emu, same)
     two_units, _ = end_cycle(emu, alternating)
     assert one_unit - two_units == pytest.approx(4 * 16, abs=4)
-    assert r1.result.unit_busy_cycles["mxu0"] == 8 * 16
+    assert r1.result.unit_busy_cycles["mxu0.w"] == 8 * 16
+    assert r1.result.unit_busy_cycles["mxu0"] == 0
     # xlu occupancy 2 vs valu occupancy 1 for independent ops (distinct destinations,
     # so no write-after-write waits).
     xlu, _ = end_cycle(emu, "".join(f"vrot.lane v{1 + i % 29}, v31, 1\n" for i in range(30)))
     valu, r2 = end_cycle(emu, "".join(f"vadd.f32 v{1 + i % 29}, v31, v31\n" for i in range(30)))
     assert xlu - valu == pytest.approx(30, abs=3)
     assert r2.result.unit_busy_cycles["valu"] == 30
+
+
+def test_weight_loads_and_lhs_staging_overlap_the_array(emu):
+    # A matrix unit has three in-order paths: weight loads (mxu_ldw: 16 cycles), LHS
+    # staging (mxu_push: 1) and the array (mxu_mac: occupancy 8, latency 16). It holds
+    # two weight tiles, so the next load runs while the array still works on a pass.
+    setup = "li s2, 0\nli s3, 256\nli s4, 8388736\nmxu.ldw x0, 0(s2), s3, s4\n"
+    tile = "mxu.mac x0, a0, 1\nmxu.ldw x0, 0(s2), s3, s4\n"
+    one, _ = end_cycle(emu, setup + tile)
+    three, ran = end_cycle(emu, setup + tile * 3)
+    # Each pass waits for its tile (16 cycles after that load issued); the next load
+    # issues the cycle after the pass, while the array is busy: 17 cycles per tile.
+    assert three - one == 2 * 17
+    assert ran.result.unit_busy_cycles["mxu0"] == 3 * 8
+    assert ran.result.unit_busy_cycles["mxu0.w"] == 4 * 16
+    # Staging the next LHS rows does not wait for the pass that is streaming.
+    after_pass = setup + "mxu.mac x0, a0, 1\n"
+    plain, _ = end_cycle(emu, after_pass + "li s5, 1\n")
+    staged, ran = end_cycle(emu, after_pass + "mxu.push x0, v1, 0\n")
+    assert staged == plain
+    assert ran.result.unit_busy_cycles["mxu0.lhs"] == 1
 
 
 def test_idle_waiting_costs_no_wall_time(emu):

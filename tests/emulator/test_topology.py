@@ -132,3 +132,26 @@ def test_link_resources_pool_parallel_links_and_follow_routes():
     net.start("t", 600, [hbm, *path], 0.0)
     t_end, _ = net.next_completion()
     assert mesh.transfer_latency_cycles(0, dst, 10) + t_end == 2 * 10 + 600 / 6.0
+
+
+def test_per_core_links_give_each_core_a_port_into_the_pooled_pair():
+    mesh = Mesh((3, 1, 1), links_per_neighbor=2)
+    net = FlowNetwork()
+    links = mesh.link_resources(net, bw_bytes_per_cycle=2.0, cores_per_chip=2, per_core=True)
+    assert net.num_resources == 3 * len(mesh.neighbor_pairs())
+    # A core's transfer crosses its own port into the first hop, then the pooled pairs.
+    path = links.path_resources(0, 2, core=1)
+    assert path == [links.port_ids[(0, 1, 1)], links.resource(0, 1), links.resource(1, 2)]
+    assert [net.capacity(r) for r in path] == [2.0, 4.0, 4.0]
+    assert net.resource_name(path[0]) == "core 1 port link 0->1 (x+)"
+    # Both cores of chip 0 to chip 1: one port each, 2 bytes/cycle each.
+    net.start("core0", 100, links.path_resources(0, 1, core=0), 0.0)
+    net.start("core1", 100, links.path_resources(0, 1, core=1), 0.0)
+    assert net.next_completion()[0] == 100 / 2.0
+    # A second transfer of core 0 shares its port: it gets half of it.
+    net.start("core0 again", 100, links.path_resources(0, 1, core=0), 0.0)
+    assert net.rate("core0") == net.rate("core0 again") == 1.0 and net.rate("core1") == 2.0
+    # Without per-core links there are no ports, and a route is its pairs only.
+    pooled = mesh.link_resources(FlowNetwork(), bw_bytes_per_cycle=2.0, cores_per_chip=2)
+    assert pooled.port_ids == {}
+    assert pooled.path_resources(0, 2, core=1) == [pooled.resource(0, 1), pooled.resource(1, 2)]

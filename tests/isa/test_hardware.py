@@ -250,6 +250,7 @@ def test_unknown_section_and_timing_class_suggest(tmp_path):
         ("dims = [2, 1, 1]", "dims = 2", "mesh.dims", "expected an array"),
         ("dims = [2, 1, 1]", 'dims = [2, "1", 1]', "mesh.dims[1]", "expected an integer"),
         ("wrap = [false, false, false]", "wrap = [0, 0, 0]", "mesh.wrap[0]", "expected true or false"),
+        ("per_core_links = false", "per_core_links = 1", "ici.per_core_links", "expected true or false"),
         (
             "valu       = { latency_cycles = 2,  occupancy_cycles = 1 }",
             "valu = 2",
@@ -277,6 +278,8 @@ def test_wrong_type_names_file_and_key(tmp_path, old, new, key, words):
     [
         ("semaphores = 16\n", "core.semaphores"),
         ("hop_latency_cycles = 50\n", "ici.hop_latency_s"),
+        ("sibling_signal_latency_cycles = 40\n", "chip.sibling_signal_latency_s"),
+        ("per_core_links = false\n", "ici.per_core_links"),
         ("hbm_bw_bytes_per_s = 64e9", "chip.hbm_bw_bytes_per_s"),
         ("mxu_pop    = { latency_cycles = 2,  occupancy_cycles = 1 }\n", "timing.mxu_pop"),
         ("[launch]\nkernel_launch_cycles = 1000\n", "launch"),

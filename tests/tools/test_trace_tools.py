@@ -48,13 +48,14 @@ def test_dma_bound_loop_keeps_hbm_busy(dma_bound):
 def test_mxu_bound_loop_keeps_the_matrix_unit_busy(mxu_bound):
     s = summarize(mxu_bound.trace)
     window = mxu_bound.result.cycles - 1000
-    # ldw: 16 cycles from 1002; then 4*ROUNDS MACs of 8 cycles back to back from 1018
-    # (after the weights are ready); the kernel halts at 1018 + (4*ROUNDS - 1)*8 + 3,
-    # cutting the last MAC's busy time short.
+    # ldw: 16 cycles on the weight path from 1002; then 4*ROUNDS MACs of 8 cycles
+    # back to back on the array from 1018 (after the weights are ready); the kernel
+    # halts at 1018 + (4*ROUNDS - 1)*8 + 3, cutting the last MAC's busy time short.
     last_mac = 1018 + (4 * MXU_ROUNDS - 1) * 8
     assert mxu_bound.result.cycles == last_mac + 3
-    busy_in_window = 16 + (mxu_bound.result.cycles - 1018)
+    busy_in_window = mxu_bound.result.cycles - 1018
     for core in s["units"]:
+        assert core["busy_cycles"]["mxu0.w"] == 16
         assert core["busy_cycles"]["mxu0"] == busy_in_window
         assert core["busy"]["mxu0"] == pytest.approx(busy_in_window / window)
         assert core["busy"]["mxu1"] == 0
@@ -264,11 +265,14 @@ def _check_perfetto(data: bytes):
 
 def test_perfetto_protobuf_units_as_busy_runs(mxu_bound):
     tracks, events, slices = _check_perfetto(to_perfetto(mxu_bound.trace))
-    # test profile: 1 GHz, so nanoseconds are cycles. mxu0 is busy back to back from the
-    # weight load (cycle 1002) to the end of the run: one slice per core.
+    # test profile: 1 GHz, so nanoseconds are cycles. The array mxu0 is busy back to back
+    # from the first MAC (cycle 1018, when the weights are ready) to the end of the run:
+    # one slice per core; the weight load is a slice of its own path.
     for core in (0, 1):
         track = next(u for u, t in tracks.items() if t["name"] == f"core {core} mxu0")
-        assert slices[track] == [(f"mxu.ldw +{4 * MXU_ROUNDS}", 1002, mxu_bound.result.cycles)]
+        assert slices[track] == [(f"mxu.mac +{4 * MXU_ROUNDS - 1}", 1018, mxu_bound.result.cycles)]
+        track = next(u for u, t in tracks.items() if t["name"] == f"core {core} mxu0.w")
+        assert slices[track] == [("mxu.ldw", 1002, 1018)]
     names = [t["name"] for t in tracks.values()]
     assert "chip 0" in names and "core 0 regions" in names and "core 1 stalls" in names
 
