@@ -16,6 +16,7 @@ import hashlib
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,12 +102,15 @@ def _load(entry: Path, main_path: str):
                 return None
         except (OSError, UnicodeDecodeError):
             return None
-    os.utime(entry)   # recently used
+    try:
+        os.utime(entry)   # recently used
+    except OSError:       # another process evicted it meanwhile: the program is still good
+        pass
     return program
 
 
 def _store(entry: Path, hashes: dict[str, str], program) -> None:
-    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as fh:
             pickle.dump((hashes, program), fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -116,6 +120,14 @@ def _store(entry: Path, hashes: dict[str, str], program) -> None:
 
 
 def _evict(directory: Path) -> None:
-    entries = sorted(directory.glob("*.pkl"), key=lambda p: p.stat().st_mtime)
-    for stale in entries[:max(0, len(entries) - MAX_PROGRAMS)]:
+    """Drop the least recently used entries beyond `MAX_PROGRAMS` (other processes may
+    be loading, storing or evicting at the same time: a file that vanished is skipped)."""
+    entries = []
+    for path in directory.glob("*.pkl"):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    entries.sort()
+    for _, stale in entries[:max(0, len(entries) - MAX_PROGRAMS)]:
         stale.unlink(missing_ok=True)
