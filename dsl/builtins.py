@@ -1,0 +1,271 @@
+"""Type rules of the builtin functions (everything but copy, signal and barrier).
+
+`Builtins(checker, call, scope).run()` checks one call of a builtin and returns its
+`ir` expression (or `POISON`): elementwise maths, reductions, conversions, `where`,
+`iota`, `matmul`, `transpose`, `scalar`, and the SPMD queries (`chip_id()` ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mkemu.dsl import ast, ir
+from mkemu.dsl.folding import broadcast
+from mkemu.dsl.values import POISON, Scope, bf16_hint, describe, tile_desc
+
+if TYPE_CHECKING:  # the checker imports this module
+    from mkemu.dsl.expressions import Expressions
+
+FLOAT_UNARY = ("exp", "log", "exp2", "log2", "sqrt", "rsqrt", "recip", "sigmoid", "tanh", "silu")
+SPMD_ARITY = {
+    "chip_id": 0, "core_id": 0, "num_chips": 0, "num_cores": 0,
+    "mesh_dim": 1, "chip_coord": 1, "peer": 2, "global_core": 2,
+}
+BUILTINS = frozenset(
+    FLOAT_UNARY
+    + ("abs", "max", "min", "sum", "argmax", "where", "f32", "bf16", "i32", "iota",
+       "matmul", "transpose", "scalar", "copy", "signal", "barrier")
+    + tuple(SPMD_ARITY)
+)
+
+
+class Builtins:
+    """Type rules of the builtin functions (everything but copy, signal, barrier)."""
+
+    def __init__(self, checker: Expressions, node: ast.Call, scope: Scope):
+        self.c = checker
+        self.node = node
+        self.scope = scope
+
+    def run(self):
+        node = self.node
+        name = node.func
+        if name in SPMD_ARITY:
+            return self.spmd()
+        if name in ("max", "min") and (node.keywords or len(node.args) == 1):
+            return self.reduce(name)
+        if name in ("sum", "argmax"):
+            return self.reduce(name)
+        handler = getattr(self, "b_" + name, None)
+        if handler is None:
+            handler = self.float_unary if name in FLOAT_UNARY else None
+        return handler()
+
+    def args(self, n: int, keywords: tuple[str, ...] = ()):
+        node = self.node
+        bad = [k for k in node.keywords if k.name not in keywords]
+        if bad:
+            self.c.error(bad[0].span, f"{node.func}() has no keyword argument '{bad[0].name}'")
+            return None
+        if len(node.args) != n:
+            s = "" if n == 1 else "s"
+            self.c.error(node.span, f"{node.func}() takes {n} argument{s}, got {len(node.args)}")
+            for a in node.args:
+                self.c.expr(a, self.scope)
+            return None
+        vals = [self.c.expr(a, self.scope) for a in node.args]
+        if POISON in vals:
+            return None
+        return vals
+
+    def tile(self, v, a):
+        t = self.c.as_tile(v, a.span)
+        if isinstance(t, (ir.Const, ir.FloatConst)):
+            t = self.c.weak_to_tile(t, "f32" if isinstance(t, ir.FloatConst) else "i32", a.span)
+        return t
+
+    def float_unary(self):
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        v = vals[0]
+        if isinstance(v, (ir.Const, ir.FloatConst)):
+            v = ir.FloatConst(float(v.value), v.span)
+        t = self.tile(v, self.node.args[0])
+        if t is POISON:
+            return POISON
+        if t.dtype != "f32":
+            return self.c.error(self.node.span, f"{self.node.func}() needs an f32 tile, got {t.dtype}{bf16_hint(t.dtype)}")
+        return ir.Elementwise(self.node.func, (t,), "f32", t.shape, self.node.span)
+
+    def b_abs(self):
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        t = self.tile(vals[0], self.node.args[0])
+        if t is POISON:
+            return POISON
+        if t.dtype not in ("f32", "i32"):
+            return self.c.error(self.node.span, f"abs() needs an f32 or i32 tile, got {t.dtype}{bf16_hint(t.dtype)}")
+        return ir.Elementwise("abs", (t,), t.dtype, t.shape, self.node.span)
+
+    def b_max(self):
+        vals = self.args(2)
+        if vals is None:
+            return POISON
+        a, b = vals
+        sa, sb = self.c.scalarish(a), self.c.scalarish(b)
+        if sa is not None and sb is not None:
+            return self.c.scalar_binary(self.node.func, sa, sb, self.node.span)
+        # Elementwise: the same typing as an arithmetic operator, then rename.
+        r = self.c.binary("-", a, b, self.node.span)
+        if r is POISON:
+            return POISON
+        if isinstance(r, ir.FloatConst):
+            return ir.FloatConst((max if self.node.func == "max" else min)(a.value, b.value), self.node.span)
+        return ir.Elementwise(self.node.func, r.args, r.dtype, r.shape, self.node.span)
+
+    b_min = b_max
+
+    def reduce(self, name: str):
+        vals = self.args(1, ("axis",))
+        if vals is None:
+            return POISON
+        kw = {k.name: k for k in self.node.keywords}
+        if "axis" not in kw:
+            return self.c.error(self.node.span, f"{name}() needs axis=0 or axis=1")
+        axis = self.c.const_int(kw["axis"].value, self.scope, "axis")
+        if axis is None:
+            return POISON
+        if axis not in (0, 1):
+            return self.c.error(kw["axis"].value.span, f"axis must be 0 or 1, got {axis}")
+        t = self.tile(vals[0], self.node.args[0])
+        if t is POISON:
+            return POISON
+        if t.dtype not in ("f32", "i32"):
+            return self.c.error(self.node.span, f"{name}() needs an f32 or i32 tile, got {t.dtype}{bf16_hint(t.dtype)}")
+        shape = (1, t.shape[1]) if axis == 0 else (t.shape[0], 1)
+        dtype = "i32" if name == "argmax" else t.dtype
+        return ir.Reduce(name, t, axis, dtype, shape, self.node.span)
+
+    def b_where(self):
+        vals = self.args(3)
+        if vals is None:
+            return POISON
+        cond = self.c.as_tile(vals[0], self.node.args[0].span)
+        if cond is POISON:
+            return POISON
+        if isinstance(cond, (ir.Const, ir.FloatConst)) or cond.dtype != "bool":
+            shown = "a constant" if isinstance(cond, (ir.Const, ir.FloatConst)) else cond.dtype
+            return self.c.error(
+                self.node.args[0].span,
+                f"where() needs a mask (a comparison) as condition, got {shown}; use if for scalars",
+            )
+        pair = self.c.unify(vals[1], vals[2], self.node.span, "where")
+        if pair is None:
+            return POISON
+        a, b, shape = pair
+        full = broadcast(shape, cond.shape)
+        if full is None:
+            return self.c.error(
+                self.node.span,
+                f"shape mismatch: where() condition {describe(cond.shape)} and values {describe(shape)}",
+            )
+        return ir.Elementwise("where", (cond, a, b), a.dtype, full, self.node.span)
+
+    def convert(self, dtype: str):
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        v = vals[0]
+        if isinstance(v, ir.Const):
+            if dtype == "i32":
+                return v
+            return ir.FloatConst(float(v.value), v.span) if dtype == "f32" else ir.Convert(
+                ir.Literal(float(v.value), "f32", (1, 1), v.span), "bf16", (1, 1), self.node.span)
+        if isinstance(v, ir.FloatConst):
+            if dtype == "f32":
+                return v
+            lit = ir.Literal(v.value, "f32", (1, 1), v.span)
+            return ir.Convert(lit, dtype, (1, 1), self.node.span)
+        s = self.c.scalarish(v)
+        if s is not None and dtype == "i32":
+            return s
+        t = self.tile(v, self.node.args[0])
+        if t is POISON:
+            return POISON
+        return ir.Convert(t, dtype, t.shape, self.node.span)
+
+    def b_f32(self):
+        return self.convert("f32")
+
+    def b_bf16(self):
+        return self.convert("bf16")
+
+    def b_i32(self):
+        return self.convert("i32")
+
+    def b_iota(self):
+        if self.args(2) is None:
+            return POISON
+        axis = self.c.const_int(self.node.args[0], self.scope, "iota() axis")
+        n = self.c.const_int(self.node.args[1], self.scope, "iota() length")
+        if axis is None or n is None:
+            return POISON
+        if axis not in (0, 1):
+            return self.c.error(self.node.args[0].span, f"axis must be 0 or 1, got {axis}")
+        if n <= 0:
+            return self.c.error(self.node.args[1].span, f"iota() length must be positive, got {n}")
+        return ir.Iota(axis, "i32", (n, 1) if axis == 0 else (1, n), self.node.span)
+
+    def b_matmul(self):
+        vals = self.args(2)
+        if vals is None:
+            return POISON
+        a = self.tile(vals[0], self.node.args[0])
+        b = self.tile(vals[1], self.node.args[1])
+        if a is POISON or b is POISON:
+            return POISON
+        if not (a.dtype == b.dtype and a.dtype in ("bf16", "f32")):
+            return self.c.error(
+                self.node.span,
+                f"dtype mismatch: matmul operands must both be bf16 or both f32, got {a.dtype} and {b.dtype}",
+            )
+        if a.shape[1] != b.shape[0]:
+            return self.c.error(
+                self.node.span, f"shape mismatch: matmul {describe(a.shape)} x {describe(b.shape)} (inner dimensions differ)"
+            )
+        return ir.Matmul(a, b, "f32", (a.shape[0], b.shape[1]), self.node.span)
+
+    def b_transpose(self):
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        t = self.tile(vals[0], self.node.args[0])
+        if t is POISON:
+            return POISON
+        return ir.Transpose(t, t.dtype, (t.shape[1], t.shape[0]), self.node.span)
+
+    def b_scalar(self):
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        v = vals[0]
+        if isinstance(v, ir.Const):
+            return v
+        t = self.tile(v, self.node.args[0])
+        if t is POISON:
+            return POISON
+        if t.shape != (1, 1) or t.dtype not in ("i32", "bool"):
+            return self.c.error(self.node.span, f"scalar() needs an i32 [1, 1] tile (one element), got {tile_desc(t)}")
+        return ir.TileToScalar(t, self.node.span)
+
+    def spmd(self):
+        name = self.node.func
+        vals = self.args(SPMD_ARITY[name])
+        if vals is None:
+            return POISON
+        out = []
+        for k, (v, a) in enumerate(zip(vals, self.node.args)):
+            axis_arg = name in ("mesh_dim", "chip_coord") or (name == "peer" and k == 0)
+            if axis_arg:
+                if not isinstance(v, ir.Const):
+                    return self.c.error(a.span, f"the axis of {name}() must be a compile-time integer")
+                if v.value not in (0, 1, 2):
+                    return self.c.error(a.span, f"mesh axis must be 0, 1 or 2, got {v.value}")
+            s = self.c.as_scalar(v, a.span)
+            if s is POISON:
+                return POISON
+            out.append(s)
+        return ir.Spmd(name, tuple(out), self.node.span)
+

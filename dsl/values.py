@@ -1,0 +1,104 @@
+"""What a name can stand for while a program is checked, and how values are described.
+
+`POISON` is the value of an expression that already produced an error (it silences
+the errors that would follow from it); `ConstVal` / `FloatVal` are compile-time
+values bound to names; `DmaHandle` a copy bound with `let`; `Scope` maps names to
+`Binding`s, block by block. The `describe` helpers spell shapes and tiles the way
+error messages show them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from mkemu.dsl import ir
+from mkemu.errors import SourceSpan
+
+
+class Poison:
+    """The value of an expression that already produced an error."""
+
+    def __repr__(self) -> str:
+        return "POISON"
+
+
+POISON = Poison()
+
+
+@attrs.frozen
+class ConstVal:
+    value: int
+
+
+@attrs.frozen
+class FloatVal:
+    value: float
+
+
+@attrs.define(eq=False)
+class DmaHandle:
+    name: str
+    dma: ir.Dma
+    span: SourceSpan
+    started: bool = False
+    waited: bool = False
+
+
+@attrs.frozen
+class Binding:
+    entity: object
+    span: SourceSpan | None
+    what: str  # for messages: "const", "buffer", "loop variable", ...
+
+
+class Scope:
+    def __init__(self, parent: "Scope | None"):
+        self.parent = parent
+        self.names: dict[str, Binding] = {}
+
+    def lookup(self, name: str) -> Binding | None:
+        scope = self
+        while scope is not None:
+            found = scope.local(name)
+            if found is not None:
+                return found
+            scope = scope.parent
+        return None
+
+    def local(self, name: str) -> Binding | None:
+        return self.names.get(name)
+
+
+def describe(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def tile_desc(t) -> str:
+    return f"{t.dtype}{describe(t.shape)}"
+
+
+def count_of(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def bf16_hint(dtype: str) -> str:
+    return "; convert with f32() first" if dtype == "bf16" else ""
+
+
+@attrs.define(eq=False)
+class KernelCtx:
+    """Per-kernel state: emitted entities, loop ranges, semaphore bookkeeping."""
+
+    mode: str  # "kernel", "fn" (stand-alone fn check) or "host"
+    buffers: list = attrs.Factory(list)
+    sems: list = attrs.Factory(list)
+    ranges: dict = attrs.Factory(dict)
+    signalled: set = attrs.Factory(set)
+    waited: set = attrs.Factory(set)
+    waits: list = attrs.Factory(list)  # (Semaphore, span)
+    posts: list = attrs.Factory(list)  # (Semaphore, span, what)
+    handles: list = attrs.Factory(list)
+    inline_id: int = 0
+    host_arrays: list = attrs.Factory(list)
+    launches: list = attrs.Factory(list)
+    kernels: dict = attrs.Factory(dict)
