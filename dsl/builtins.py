@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from mkemu.dsl import ast, ir
 from mkemu.dsl.folding import broadcast
 from mkemu.dsl.values import POISON, Scope, bf16_hint, describe, tile_desc
@@ -24,7 +26,7 @@ SPMD_ARITY = {
 BUILTINS = frozenset(
     FLOAT_UNARY
     + ("abs", "max", "min", "sum", "argmax", "where", "f32", "bf16", "i32", "iota",
-       "matmul", "transpose", "scalar", "copy", "signal", "barrier")
+       "matmul", "transpose", "scalar", "select", "copy", "signal", "barrier")
     + tuple(SPMD_ARITY)
 )
 
@@ -170,7 +172,9 @@ class Builtins:
         v = vals[0]
         if isinstance(v, ir.Const):
             if dtype == "i32":
-                return v
+                return ir.Const(v.value, v.span)
+            if v.dtype == "bool":
+                return self.c.error(self.node.span, f"{dtype}() of a bool: convert it with i32(...) first")
             return ir.FloatConst(float(v.value), v.span) if dtype == "f32" else ir.Convert(
                 ir.Literal(float(v.value), "f32", (1, 1), v.span), "bf16", (1, 1), self.node.span)
         if isinstance(v, ir.FloatConst):
@@ -180,11 +184,46 @@ class Builtins:
             return ir.Convert(lit, dtype, (1, 1), self.node.span)
         s = self.c.scalarish(v)
         if s is not None and dtype == "i32":
-            return s
+            return self.bool_to_int(s) if ir.scalar_dtype(s) == "bool" else s
         t = self.tile(v, self.node.args[0])
         if t is POISON:
             return POISON
         return ir.Convert(t, dtype, t.shape, self.node.span)
+
+    def bool_to_int(self, s):
+        """`i32(flag)`: the same 0/1, typed as an integer (no instruction when it can be avoided)."""
+        span = self.node.span
+        if isinstance(s, ir.Const):
+            return ir.Const(s.value, span)
+        if isinstance(s, ir.ScalarOp):
+            return attrs.evolve(s, dtype="i32", span=span)
+        return ir.ScalarOp("!=", (s, ir.Const(0, span)), span, "i32")
+
+    def b_select(self):
+        """`select(cond, a, b)`: a when cond holds, else b. A compile-time cond picks one
+        of the two expressions (the other is not checked, as with `if`) and they may be
+        anything; a runtime cond picks between two scalars of one type."""
+        node, c = self.node, self.c
+        if node.keywords or len(node.args) != 3:
+            for a in node.args:
+                c.expr(a, self.scope)
+            return c.error(node.span, f"select() takes 3 arguments (select(cond, a, b)), got {len(node.args)}")
+        cond = c.as_bool(c.expr(node.args[0], self.scope), node.args[0].span, "the condition of select()")
+        if cond is POISON:
+            return POISON
+        if isinstance(cond, ir.Const):
+            return c.expr(node.args[1 if cond.value else 2], self.scope)
+        a, b = (c.expr(x, self.scope) for x in node.args[1:])
+        if POISON in (a, b):
+            return POISON
+        sa, sb = c.scalarish(a), c.scalarish(b)
+        if sa is None or sb is None:
+            other = a if sa is None else b
+            return c.error(node.span, f"with a runtime condition, select() picks between two scalars, got "
+                                      f"{c.kind_name(other)} (for tiles use where(mask, a, b))")
+        if ir.scalar_dtype(sa) != ir.scalar_dtype(sb):
+            return c.error(node.span, "select() needs two values of one type, got a bool and an integer")
+        return ir.ScalarOp("select", (cond, sa, sb), node.span)
 
     def b_f32(self):
         return self.convert("f32")

@@ -39,14 +39,17 @@ class Calls(Statements):
             if not isinstance(p.type, ast.ScalarType):
                 continue
             v = self.expr(a, scope)
-            s = self.as_scalar(v, a.span, f"an integer for parameter '{p.name}'")
+            if p.type.name == "bool":
+                s = self.as_bool(v, a.span, f"a bool for parameter '{p.name}'")
+            else:
+                s = self.as_scalar(v, a.span, f"an integer for parameter '{p.name}'")
             if s is POISON:
                 ok = False
                 callee.names[p.name] = Binding(POISON, p.name_span, "parameter")
             elif isinstance(s, ir.Const):
-                callee.names[p.name] = Binding(ConstVal(s.value), p.name_span, "parameter")
+                callee.names[p.name] = Binding(ConstVal(s.value, s.dtype), p.name_span, "parameter")
             else:
-                var = ir.ScalarVar(f"{decl.name}#{inline_id}.{p.name}", "let", p.span)
+                var = ir.ScalarVar(f"{decl.name}#{inline_id}.{p.name}", "let", p.span, p.type.name)
                 r = self._interval(s)
                 if r is not None:
                     self.ctx.ranges[var] = r
@@ -89,7 +92,7 @@ class Calls(Statements):
                 if whole_array:
                     return self.error(a.span, f"parameter '{p.name}' takes one semaphore; index the array")
                 return v
-            count = self.slotcount_of(t.count, callee, t.span, "a semaphore array")
+            count = self.slot_count(t.count, callee, t.span, "a semaphore array")
             if count is None:
                 return POISON
             if not whole_array or v.sem.count != count:

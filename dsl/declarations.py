@@ -32,6 +32,7 @@ class Declarations:
         self.globals = Scope(None)
         self.global_decls: dict[str, object] = {}
         self.const_values: dict[str, int | None] = {}
+        self.const_dtypes: dict[str, str] = {}   # "bool" for a const that is a truth value
         self.param_defaults: dict[str, int | None] = {}
         self.param_domains: dict[str, tuple[int, ...] | None] = {}
         self.evaluating: list[str] = []
@@ -86,12 +87,17 @@ class Declarations:
         # A param's default is checked even when it is set from outside: it is what
         # `--params` lists and what a tuner compares against.
         v = self.expr(decl.value, self.globals)
-        if isinstance(v, ir.Const):
+        is_param = isinstance(decl, ast.ParamDecl)
+        if isinstance(v, ir.Const) and (v.dtype == "i32" or not is_param):
             value = v.value
+            self.const_dtypes[name] = v.dtype
         else:
-            if v is not POISON:
-                what = "param" if isinstance(decl, ast.ParamDecl) else "const"
-                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer")
+            if isinstance(v, ir.Const):
+                self.error(decl.value.span, f"the value of param '{name}' must be an integer (params are set "
+                                            "from outside as integers), got a bool")
+            elif v is not POISON:
+                what = "param" if is_param else "const"
+                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer or bool")
             value = None
         if isinstance(decl, ast.ParamDecl):
             self.param_defaults[name] = value
@@ -162,7 +168,7 @@ class Declarations:
 
 
     def assertion(self, item: ast.Assert, scope: Scope) -> None:
-        v = self.const_int(item.cond, scope, "an assert condition")
+        v = self.const_bool(item.cond, scope, "an assert condition")
         if v is not None and not v:
             self.error(item.span, "assertion failed" + (f": {item.message}" if item.message else ""))
 
@@ -188,7 +194,7 @@ class Declarations:
             return False
         return True
 
-    def slotcount_of(self, exprs, scope, span, what: str) -> int | None:
+    def slot_count(self, exprs, scope, span, what: str) -> int | None:
         if len(exprs) != 1:
             self.error(span, f"{what} takes one count in its first brackets, got {len(exprs)}")
             return None
@@ -208,7 +214,7 @@ class Declarations:
             if t.space == "hbm":
                 self.error(t.span, "HBM arrays have no slots; add a leading dimension instead")
                 return None
-            slots = self.slotcount_of(t.slots, scope, t.span, "a buffer array")
+            slots = self.slot_count(t.slots, scope, t.span, "a buffer array")
             if slots is None:
                 return None
         if shape is None:

@@ -93,8 +93,8 @@ class Elaborator(Calls):
         params = []
         for p in decl.params:
             if isinstance(p.type, ast.ScalarType):
-                if self.dtype(p.type.name, p.type.span, ("i32",)):
-                    var = ir.ScalarVar(p.name, "param", p.span)
+                if self.dtype(p.type.name, p.type.span, ("i32", "bool")):
+                    var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
                     params.append(var)
                     self.define(scope, p.name, var, p.name_span, "parameter")
             elif isinstance(p.type, ast.MemType) and p.type.space == "hbm":
@@ -105,7 +105,7 @@ class Elaborator(Calls):
                 else:
                     self.define(scope, p.name, POISON, p.name_span, "parameter")
             else:
-                self.error(p.type.span, "kernel parameters are HBM arrays or i32 scalars (kernels see nothing of each other's VMEM)")
+                self.error(p.type.span, "kernel parameters are HBM arrays, i32 or bool scalars (kernels see nothing of each other's VMEM)")
                 self.define(scope, p.name, POISON, p.name_span, "parameter")
         body = self.block(decl.body, scope)
         self.semaphore_checks()
@@ -133,10 +133,11 @@ class Elaborator(Calls):
         self.inline_stack = []
         for p in decl.params:
             if isinstance(p.type, ast.ScalarType):
-                if not self.dtype(p.type.name, p.type.span, ("i32",)):
+                if not self.dtype(p.type.name, p.type.span, ("i32", "bool")):
                     self.define(scope, p.name, POISON, p.name_span, "parameter")
                     continue
-                self.define(scope, p.name, ir.ScalarVar(p.name, "param", p.span), p.name_span, "parameter")
+                var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
+                self.define(scope, p.name, var, p.name_span, "parameter")
         for p in decl.params:
             if isinstance(p.type, ast.ScalarType):
                 continue
@@ -154,7 +155,7 @@ class Elaborator(Calls):
         if isinstance(p.type, ast.SemType):
             count = None
             if p.type.count is not None:
-                count = self.slotcount_of(p.type.count, scope, p.type.span, "a semaphore array")
+                count = self.slot_count(p.type.count, scope, p.type.span, "a semaphore array")
                 if count is None:
                     return POISON
             return ir.Semaphore(p.name, count, p.span)
@@ -202,8 +203,11 @@ class Elaborator(Calls):
                 continue
             param = next((q for q in kernel.params if q.name == p.name), None) if kernel else None
             if isinstance(p.type, ast.ScalarType):
-                if not isinstance(v, ir.Const):
-                    self.error(a.span, f"argument '{p.name}' must be a compile-time integer, got {self.kind_name(v)}")
+                want = "bool" if p.type.name == "bool" else "integer"
+                if not isinstance(v, ir.Const) or v.dtype != ("bool" if want == "bool" else "i32"):
+                    got = f"a compile-time {'integer' if want == 'bool' else 'bool'}" if isinstance(v, ir.Const) \
+                        else self.kind_name(v)
+                    self.error(a.span, f"argument '{p.name}' must be a compile-time {want}, got {got}")
                     ok = False
                     continue
                 args.append(v.value)

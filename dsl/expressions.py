@@ -31,10 +31,22 @@ class Expressions(Declarations):
     # ------------------------------------------------------------ expressions
     def const_int(self, node, scope, what: str) -> int | None:
         v = self.expr(node, scope)
-        if isinstance(v, ir.Const):
+        if isinstance(v, ir.Const) and v.dtype == "i32":
             return v.value
-        if v is not POISON:
+        if isinstance(v, ir.Const):
+            self.error(node.span, f"{what} must be a compile-time integer, got a bool; convert it with i32(...)")
+        elif v is not POISON:
             self.error(node.span, f"{what} must be a compile-time integer")
+        return None
+
+    def const_bool(self, node, scope, what: str) -> bool | None:
+        v = self.expr(node, scope)
+        if isinstance(v, ir.Const) and v.dtype == "bool":
+            return bool(v.value)
+        if isinstance(v, ir.Const):
+            self.error(node.span, f"{what} must be a bool, got an integer; compare it (e.g. x != 0)")
+        elif v is not POISON:
+            self.error(node.span, f"{what} must be a compile-time bool")
         return None
 
     def expr(self, node, scope: Scope):
@@ -62,6 +74,8 @@ class Expressions(Declarations):
         if b is None:
             if node.name == "inf":
                 return ir.FloatConst(math.inf, node.span)
+            if node.name in ("true", "false"):
+                return ir.Const(int(node.name == "true"), node.span, "bool")
             if node.name in BUILTINS:
                 return self.error(node.span, f"'{node.name}' is a builtin function; call it with (...)")
             return self.error(node.span, f"unknown name '{node.name}'")
@@ -69,9 +83,9 @@ class Expressions(Declarations):
         match e:
             case ast.ParamDecl() | ast.ConstDecl():
                 v = self.const_value(node.name, e)
-                return POISON if v is None else ir.Const(v, node.span)
+                return POISON if v is None else ir.Const(v, node.span, self.const_dtypes.get(node.name, "i32"))
             case ConstVal():
-                return ir.Const(e.value, node.span)
+                return ir.Const(e.value, node.span, e.dtype)
             case FloatVal():
                 return ir.FloatConst(e.value, node.span)
             case ir.ScalarVar():
@@ -96,6 +110,20 @@ class Expressions(Declarations):
 
     # -- value conversions
     def as_scalar(self, v, span: SourceSpan, what: str = "a scalar"):
+        """v as an integer scalar (i32); a bool is an error."""
+        s = self.as_any_scalar(v, span, what)
+        if s is not POISON and ir.scalar_dtype(s) == "bool":
+            return self.error(span, f"expected {what}, got a bool; convert it with i32(...) or choose with select(...)")
+        return s
+
+    def as_bool(self, v, span: SourceSpan, what: str = "a condition"):
+        """v as a bool scalar; an integer is an error."""
+        s = self.as_any_scalar(v, span, what)
+        if s is not POISON and ir.scalar_dtype(s) != "bool":
+            return self.error(span, f"expected {what} (a bool), got an integer; compare it (e.g. x != 0)")
+        return s
+
+    def as_any_scalar(self, v, span: SourceSpan, what: str = "a scalar"):
         if v is POISON or isinstance(v, ir.SCALAR_NODES):
             return v
         if isinstance(v, ir.Ref) and v.buffer.space == "smem" and not v.shape and self.full_ref(v):
@@ -128,6 +156,8 @@ class Expressions(Declarations):
         if v is POISON or isinstance(v, ir.TILE_NODES) or isinstance(v, (ir.Const, ir.FloatConst)):
             return v
         if isinstance(v, ir.SCALAR_NODES):
+            if ir.scalar_dtype(v) == "bool":
+                return self.error(span, "a bool scalar cannot be used in a tile expression; choose with select(...) or if")
             return ir.Splat(v, "i32", (1, 1), v.span)
         if isinstance(v, ir.Ref):
             buf = v.buffer
@@ -147,8 +177,8 @@ class Expressions(Declarations):
 
     def weak_to_tile(self, v, dtype: str, span: SourceSpan):
         if isinstance(v, ir.Const):
-            if dtype == "bool":
-                return self.error(span, "an integer constant cannot be used as a mask")
+            if dtype == "bool" or v.dtype == "bool":
+                return self.error(span, "a constant cannot be used as a mask; compare tiles to make one")
             return ir.Literal(float(v.value) if dtype in ("f32", "bf16") else v.value, dtype, (1, 1), v.span)
         if isinstance(v, ir.FloatConst):
             if dtype != "f32":
@@ -238,18 +268,29 @@ class Expressions(Declarations):
         return None
 
     def scalar_binary(self, op: str, a, b, span: SourceSpan):
+        da, db = ir.scalar_dtype(a), ir.scalar_dtype(b)
+        if op in ("&&", "||"):
+            if "i32" in (da, db):
+                return self.error(span, f"'{op}' needs bools, got an integer; compare it (e.g. x != 0)")
+        elif op in ("==", "!="):
+            if da != db:
+                return self.error(span, f"'{op}' compares a bool with an integer; convert the bool with i32(...)")
+        elif "bool" in (da, db):
+            return self.error(span, f"'{op}' needs integers, got a bool; convert it with i32(...) or choose "
+                                    "with select(...)")
+        dtype = "bool" if op in ir.BOOL_OPS else "i32"
         if isinstance(a, ir.Const) and isinstance(b, ir.Const):
             if op in ("/", "%") and b.value == 0:
                 return self.error(span, "division by zero in a compile-time expression")
             if op in ("<<", ">>") and b.value < 0:
                 return self.error(span, "negative shift count in a compile-time expression")
-            return ir.Const(fold_int(op, a.value, b.value), span)
+            return ir.Const(fold_int(op, a.value, b.value), span, dtype)
         return ir.ScalarOp(op, (a, b), span)
 
     def float_binary(self, op: str, a, b, span: SourceSpan):
         x, y = float(a.value), float(b.value)
         if op in CMP_OPS:
-            return ir.Const(fold_int(op, x, y), span)  # type: ignore[arg-type]
+            return ir.Const(fold_int(op, x, y), span, "bool")  # type: ignore[arg-type]
         if op not in ARITH_OPS:
             return self.error(span, f"'{op}' is not defined on float constants")
         if op == "/" and y == 0:
@@ -260,14 +301,19 @@ class Expressions(Declarations):
     def unary(self, op: str, v, span: SourceSpan):
         if v is POISON:
             return POISON
-        if isinstance(v, ir.Const):
-            return ir.Const(-v.value if op == "-" else int(not v.value), span)
         if isinstance(v, ir.FloatConst):
             if op == "-":
                 return ir.FloatConst(-v.value, span)
             return self.error(span, "'!' is not defined on float constants")
         s = self.scalarish(v)
         if s is not None:
+            is_bool = ir.scalar_dtype(s) == "bool"
+            if op == "-" and is_bool:
+                return self.error(span, "'-' needs an integer, got a bool; convert it with i32(...)")
+            if op == "!" and not is_bool:
+                return self.error(span, "'!' needs a bool, got an integer; compare it (e.g. x == 0)")
+            if isinstance(s, ir.Const):
+                return ir.Const(-s.value if op == "-" else int(not s.value), span, s.dtype)
             return ir.ScalarOp("neg" if op == "-" else "!", (s,), span)
         t = self.as_tile(v, span)
         if t is POISON:

@@ -57,7 +57,7 @@ class Statements(Expressions):
     def s_SemDecl(self, s: ast.SemDecl, scope, out) -> None:
         count = None
         if s.count is not None:
-            count = self.slotcount_of(s.count, scope, s.span, "a semaphore array")
+            count = self.slot_count(s.count, scope, s.span, "a semaphore array")
             if count is None:
                 self.define(scope, s.name, POISON, s.name_span, "semaphore")
                 return
@@ -67,13 +67,15 @@ class Statements(Expressions):
 
     def s_VarDecl(self, s: ast.VarDecl, scope, out) -> None:
         if s.dims is None:
-            if not self.dtype(s.dtype, s.span, ("i32",)):
+            if not self.dtype(s.dtype, s.span, ("i32", "bool")):
                 self.define(scope, s.name, POISON, s.name_span, "variable")
                 return
-            var = ir.ScalarVar(self.unique(s.name), "var", s.span)
-            init = ir.Const(0, s.span)
+            var = ir.ScalarVar(self.unique(s.name), "var", s.span, s.dtype)
+            init = ir.Const(0, s.span, s.dtype)
             if s.init is not None:
-                init = self.as_scalar(self.expr(s.init, scope), s.init.span, "an integer initial value")
+                value = self.expr(s.init, scope)
+                init = (self.as_bool(value, s.init.span, "a bool initial value") if s.dtype == "bool"
+                        else self.as_scalar(value, s.init.span, "an integer initial value"))
             self.define(scope, s.name, var, s.name_span, "variable")
             if init is not POISON:
                 out.append(ir.SetScalar(var, init, s.span))
@@ -103,7 +105,7 @@ class Statements(Expressions):
             case Poison():
                 return POISON
             case ir.Const():
-                return ConstVal(v.value)
+                return ConstVal(v.value, v.dtype)
             case ir.FloatConst():
                 return FloatVal(v.value)
             case ir.SemRef():
@@ -118,7 +120,7 @@ class Statements(Expressions):
         if s is not None:
             if self.ctx.mode == "host":
                 return self.error(value_span, "host lets must be compile-time integers")
-            var = ir.ScalarVar(self.unique(name), "let", span)
+            var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(s))
             r = self._interval(s)
             if r is not None:
                 self.ctx.ranges[var] = r
@@ -149,7 +151,13 @@ class Statements(Expressions):
                 return
             if value is POISON:
                 return
-            v = self.as_scalar(value, s.value.span, "an integer value")
+            if var.dtype == "bool":
+                if op is not None:
+                    self.error(s.span, f"'{s.op}' is not defined on bool variables; assign a bool with '='")
+                    return
+                v = self.as_bool(value, s.value.span, "a bool value")
+            else:
+                v = self.as_scalar(value, s.value.span, "an integer value")
             if v is POISON:
                 return
             if op is not None:
@@ -367,7 +375,7 @@ class Statements(Expressions):
             out.append(ir.For(var, start, stop, step, tuple(body), s.span))
 
     def s_If(self, s: ast.If, scope, out) -> None:
-        cond = self.as_scalar(self.expr(s.cond, scope), s.cond.span, "a scalar condition (use where() for tiles)")
+        cond = self.as_bool(self.expr(s.cond, scope), s.cond.span, "a scalar condition")
         branches = [s.then, s.orelse]
 
         def run(branch):

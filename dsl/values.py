@@ -28,6 +28,7 @@ POISON = Poison()
 @attrs.frozen
 class ConstVal:
     value: int
+    dtype: str = "i32"  # or "bool"
 
 
 @attrs.frozen

@@ -430,7 +430,7 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
             let t = (e - sfirst) / NCORES;
             gated_ffn(xlb, msw13[sl * NSL + t], msw2[sl * NSL + t], ub, s_out[t], LATENT, EINTER, LATENT);
             push_all(s_out[t], g_eo[pbase + TOPK + e], BATCH, LATENT, me, NT_EO, ssend, r_eo);
-            sent += (NT_EO - (me < NT_EO)) * BATCH * LATENT * 4;
+            sent += (NT_EO - i32(me < NT_EO)) * BATCH * LATENT * 4;
         }
         for i in me..nd step NCORES {
             let li = (i - me) / NCORES;
@@ -452,7 +452,7 @@ fn moe_layer(fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
                     let j = q % TOPK;
                     e_out[li][b:b + 1, :] = topw[b:b + 1, j:j + 1] * e_out[li][b:b + 1, :];
                     push_all(e_out[li][b:b + 1, :], g_eo[pbase + j][b:b + 1, :], 1, LATENT, me, NT_EO, ssend, r_eo);
-                    sent += (NT_EO - (me < NT_EO)) * LATENT * 4;
+                    sent += (NT_EO - i32(me < NT_EO)) * LATENT * 4;
                 }
             }
         }

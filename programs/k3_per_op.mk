@@ -23,7 +23,7 @@ import "k3/ep_ops.mk";
 
 reference "mkemu.programs.k3.driver:drive";
 
-assert NMLA == NLAYERS / 4 + (NLAYERS % 4 != 0),
+assert NMLA == NLAYERS / 4 + i32(NLAYERS % 4 != 0),
     "k3_per_op.mk unrolls the K3 layer layout (MLA at l % 4 == 3 and at the last layer)";
 
 // ------------------------------------------------------------------ projections
@@ -618,7 +618,7 @@ host {
         // ---- attention
         launch norm_dim(h, attn_norm[l], xn);
         if l % 4 == 3 || l == NLAYERS - 1 {
-            let mi = (l % 4 == 3) * (l / 4) + (l % 4 != 3) * (NMLA - 1);
+            let mi = select(l % 4 == 3, l / 4, NMLA - 1);
             launch proj_dim_q(xn, mla_wdq[mi], m_lq);
             launch gather_q(m_lq);
             launch proj_dim_kv(xn, mla_wdkv[mi], m_lkv);

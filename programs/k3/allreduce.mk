@@ -13,8 +13,8 @@ import "model.mk";
 
 // Parts of the two all-reduces, padded to powers of two (PP*) with log2 (LG*).
 const NPE = TOPK + NSHARED;
-const LGH = (HEADS > 1) + (HEADS > 2) + (HEADS > 4) + (HEADS > 8) + (HEADS > 16) + (HEADS > 32) + (HEADS > 64);
-const LGE = (NPE > 1) + (NPE > 2) + (NPE > 4) + (NPE > 8) + (NPE > 16) + (NPE > 32) + (NPE > 64);
+const LGH = i32(HEADS > 1) + i32(HEADS > 2) + i32(HEADS > 4) + i32(HEADS > 8) + i32(HEADS > 16) + i32(HEADS > 32) + i32(HEADS > 64);
+const LGE = i32(NPE > 1) + i32(NPE > 2) + i32(NPE > 4) + i32(NPE > 8) + i32(NPE > 16) + i32(NPE > 32) + i32(NPE > 64);
 const PPH = 1 << LGH;
 const PPE = 1 << LGE;
 assert HEADS <= 128 && NPE <= 128, "at most 128 parts per all-reduce";

@@ -21,8 +21,8 @@ import "model.mk";
 
 // NCORES rounded up to a power of two: c = me ^ k for k in 0..PCORES is a permutation of
 // 0..PCORES-1, so it visits every core once (those >= nt are skipped).
-const PCORES = 1 << ((NCORES > 1) + (NCORES > 2) + (NCORES > 4) + (NCORES > 8) + (NCORES > 16)
-                     + (NCORES > 32) + (NCORES > 64) + (NCORES > 128) + (NCORES > 256));
+const PCORES = 1 << (i32(NCORES > 1) + i32(NCORES > 2) + i32(NCORES > 4) + i32(NCORES > 8) + i32(NCORES > 16)
+                     + i32(NCORES > 32) + i32(NCORES > 64) + i32(NCORES > 128) + i32(NCORES > 256));
 
 // Copy src into dst on cores 0..nt-1 (dst on this core by a local DMA, counted on rsem
 // like the remote ones). Targets in the order me ^ (PCORES-1), ..., me ^ 0: on a
@@ -53,7 +53,7 @@ fn ag_push(src: vmem f32[BATCH, nl * 128], site: vmem f32[BATCH, nb * 128], nl: 
 // Wait until this core's sends have left and (if it is a consumer) the whole site arrived.
 fn ag_finish(nb: i32, first: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
     let mine = (max(nb - first, 0) + NCORES - 1) / NCORES;
-    wait(ssend, mine * (nt - (me < nt)) * BATCH * 512);
+    wait(ssend, mine * (nt - i32(me < nt)) * BATCH * 512);
     if me < nt {
         wait(rsem, nb * BATCH * 512);
     }

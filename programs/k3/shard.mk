@@ -46,7 +46,7 @@ const NLATL = (NLATB + NCORES - 1) / NCORES;
 const NRL = (NRB + NCORES - 1) / NCORES;
 const NIL = (NIB + NCORES - 1) / NCORES;
 const NVL = (NVB + NCORES - 1) / NCORES;
-const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
+const LM_ROOT = i32(DIM * VOCAB * 2 <= LM_ROOT_BYTES);
 // KDA tasks (megakernel): the BATCH rows of a head are split into RG groups of RB rows
 // when there are idle cores (RG = the largest divisor of BATCH that is at most
 // NCORES / HEADS; KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h,
@@ -54,10 +54,10 @@ const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
 // operator after the projections is row-wise, so the rows are independent.
 param KDA_ROW_SPLIT = 1 in {0, 1} "1: split a KDA head's batch rows over idle cores, 0: keep them together";
 const RGCAP = KDA_ROW_SPLIT * max(1, NCORES / HEADS) + (1 - KDA_ROW_SPLIT);
-const RG = max(max(max(1, 2 * (BATCH % 2 == 0) * (2 <= RGCAP)),
-                   max(3 * (BATCH % 3 == 0) * (3 <= RGCAP), 4 * (BATCH % 4 == 0) * (4 <= RGCAP))),
-               max(max(5 * (BATCH % 5 == 0) * (5 <= RGCAP), 6 * (BATCH % 6 == 0) * (6 <= RGCAP)),
-                   max(7 * (BATCH % 7 == 0) * (7 <= RGCAP), 8 * (BATCH % 8 == 0) * (8 <= RGCAP))));
+const RG = max(max(max(1, 2 * i32(BATCH % 2 == 0 && 2 <= RGCAP)),
+                   max(3 * i32(BATCH % 3 == 0 && 3 <= RGCAP), 4 * i32(BATCH % 4 == 0 && 4 <= RGCAP))),
+               max(max(5 * i32(BATCH % 5 == 0 && 5 <= RGCAP), 6 * i32(BATCH % 6 == 0 && 6 <= RGCAP)),
+                   max(7 * i32(BATCH % 7 == 0 && 7 <= RGCAP), 8 * i32(BATCH % 8 == 0 && 8 <= RGCAP))));
 const RB = BATCH / RG;
 const NKT = HEADS * RG;
 const NTL = (NKT + NCORES - 1) / NCORES;
@@ -77,11 +77,11 @@ const EP_TAGR = TOPK * BATCH;                   // tag = expert * EP_TAGR + slot
 const EP_ROW = LATENT * 4;                      // bytes of one dispatched or returned row
 const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
 // Which projections are replicated (1) or column-split (0), and the blocks a core holds.
-const REP_LAT = DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES;
-const REP_RD = DIM * (EPAD + LATENT) * 2 <= REPL_BYTES;
-const REP_UP = LATENT * DIM * 2 <= REPL_BYTES;
-const REP_D13 = DIM * DENSE_INTER * 2 <= REPL_BYTES;
-const REP_D2 = DENSE_INTER * DIM * 2 <= REPL_BYTES;
+const REP_LAT = i32(DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES);
+const REP_RD = i32(DIM * (EPAD + LATENT) * 2 <= REPL_BYTES);
+const REP_UP = i32(LATENT * DIM * 2 <= REPL_BYTES);
+const REP_D13 = i32(DIM * DENSE_INTER * 2 <= REPL_BYTES);
+const REP_D2 = i32(DENSE_INTER * DIM * 2 <= REPL_BYTES);
 const NLATC = REP_LAT * NLATB + (1 - REP_LAT) * NLATL;
 const NRDC = REP_RD * NRB + (1 - REP_RD) * NRL;
 const NUPC = REP_UP * NDB + (1 - REP_UP) * NDL;
