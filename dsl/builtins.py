@@ -13,7 +13,7 @@ import attrs
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.folding import broadcast
-from mkemu.dsl.values import POISON, Scope, bf16_hint, describe, tile_desc
+from mkemu.dsl.values import POISON, DmaHandle, Scope, bf16_hint, describe, tile_desc
 
 if TYPE_CHECKING:  # the checker imports this module
     from mkemu.dsl.expressions import Expressions
@@ -26,7 +26,7 @@ SPMD_ARITY = {
 BUILTINS = frozenset(
     FLOAT_UNARY
     + ("abs", "max", "min", "sum", "argmax", "where", "f32", "bf16", "i32", "iota",
-       "matmul", "transpose", "scalar", "select", "copy", "signal", "barrier")
+       "matmul", "transpose", "scalar", "select", "bytes", "copy", "signal", "barrier")
     + tuple(SPMD_ARITY)
 )
 
@@ -224,6 +224,24 @@ class Builtins:
         if ir.scalar_dtype(sa) != ir.scalar_dtype(sb):
             return c.error(node.span, "select() needs two values of one type, got a bool and an integer")
         return ir.ScalarOp("select", (cond, sa, sb), node.span)
+
+    def b_bytes(self):
+        """`bytes(view)` / `bytes(copy(...))`: the compile-time byte count a DMA of it moves
+        (what a semaphore counts), for waits on copies made elsewhere."""
+        vals = self.args(1)
+        if vals is None:
+            return POISON
+        v, span = vals[0], self.node.span
+        if isinstance(v, DmaHandle):
+            v = v.dma
+        if isinstance(v, ir.Dma):
+            return ir.Const(v.size_bytes, span)
+        if isinstance(v, ir.Ref) and (v.buffer.slots is None or v.slot is not None):
+            return ir.Const(v.size_bytes, span)
+        if isinstance(v, ir.Ref):
+            return self.c.error(self.node.args[0].span, f"buffer array '{v.buffer.name}' needs a slot index: "
+                                                        f"{v.buffer.name}[slot]")
+        return self.c.error(self.node.args[0].span, f"bytes() takes a view or a copy, got {self.c.kind_name(v)}")
 
     def b_f32(self):
         return self.convert("f32")

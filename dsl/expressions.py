@@ -16,7 +16,7 @@ from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, Builtins
 from mkemu.dsl.declarations import Declarations
 from mkemu.dsl.folding import broadcast, fold_int, linear
-from mkemu.dsl.values import POISON, ConstVal, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+from mkemu.dsl.values import POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 from mkemu.errors import SourceSpan
 
 ARITH_OPS = ("+", "-", "*", "/")
@@ -147,6 +147,8 @@ class Expressions(Declarations):
                 return "a semaphore array" if v.sem.count is not None and v.index is None else "a semaphore"
             case DmaHandle() | ir.Dma():
                 return "a DMA"
+            case DmaCount():
+                return "a count of DMAs"
         if isinstance(v, ir.TILE_NODES):
             return f"a tile {tile_desc(v)}"
         return "a value"
@@ -190,6 +192,8 @@ class Expressions(Declarations):
     def binary(self, op: str, a, b, span: SourceSpan):
         if a is POISON or b is POISON:
             return POISON
+        if op == "*" and (isinstance(a, (DmaHandle, ir.Dma)) or isinstance(b, (DmaHandle, ir.Dma))):
+            return self.dma_count(a, b, span)
         for v, side in ((a, "left"), (b, "right")):
             if isinstance(v, (ir.SemRef, DmaHandle, ir.Dma)) or (
                 isinstance(v, ir.Ref) and v.buffer.slots is not None and v.slot is None
@@ -240,6 +244,18 @@ class Expressions(Declarations):
             )
         out = "bool" if op in CMP_OPS else dtype
         return ir.Elementwise(op, (ta, tb), out, shape, span)
+
+    def dma_count(self, a, b, span: SourceSpan):
+        """`n * copy(...)` (or `copy(...) * n`, `n * h`): n copies like this one, waited at once."""
+        dma, n = (a, b) if isinstance(a, (DmaHandle, ir.Dma)) else (b, a)
+        if isinstance(n, (DmaHandle, ir.Dma)):
+            return self.error(span, "'*' of two DMAs: a count times one copy is what a wait takes")
+        n = self.as_scalar(n, span, "a count of copies")
+        if n is POISON:
+            return POISON
+        if isinstance(dma, DmaHandle):
+            return DmaCount(dma.dma, dma, n, span)
+        return DmaCount(dma, None, n, span)
 
     def unify(self, a, b, span: SourceSpan, what: str):
         """Two values as tiles of one dtype and their broadcast shape (None on error)."""

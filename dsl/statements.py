@@ -12,7 +12,7 @@ from __future__ import annotations
 from mkemu.dsl import ast, ir
 from mkemu.dsl.expressions import Expressions
 from mkemu.dsl.folding import broadcast, linear
-from mkemu.dsl.values import POISON, ConstVal, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+from mkemu.dsl.values import POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 
 
 class Statements(Expressions):
@@ -297,6 +297,9 @@ class Statements(Expressions):
         v = self.expr(node, scope)
         if v is POISON:
             return None, None
+        if isinstance(v, DmaCount):
+            self.error(node.span, "start issues one copy; a count of copies (n * copy(...)) is for wait")
+            return None, None
         if isinstance(v, DmaHandle):
             return v.dma, v
         if isinstance(v, ir.Dma):
@@ -316,8 +319,18 @@ class Statements(Expressions):
         out.append(ir.DmaStart(dma, s.span))
 
     def s_Wait(self, s: ast.Wait, scope, out) -> None:
-        dma, handle = self.dma_of(s.dma, scope)
-        if dma is None:
+        v = self.expr(s.dma, scope)
+        count = None
+        if isinstance(v, DmaCount):
+            count, dma, handle = v.count, v.dma, v.handle
+        elif isinstance(v, DmaHandle):
+            dma, handle = v.dma, v
+        elif isinstance(v, ir.Dma):
+            dma, handle = v, None
+        else:
+            if v is not POISON:
+                self.error(s.dma.span, f"expected a DMA (a copy(...), a name bound to one, or n * copy(...)), "
+                                       f"got {self.kind_name(v)}")
             return
         if s.recv and dma.target is None:
             self.error(s.span, "'wait recv' is for remote copies (copy(src, dst @ core, send, recv))")
@@ -328,7 +341,11 @@ class Statements(Expressions):
         sem = dma.recv_sem if s.recv else dma.sem
         self.ctx.waited.add(sem.sem)
         self.ctx.waits.append((sem.sem, s.span))
-        out.append(ir.DmaWait(dma, side, s.span))
+        if count is None:
+            out.append(ir.DmaWait(dma, side, s.span))
+        else:
+            amount = self.scalar_binary("*", count, ir.Const(dma.size_bytes, s.span), s.span)
+            out.append(ir.SemWait(sem, amount, s.span))
 
     def s_WaitSem(self, s: ast.WaitSem, scope, out) -> None:
         sem = self.sem_arg(s.sem, scope)

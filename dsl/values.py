@@ -46,6 +46,16 @@ class DmaHandle:
 
 
 @attrs.frozen
+class DmaCount:
+    """`n * copy(...)`: n copies of one shape on one semaphore, for a single `wait`."""
+
+    dma: ir.Dma
+    handle: DmaHandle | None
+    count: object   # an integer scalar expression
+    span: SourceSpan
+
+
+@attrs.frozen
 class Binding:
     entity: object
     span: SourceSpan | None
