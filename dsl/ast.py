@@ -103,7 +103,17 @@ class Index:
     span: SourceSpan
 
 
-Expr = Name | IntLit | FloatLit | Binary | Unary | Call | Index
+@attrs.frozen
+class Field:
+    """`base.name`: a member of a struct instance."""
+
+    base: "Expr"
+    name: str
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+Expr = Name | IntLit | FloatLit | Binary | Unary | Call | Index | Field
 
 # ------------------------------------------------------------------------ types
 
@@ -155,7 +165,8 @@ class Param:
 
 @attrs.frozen
 class BufferDecl:
-    """`vmem x: f32[8, 128];`, `vmem w: bf16[2][256, 256];`, `smem idx: i32[16];`."""
+    """`vmem x: f32[8, 128];`, `vmem w: bf16[2][256, 256];`, `smem idx: i32[16];`;
+    in the host `hbm st: State;` (no dims: `dtype` names a struct)."""
 
     space: str
     name: str
@@ -279,12 +290,13 @@ class Launch:
 
 @attrs.frozen
 class IoDecl:
-    """Host only: `input a: f32[8, 128];` or `output y: f32[8, 128];`."""
+    """Host only: `input a: f32[8, 128];` or `output y: f32[8, 128];`; `input w: S;`
+    (dims None: `dtype` names a struct) declares one host array per member of S."""
 
     kind: str
     name: str
     dtype: str
-    dims: tuple[Expr, ...]
+    dims: tuple[Expr, ...] | None
     span: SourceSpan
     name_span: SourceSpan
 
@@ -383,7 +395,17 @@ class HostDecl:
     span: SourceSpan
 
 
-Item = Import | ParamDecl | ConstDecl | Reference | FnDecl | KernelDecl | HostDecl | Assert
+@attrs.frozen
+class StructDecl:
+    """`struct S { name: type; ... }`: members typed like parameters."""
+
+    name: str
+    members: tuple[Param, ...]
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+Item = Import | ParamDecl | ConstDecl | Reference | FnDecl | KernelDecl | HostDecl | StructDecl | Assert
 
 
 @attrs.frozen

@@ -9,11 +9,11 @@ Inlined locals are renamed `fn#N.name`; errors inside name the call site.
 from __future__ import annotations
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.statements import Statements
-from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, count_of, describe
+from mkemu.dsl.structs import Structs
+from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, StructVal, count_of, describe
 
 
-class Calls(Statements):
+class Calls(Structs):
     """fn inlining."""
 
     def inline(self, decl: ast.FnDecl, call: ast.Call, scope: Scope, out: list) -> None:
@@ -36,7 +36,7 @@ class Calls(Statements):
         pre: list = []
         # Scalars first: a scalar bound to a constant may size the other parameters.
         for p, a in zip(decl.params, call.args):
-            if not isinstance(p.type, ast.ScalarType):
+            if not self.is_scalar_param(p):
                 continue
             v = self.expr(a, scope)
             if p.type.name == "bool":
@@ -56,7 +56,7 @@ class Calls(Statements):
                 pre.append(ir.LetScalar(var, s, call.span))
                 callee.names[p.name] = Binding(var, p.name_span, "parameter")
         for p, a in zip(decl.params, call.args):
-            if isinstance(p.type, ast.ScalarType):
+            if self.is_scalar_param(p):
                 continue
             if isinstance(a, ast.Remote):
                 self.error(a.span, "'@' (a remote location) is only allowed in copy() and signal()")
@@ -84,6 +84,11 @@ class Calls(Statements):
 
     def bind_param(self, decl: ast.FnDecl, p: ast.Param, v, a, callee: Scope):
         t = p.type
+        if isinstance(t, ast.ScalarType):   # a struct: any instance of it
+            if not isinstance(v, StructVal) or v.decl.name != t.name:
+                return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' is an instance of struct "
+                                          f"'{t.name}', got {self.kind_name(v)}")
+            return v
         if isinstance(t, ast.SemType):
             if not isinstance(v, ir.SemRef):
                 return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' is a semaphore, got {self.kind_name(v)}")

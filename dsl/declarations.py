@@ -70,7 +70,7 @@ class Declarations:
                     self.error(span, f"redefinition of '{name}' (first defined at {prev.span})")
                     continue
                 what = {ast.ParamDecl: "param", ast.ConstDecl: "const", ast.FnDecl: "fn",
-                        ast.KernelDecl: "kernel"}[type(item)]
+                        ast.KernelDecl: "kernel", ast.StructDecl: "struct"}[type(item)]
                 self.globals.names[name] = Binding(item, span, what)
                 self.global_decls[name] = item
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.calls import Calls
-from mkemu.dsl.values import POISON, KernelCtx, Scope, count_of, describe
+from mkemu.dsl.structs import ANY_SPACE, HBM_ONLY
+from mkemu.dsl.values import POISON, KernelCtx, Scope, StructVal, count_of, describe
 from mkemu.isa.program import ParamInfo
 
 
@@ -92,7 +93,14 @@ class Elaborator(Calls):
         scope = Scope(self.globals)
         params = []
         for p in decl.params:
-            if isinstance(p.type, ast.ScalarType):
+            struct = self.struct_named(p.type.name) if isinstance(p.type, ast.ScalarType) else None
+            if struct is not None:
+                inst = self.struct_param(p, struct, HBM_ONLY, "kernel parameters are HBM arrays (kernels see "
+                                                              "nothing of each other's VMEM)")
+                if inst is not POISON:
+                    params.extend(inst.members.values())
+                self.define(scope, p.name, inst, p.name_span, "parameter")
+            elif isinstance(p.type, ast.ScalarType):
                 if self.dtype(p.type.name, p.type.span, ("i32", "bool")):
                     var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
                     params.append(var)
@@ -132,14 +140,14 @@ class Elaborator(Calls):
         scope = Scope(self.globals)
         self.inline_stack = []
         for p in decl.params:
-            if isinstance(p.type, ast.ScalarType):
+            if self.is_scalar_param(p):
                 if not self.dtype(p.type.name, p.type.span, ("i32", "bool")):
                     self.define(scope, p.name, POISON, p.name_span, "parameter")
                     continue
                 var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
                 self.define(scope, p.name, var, p.name_span, "parameter")
         for p in decl.params:
-            if isinstance(p.type, ast.ScalarType):
+            if self.is_scalar_param(p):
                 continue
             entity = self.fn_param_entity(p, scope)
             if entity is None:
@@ -152,6 +160,8 @@ class Elaborator(Calls):
 
     def fn_param_entity(self, p: ast.Param, scope: Scope):
         n_before = len(self.errors)
+        if isinstance(p.type, ast.ScalarType):
+            return self.struct_param(p, self.struct_named(p.type.name), ANY_SPACE, "")
         if isinstance(p.type, ast.SemType):
             count = None
             if p.type.count is not None:
@@ -201,6 +211,15 @@ class Elaborator(Calls):
             if v is POISON:
                 ok = False
                 continue
+            struct = self.struct_named(p.type.name) if isinstance(p.type, ast.ScalarType) else None
+            if struct is not None:
+                if not isinstance(v, StructVal) or v.decl is not struct:
+                    self.error(a.span, f"argument '{p.name}' must be a host instance of struct '{struct.name}', got "
+                                       f"{self.kind_name(v)}")
+                    ok = False
+                    continue
+                args.extend(self.whole(buf, a.span) for buf in v.members.values())
+                continue
             param = next((q for q in kernel.params if q.name == p.name), None) if kernel else None
             if isinstance(p.type, ast.ScalarType):
                 want = "bool" if p.type.name == "bool" else "integer"
@@ -231,6 +250,10 @@ class Elaborator(Calls):
             self.ctx.launches.append(ir.Launch(kernel, tuple(args), s.span))
 
     def s_IoDecl(self, s: ast.IoDecl, scope, out) -> None:
+        if s.dims is None:
+            self.host_instance(s.name, s.dtype, s.kind, s.span, s.name_span, scope)
+            return
+        self.claim_host_name(s.name, s.span)
         t = ast.MemType("hbm", s.dtype, s.dims, None, s.span)
         buf = self.mem_type(t, scope, s.name, s.kind)
         self.define(scope, s.name, buf if buf is not None else POISON, s.name_span, s.kind)

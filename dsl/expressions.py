@@ -16,7 +16,9 @@ from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, Builtins
 from mkemu.dsl.declarations import Declarations
 from mkemu.dsl.folding import broadcast, fold_int, linear
-from mkemu.dsl.values import POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+from mkemu.dsl.values import (
+    POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, describe, tile_desc,
+)
 from mkemu.errors import SourceSpan
 
 ARITH_OPS = ("+", "-", "*", "/")
@@ -67,6 +69,8 @@ class Expressions(Declarations):
                 return self.index(node, scope)
             case ast.Call():
                 return self.call(node, scope)
+            case ast.Field():
+                return self.field(node, scope)
         return self.error(node.span, "unexpected expression")
 
     def name(self, node: ast.Name, scope: Scope):
@@ -91,7 +95,7 @@ class Expressions(Declarations):
             case ir.ScalarVar():
                 return ir.ScalarRead(e, node.span)
             case ir.Buffer():
-                return ir.Ref(e, None, tuple(ir.Const(0, node.span) for _ in e.shape), e.shape, node.span)
+                return self.whole(e, node.span)
             case ir.Ref():
                 return attrs.evolve(e, span=node.span)
             case ir.Semaphore():
@@ -100,13 +104,21 @@ class Expressions(Declarations):
                 return attrs.evolve(e, span=node.span)
             case ir.TileValue():
                 return ir.ValueRead(e, e.dtype, e.shape, node.span)
-            case DmaHandle():
+            case DmaHandle() | StructVal():
                 return e
             case ast.FnDecl() | ast.KernelDecl():
                 return self.error(node.span, f"'{node.name}' is a {b.what}, not a value")
+            case ast.StructDecl():
+                return self.error(node.span, f"'{node.name}' is a struct, not a value; make an instance with "
+                                             f"let NAME = {node.name}();")
             case Poison():
                 return POISON
         return self.error(node.span, f"'{node.name}' cannot be used here")
+
+    @staticmethod
+    def whole(buf: ir.Buffer, span: SourceSpan) -> ir.Ref:
+        """A view of all of `buf` (every slot of an array: index one)."""
+        return ir.Ref(buf, None, tuple(ir.Const(0, span) for _ in buf.shape), buf.shape, span)
 
     # -- value conversions
     def as_scalar(self, v, span: SourceSpan, what: str = "a scalar"):
@@ -149,6 +161,8 @@ class Expressions(Declarations):
                 return "a DMA"
             case DmaCount():
                 return "a count of DMAs"
+            case StructVal():
+                return f"an instance of struct '{v.decl.name}'"
         if isinstance(v, ir.TILE_NODES):
             return f"a tile {tile_desc(v)}"
         return "a value"
@@ -340,6 +354,23 @@ class Expressions(Declarations):
             return self.error(span, f"'!' needs a mask (a comparison result), got {t.dtype}")
         return ir.Elementwise("neg" if op == "-" else "!", (t,), t.dtype, t.shape, span)
 
+    def field(self, node: ast.Field, scope: Scope):
+        """`w.name`: the member as a value (a whole-buffer view or a semaphore)."""
+        base = self.expr(node.base, scope)
+        if base is POISON:
+            return POISON
+        if not isinstance(base, StructVal):
+            return self.error(node.span, f"'.{node.name}': only a struct instance has members, got "
+                                         f"{self.kind_name(base)}")
+        entity = base.members.get(node.name)
+        if entity is None:
+            known = ", ".join(base.members)
+            return self.error(node.name_span, f"struct '{base.decl.name}' has no member '{node.name}' "
+                                              f"(its members: {known})")
+        if isinstance(entity, ir.Semaphore):
+            return ir.SemRef(entity, None, node.span)
+        return self.whole(entity, node.span)
+
     # -- indexing
     def index(self, node: ast.Index, scope: Scope):
         base = self.expr(node.base, scope)
@@ -504,6 +535,8 @@ class Expressions(Declarations):
     # -- calls
     def call(self, node: ast.Call, scope: Scope):
         b = self.globals.local(node.func)
+        if b is not None and isinstance(b.entity, ast.StructDecl):
+            return self.error(node.span, f"a struct instance is made with let: `let NAME = {node.func}();`")
         if b is not None and isinstance(b.entity, (ast.FnDecl, ast.KernelDecl)):
             if isinstance(b.entity, ast.KernelDecl):
                 return self.error(node.func_span, f"kernel '{node.func}' can only be launched from the host block")

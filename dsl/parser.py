@@ -61,7 +61,7 @@ _STMT_KEYWORDS = {
 }
 _BINARY_OPS = {
     "'!='", "'%'", "'&&'", "'&'", "'*'", "'+'", "'-'", "'/'", "'<'", "'<<'", "'<='",
-    "'=='", "'>'", "'>='", "'>>'", "'^'", "'|'", "'||'",
+    "'=='", "'>'", "'>='", "'>>'", "'^'", "'|'", "'||'", "'.'",
 }
 _ASSIGN_OPS = {"'='", "'+='", "'-='", "'*='", "'/='"}
 
@@ -217,6 +217,9 @@ class _Builder(Transformer):
     def host_decl(self, meta, c):
         return ast.HostDecl(c[0], self._span(meta))
 
+    def struct_decl(self, meta, c):
+        return ast.StructDecl(str(c[0]), tuple(c[1:]), self._span(meta), self._tspan(c[0]))
+
     def params(self, meta, c):
         return self._nonnull(c)
 
@@ -248,7 +251,8 @@ class _Builder(Transformer):
         return ast.Block(tuple(c), self._span(meta))
 
     def buffer_decl(self, meta, c):
-        space, name, dtype, first = c[0], c[1], str(c[2]), c[3]
+        space, name, dtype = c[0], c[1], str(c[2])
+        first = c[3] if len(c) > 3 else None
         second = c[4] if len(c) > 4 else None
         span = self._span(meta)
         if second is None:
@@ -299,7 +303,8 @@ class _Builder(Transformer):
         return ast.Launch(str(c[0]), args + keywords, self._span(meta), self._tspan(c[0]))
 
     def io_decl(self, meta, c):
-        kind, name, dtype, dims = str(c[0]), c[1], str(c[3]), c[4]
+        kind, name, dtype = str(c[0]), c[1], str(c[3])
+        dims = c[4] if len(c) > 4 and c[4] != ";" else None
         return ast.IoDecl(kind, str(name), dtype, dims, self._span(meta), self._tspan(name))
 
     def assert_stmt(self, meta, c):
@@ -327,6 +332,9 @@ class _Builder(Transformer):
 
     def index(self, meta, c):
         return ast.Index(c[0], tuple(c[1:]), self._span(meta))
+
+    def field(self, meta, c):
+        return ast.Field(c[0], str(c[1]), self._span(meta), self._tspan(c[1]))
 
     def name(self, meta, c):
         return ast.Name(str(c[0]), self._span(meta))

@@ -55,6 +55,15 @@ class DmaCount:
     span: SourceSpan
 
 
+@attrs.frozen(eq=False)
+class StructVal:
+    """An instance of a struct: one entity (ir.Buffer or ir.Semaphore) per member, in
+    member order. Instances compare by identity."""
+
+    decl: object   # the ast.StructDecl
+    members: dict
+
+
 @attrs.frozen
 class Binding:
     entity: object
@@ -111,5 +120,6 @@ class KernelCtx:
     handles: list = attrs.Factory(list)
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
+    host_sites: dict = attrs.Factory(dict)   # host array name -> the declaration that made it
     launches: list = attrs.Factory(list)
     kernels: dict = attrs.Factory(dict)
