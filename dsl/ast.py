@@ -372,12 +372,22 @@ class Reference:
 
 
 @attrs.frozen
+class Generic:
+    """A generic name of a fn or kernel (`<K, N, T>`): a dimension, count or dtype
+    inferred from the arguments."""
+
+    name: str
+    span: SourceSpan
+
+
+@attrs.frozen
 class FnDecl:
     name: str
     params: tuple[Param, ...]
     body: Block
     span: SourceSpan
     name_span: SourceSpan
+    generics: tuple[Generic, ...] = ()
 
 
 @attrs.frozen
@@ -387,6 +397,7 @@ class KernelDecl:
     body: Block
     span: SourceSpan
     name_span: SourceSpan
+    generics: tuple[Generic, ...] = ()
 
 
 @attrs.frozen

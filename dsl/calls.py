@@ -9,11 +9,11 @@ Inlined locals are renamed `fn#N.name`; errors inside name the call site.
 from __future__ import annotations
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.structs import Structs
+from mkemu.dsl.generics import Generics
 from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, StructVal, count_of, describe
 
 
-class Calls(Structs):
+class Calls(Generics):
     """fn inlining."""
 
     def inline(self, decl: ast.FnDecl, call: ast.Call, scope: Scope, out: list) -> None:
@@ -55,6 +55,7 @@ class Calls(Structs):
                     self.ctx.ranges[var] = r
                 pre.append(ir.LetScalar(var, s, call.span))
                 callee.names[p.name] = Binding(var, p.name_span, "parameter")
+        values = []
         for p, a in zip(decl.params, call.args):
             if self.is_scalar_param(p):
                 continue
@@ -66,6 +67,11 @@ class Calls(Structs):
             if v is POISON:
                 ok = False
                 continue
+            values.append((p, v, a))
+        if decl.generics and not self.infer_generics(decl, [(p, v, a.span) for p, v, a in values], callee,
+                                                     f"fn '{decl.name}'"):
+            return
+        for p, v, a in values:
             entity = self.bind_param(decl, p, v, a, callee)
             if entity is POISON:
                 ok = False

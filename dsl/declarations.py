@@ -12,7 +12,7 @@ import itertools
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS
-from mkemu.dsl.values import POISON, Binding, KernelCtx, Poison, Scope
+from mkemu.dsl.values import POISON, Binding, DtypeVal, KernelCtx, Poison, Scope
 from mkemu.errors import SourceSpan
 from mkemu.isa.program import values_text
 
@@ -204,8 +204,14 @@ class Declarations:
             return None
         return n
 
+    def resolve_dtype(self, name: str, scope) -> str:
+        """A dtype name, or the dtype a generic stands for."""
+        b = scope.lookup(name) if scope is not None else None
+        return b.entity.dtype if b is not None and isinstance(b.entity, DtypeVal) else name
+
     def mem_type(self, t: ast.MemType, scope, name: str, role: str) -> ir.Buffer | None:
-        if not self.dtype(t.dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
+        dtype = self.resolve_dtype(t.dtype, scope)
+        if not self.dtype(dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
             return None
         max_rank = 3 if t.space == "hbm" else 2
         shape = self.dims(t.dims, scope, f"{t.space} arrays", max_rank, t.span)
@@ -219,5 +225,5 @@ class Declarations:
                 return None
         if shape is None:
             return None
-        return ir.Buffer(name, t.space, t.dtype, shape, slots, t.span, role)
+        return ir.Buffer(name, t.space, dtype, shape, slots, t.span, role)
 

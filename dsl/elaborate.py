@@ -39,11 +39,11 @@ class Elaborator(Calls):
                 if isinstance(item, ast.Assert):
                     self.assertion(item, self.globals)
         for decl in self.global_decls.values():
-            if isinstance(decl, ast.FnDecl):
+            if isinstance(decl, ast.FnDecl) and not decl.generics:   # generic fns: at each call
                 self.check_fn_alone(decl)
         kernels = {}
         for name, decl in self.global_decls.items():
-            if isinstance(decl, ast.KernelDecl):
+            if isinstance(decl, ast.KernelDecl) and not decl.generics:   # generic kernels: at each launch
                 kernels[name] = self.kernel(decl)
         main = next((m for m in self.modules if m.file == main_file), None)
         host, reference = None, None
@@ -88,9 +88,11 @@ class Elaborator(Calls):
 
 
     # ------------------------------------------------------------- kernels
-    def kernel(self, decl: ast.KernelDecl) -> ir.Kernel:
+    def kernel(self, decl: ast.KernelDecl, scope: Scope | None = None, name: str | None = None) -> ir.Kernel:
+        """Elaborate a kernel; a generic one with its generics bound in `scope`, as `name`."""
+        saved = self.ctx
         self.ctx = KernelCtx("kernel")
-        scope = Scope(self.globals)
+        scope = Scope(scope or self.globals)
         params = []
         for p in decl.params:
             struct = self.struct_named(p.type.name) if isinstance(p.type, ast.ScalarType) else None
@@ -117,8 +119,9 @@ class Elaborator(Calls):
                 self.define(scope, p.name, POISON, p.name_span, "parameter")
         body = self.block(decl.body, scope)
         self.semaphore_checks()
-        ctx, self.ctx = self.ctx, None
-        return ir.Kernel(decl.name, tuple(params), tuple(ctx.buffers), tuple(ctx.sems), tuple(body), decl.span)
+        ctx, self.ctx = self.ctx, saved
+        return ir.Kernel(name or decl.name, tuple(params), tuple(ctx.buffers), tuple(ctx.sems), tuple(body),
+                         decl.span)
 
     def semaphore_checks(self) -> None:
         ctx = self.ctx
@@ -200,14 +203,18 @@ class Elaborator(Calls):
         if len(s.args) != len(decl.params):
             self.error(s.span, f"kernel '{s.kernel}' takes {count_of(len(decl.params), 'argument')}, got {len(s.args)}")
             return
-        args = []
-        ok = True
-        for p, a in zip(decl.params, s.args):
+        values = []
+        for a in s.args:
             if isinstance(a, (ast.Keyword, ast.Remote)):
                 self.error(a.span, "launch arguments are host arrays or compile-time integers")
-                ok = False
-                continue
-            v = self.expr(a, scope)
+                values.append(POISON)
+            else:
+                values.append(self.expr(a, scope))
+        if decl.generics:
+            kernel = self.generic_kernel(decl, values, s, kernels)
+        args = []
+        ok = True
+        for p, a, v in zip(decl.params, s.args, values):
             if v is POISON:
                 ok = False
                 continue
@@ -248,6 +255,17 @@ class Elaborator(Calls):
             args.append(v)
         if ok and kernel is not None:
             self.ctx.launches.append(ir.Launch(kernel, tuple(args), s.span))
+
+    def generic_kernel(self, decl: ast.KernelDecl, values, s: ast.Launch, kernels: dict) -> ir.Kernel | None:
+        """The instance of a generic kernel these launch arguments infer (made once)."""
+        pairs = [(p, v, a.span) for p, v, a in zip(decl.params, values, s.args) if v is not POISON]
+        bound = Scope(self.globals)
+        if not self.infer_generics(decl, pairs, bound, f"kernel '{decl.name}'"):
+            return None
+        name = self.generic_key(decl, bound)
+        if name not in kernels:
+            kernels[name] = self.kernel(decl, bound, name)
+        return kernels[name]
 
     def s_IoDecl(self, s: ast.IoDecl, scope, out) -> None:
         if s.dims is None:

@@ -209,10 +209,13 @@ class _Builder(Transformer):
         return ast.Reference(self._string(c[0]), self._span(meta))
 
     def fn_decl(self, meta, c):
-        return ast.FnDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+        return ast.FnDecl(str(c[0]), c[2], c[3], self._span(meta), self._tspan(c[0]), c[1] or ())
 
     def kernel_decl(self, meta, c):
-        return ast.KernelDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+        return ast.KernelDecl(str(c[0]), c[2], c[3], self._span(meta), self._tspan(c[0]), c[1] or ())
+
+    def generics(self, meta, c):
+        return tuple(ast.Generic(str(tok), self._tspan(tok)) for tok in c)
 
     def host_decl(self, meta, c):
         return ast.HostDecl(c[0], self._span(meta))

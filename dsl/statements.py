@@ -80,15 +80,16 @@ class Statements(Expressions):
             if init is not POISON:
                 out.append(ir.SetScalar(var, init, s.span))
             return
-        t = ast.MemType("var", s.dtype, s.dims, None, s.span)
-        if not self.dtype(s.dtype, s.span):
+        dtype = self.resolve_dtype(s.dtype, scope)
+        t = ast.MemType("var", dtype, s.dims, None, s.span)
+        if not self.dtype(dtype, s.span):
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
         shape = self.dims(s.dims, scope, "a tile var", 2, s.span)
         if shape is None:
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
-        buf = ir.Buffer(self.unique(s.name), "var", s.dtype, shape, None, t.span, "local")
+        buf = ir.Buffer(self.unique(s.name), "var", dtype, shape, None, t.span, "local")
         self.ctx.buffers.append(buf)
         self.define(scope, s.name, buf, s.name_span, "variable")
         if s.init is not None:

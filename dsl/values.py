@@ -36,6 +36,13 @@ class FloatVal:
     value: float
 
 
+@attrs.frozen
+class DtypeVal:
+    """A generic bound to a dtype (`T` in `fn f<T>(x: vmem T[8, 128])`)."""
+
+    dtype: str
+
+
 @attrs.define(eq=False)
 class DmaHandle:
     name: str
