@@ -263,6 +263,33 @@ class For:
 
 
 @attrs.frozen
+class Pipeline:
+    """`pipeline t in a..b [step s] [depth d] [prefetch | primed] { streams; body }`."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr | None
+    depth: Expr | None
+    part: str | None   # None (all of it), "prefetch" (the first tiles only), "primed" (the rest)
+    body: Block
+    span: SourceSpan
+    var_span: SourceSpan
+
+
+@attrs.frozen
+class PipeStream:
+    """`input x = VIEW [via BUF, SEMS];` or `output y = VIEW ...;` at the top of a pipeline."""
+
+    kind: str          # "input" or "output"
+    name: str
+    view: Expr
+    via: tuple[Expr, Expr] | None
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
 class If:
     cond: Expr
     then: Block
@@ -312,7 +339,7 @@ class Assert:
 
 Stmt = (
     BufferDecl | SemDecl | VarDecl | Let | Assign | ExprStmt | Start | Wait | WaitSem
-    | For | If | Region | Launch | IoDecl | Assert
+    | For | Pipeline | PipeStream | If | Region | Launch | IoDecl | Assert
 )
 
 # ------------------------------------------------------------------------ items

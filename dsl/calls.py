@@ -9,11 +9,11 @@ Inlined locals are renamed `fn#N.name`; errors inside name the call site.
 from __future__ import annotations
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.generics import Generics
+from mkemu.dsl.pipeline import Pipelines
 from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, StructVal, count_of, describe
 
 
-class Calls(Generics):
+class Calls(Pipelines):
     """fn inlining."""
 
     def inline(self, decl: ast.FnDecl, call: ast.Call, scope: Scope, out: list) -> None:

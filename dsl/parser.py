@@ -57,7 +57,7 @@ def describe_terminal(name: str) -> str:
 _EXPR_START = {"'('", "'-'", "'!'", "a name", "an integer", "a number"}
 _STMT_KEYWORDS = {
     "'assert'", "'for'", "'hbm'", "'if'", "'input'", "'launch'", "'let'", "'output'",
-    "'region'", "'sem'", "'smem'", "'start'", "'var'", "'vmem'", "'wait'",
+    "'pipeline'", "'region'", "'sem'", "'smem'", "'start'", "'var'", "'vmem'", "'wait'",
 }
 _BINARY_OPS = {
     "'!='", "'%'", "'&&'", "'&'", "'*'", "'+'", "'-'", "'/'", "'<'", "'<<'", "'<='",
@@ -294,6 +294,18 @@ class _Builder(Transformer):
     def for_stmt(self, meta, c):
         var, start, stop, step, body = c
         return ast.For(str(var), start, stop, step, body, self._span(meta), self._tspan(var))
+
+    def pipeline_stmt(self, meta, c):
+        var, start, stop, step, depth, part, body = c
+        return ast.Pipeline(str(var), start, stop, step, depth, part, body, self._span(meta), self._tspan(var))
+
+    def pipe_part(self, meta, c):
+        return str(c[0])
+
+    def pipe_stream(self, meta, c):
+        kind, name, view = str(c[0]), c[1], c[3]
+        via = (c[5], c[7]) if len(c) > 5 and c[5] is not None and c[5] != ";" else None
+        return ast.PipeStream(kind, str(name), view, via, self._span(meta), self._tspan(name))
 
     def if_stmt(self, meta, c):
         return ast.If(c[0], c[1], c[2] if len(c) > 2 else None, self._span(meta))

@@ -1,0 +1,96 @@
+"""The pipeline statement: the example (fresh slots, shared slots with a prefetch, an
+output stream) and a run-time strided pipeline run bit-exact under the emulator's race
+checks; misuse is a caret error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.dsl.test_compiler import bf16, f32, mm, run, same
+from tests.dsl.test_errors import errors, kernel_errors
+
+DATA = Path(__file__).with_name("data")
+
+
+def test_pipeline_example_streams_weights_and_results():
+    x, w = bf16(8, 256), bf16(256, 1024)
+    outs, _, _ = run((DATA / "pipeline.mk").read_text(), {"x": x, "w": w})
+    expected = mm(x, w)
+    same(expected, outs["y"])
+    same(expected * np.float32(2.0), outs["y2"])
+
+
+def test_runtime_strided_pipeline_on_every_core_with_depth_one_and_four():
+    # Each core doubles its own row blocks j = core, core + 2, ... of x (8 blocks).
+    text = """
+kernel k(x: hbm f32[8, 1024], y: hbm f32[8, 1024]) {
+    let me = core_id();
+    pipeline j in me..1024 / 128 step num_cores() depth D {
+        input xt = x[:, j * 128 +: 128];
+        output yt = y[:, j * 128 +: 128];
+        yt = xt + xt;
+    }
+}
+"""
+    x = f32(8, 1024)
+    for depth in (1, 4):
+        outs, _, _ = run(text.replace("step num_cores()", "step 2").replace(" D ", f" {depth} "), {"x": x})
+        same(x * np.float32(2.0), outs["y"])
+
+
+def test_pipeline_errors(tmp_path, monkeypatch):
+    body = """\
+vmem ring: bf16[2][128, 128];
+vmem small: f32[2][8, 64];
+sem rs[2];
+sem rs3[3];
+pipeline t in 0..2 {
+    x = x * 2.0;
+    input xt = a[:, t * 128 +: 128];
+}
+pipeline t in 0..2 { x = x * 2.0; }
+pipeline t in 0..2 prefetch {
+    input wt = w[0:128, t * 128 +: 128] via ring, rs;
+    output yt = a[:, t * 128 +: 128];
+}
+pipeline t in 0..2 primed {
+    input wt = w[0:128, t * 128 +: 128];
+    x = x * 2.0;
+}
+pipeline t in 0..2 {
+    input xt = a[:, t * 128 +: 128] via small, rs;
+}
+pipeline t in 0..2 {
+    input wt = w[0:128, t * 128 +: 128] via ring, rs3;
+}
+input q = a[:, 0:128];
+"""
+    assert kernel_errors(body, tmp_path, monkeypatch) == (
+        "prog.mk:11:9: error: a pipeline's streams (input/output) come first, before its body\n"
+        "          input xt = a[:, t * 128 +: 128];\n"
+        "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:13:5: error: a pipeline needs at least one stream: `input x = VIEW;` or `output y = VIEW;` at "
+        "the top of its block\n"
+        "      pipeline t in 0..2 { x = x * 2.0; }\n"
+        "      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:16:9: error: a prefetch pipeline only starts its first input tiles: it has input streams and no "
+        "outputs or body (those belong to the primed run)\n"
+        "          output yt = a[:, t * 128 +: 128];\n"
+        "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:19:9: error: the inputs of a primed pipeline give their slots with `via BUF, SEMS` (the prefetch "
+        "and the primed run share them)\n"
+        "          input wt = w[0:128, t * 128 +: 128];\n"
+        "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:23:45: error: slots f32[8, 64] of 'small' cannot hold the tile f32[8, 128]\n"
+        "          input xt = a[:, t * 128 +: 128] via small, rs;\n"
+        "                                              ^^^^^\n"
+        "prog.mk:26:55: error: 'ring' has 2 slots but 'rs3' 3 semaphores: one per slot\n"
+        "          input wt = w[0:128, t * 128 +: 128] via ring, rs3;\n"
+        "                                                        ^^^\n"
+        "prog.mk:28:5: error: 'input q = ...' declares a stream of a pipeline: it goes at the top of a pipeline's "
+        "block\n"
+        "      input q = a[:, 0:128];\n"
+        "      ^^^^^^^^^^^^^^^^^^^^^^"
+    )
