@@ -13,7 +13,7 @@ import attrs
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.folding import broadcast
-from mkemu.dsl.values import POISON, DmaHandle, Scope, bf16_hint, describe, tile_desc
+from mkemu.dsl.values import POISON, DmaChoice, DmaHandle, Scope, ViewChoice, bf16_hint, describe, tile_desc
 
 if TYPE_CHECKING:  # the checker imports this module
     from mkemu.dsl.expressions import Expressions
@@ -213,14 +213,22 @@ class Builtins:
             return POISON
         if isinstance(cond, ir.Const):
             return c.expr(node.args[1 if cond.value else 2], self.scope)
-        a, b = (c.expr(x, self.scope) for x in node.args[1:])
+        # Each side is checked with the loop ranges the condition (or its negation) allows,
+        # so `select(j < 2, w1[:, j * 128 +: 128], w2[:, (j - 2) * 128 +: 128])` is in range.
+        saved = dict(c.ctx.ranges) if c.ctx is not None else None
+        a = self.branch(cond, node.args[1])
+        b = self.branch(_negated(cond), node.args[2])
+        if saved is not None:
+            c.ctx.ranges = saved
         if POISON in (a, b):
             return POISON
+        if isinstance(a, (ir.Ref, ViewChoice)) and isinstance(b, (ir.Ref, ViewChoice)):
+            return self.view_choice(cond, a, b)
         sa, sb = c.scalarish(a), c.scalarish(b)
         if sa is None or sb is None:
             other = a if sa is None else b
-            return c.error(node.span, f"with a runtime condition, select() picks between two scalars, got "
-                                      f"{c.kind_name(other)} (for tiles use where(mask, a, b))")
+            return c.error(node.span, f"with a run-time condition, select() picks between two scalars or two "
+                                      f"views (for a copy), got {c.kind_name(other)} (for tiles use where(mask, a, b))")
         if ir.scalar_dtype(sa) != ir.scalar_dtype(sb):
             return c.error(node.span, "select() needs two values of one type, got a bool and an integer")
         return ir.ScalarOp("select", (cond, sa, sb), node.span)
@@ -234,7 +242,7 @@ class Builtins:
         v, span = vals[0], self.node.span
         if isinstance(v, DmaHandle):
             v = v.dma
-        if isinstance(v, ir.Dma):
+        if isinstance(v, (ir.Dma, DmaChoice)):
             return ir.Const(v.size_bytes, span)
         if isinstance(v, ir.Ref) and (v.buffer.slots is None or v.slot is not None):
             return ir.Const(v.size_bytes, span)
@@ -242,6 +250,31 @@ class Builtins:
             return self.c.error(self.node.args[0].span, f"buffer array '{v.buffer.name}' needs a slot index: "
                                                         f"{v.buffer.name}[slot]")
         return self.c.error(self.node.args[0].span, f"bytes() takes a view or a copy, got {self.c.kind_name(v)}")
+
+    def branch(self, cond, arg):
+        c = self.c
+        if c.ctx is None or cond is None:
+            return c.expr(arg, self.scope)
+        saved = dict(c.ctx.ranges)
+        c.narrow(cond)
+        try:
+            return c.expr(arg, self.scope)
+        finally:
+            c.ctx.ranges = saved
+
+    def view_choice(self, cond, a, b):
+        """A run-time pick between two views, for a copy (e.g. a tile from one of two arrays)."""
+        c, node = self.c, self.node
+        for v, arg in ((a, node.args[1]), (b, node.args[2])):
+            if isinstance(v, ir.Ref) and v.buffer.slots is not None and v.slot is None:
+                return c.error(arg.span, f"buffer array '{v.buffer.name}' needs a slot index: {v.buffer.name}[slot]")
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return c.error(node.span, f"select() between views needs one dtype and shape, got "
+                                      f"{a.dtype}{describe(a.shape)} and {b.dtype}{describe(b.shape)}")
+        spaces = {(v.first if isinstance(v, ViewChoice) else v).buffer.space for v in (a, b)}
+        if len(spaces) != 1:
+            return c.error(node.span, f"select() between views needs one memory space, got {' and '.join(sorted(spaces))}")
+        return ViewChoice(cond, a, b)
 
     def b_f32(self):
         return self.convert("f32")
@@ -326,3 +359,12 @@ class Builtins:
             out.append(s)
         return ir.Spmd(name, tuple(out), self.node.span)
 
+
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def _negated(cond):
+    """not cond, for a comparison (None when it is not one: nothing to narrow by)."""
+    if isinstance(cond, ir.ScalarOp) and cond.op in NEGATED:
+        return ir.ScalarOp(NEGATED[cond.op], cond.args, cond.span)
+    return None

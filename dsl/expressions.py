@@ -17,11 +17,13 @@ from mkemu.dsl.builtins import BUILTINS, Builtins
 from mkemu.dsl.declarations import Declarations
 from mkemu.dsl.folding import broadcast, fold_int, linear
 from mkemu.dsl.values import (
-    POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, describe, tile_desc,
+    POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, ViewChoice, describe,
+    tile_desc,
 )
 from mkemu.errors import SourceSpan
 
 ARITH_OPS = ("+", "-", "*", "/")
+DMA_VALUES = (DmaHandle, ir.Dma, DmaChoice)
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 INT_OPS = ("%", "<<", ">>")
 BIT_OPS = ("&", "|", "^")
@@ -157,12 +159,14 @@ class Expressions(Declarations):
                 return f"{v.buffer.space} view {v.dtype}{describe(v.shape)} of '{v.buffer.name}'"
             case ir.SemRef():
                 return "a semaphore array" if v.sem.count is not None and v.index is None else "a semaphore"
-            case DmaHandle() | ir.Dma():
+            case DmaHandle() | ir.Dma() | DmaChoice():
                 return "a DMA"
             case DmaCount():
                 return "a count of DMAs"
             case StructVal():
                 return f"an instance of struct '{v.decl.name}'"
+            case ViewChoice():
+                return f"a run-time choice of views {v.dtype}{describe(v.shape)}"
         if isinstance(v, ir.TILE_NODES):
             return f"a tile {tile_desc(v)}"
         return "a value"
@@ -206,10 +210,10 @@ class Expressions(Declarations):
     def binary(self, op: str, a, b, span: SourceSpan):
         if a is POISON or b is POISON:
             return POISON
-        if op == "*" and (isinstance(a, (DmaHandle, ir.Dma)) or isinstance(b, (DmaHandle, ir.Dma))):
+        if op == "*" and (isinstance(a, DMA_VALUES) or isinstance(b, DMA_VALUES)):
             return self.dma_count(a, b, span)
         for v, side in ((a, "left"), (b, "right")):
-            if isinstance(v, (ir.SemRef, DmaHandle, ir.Dma)) or (
+            if isinstance(v, (ir.SemRef, ViewChoice) + DMA_VALUES) or (
                 isinstance(v, ir.Ref) and v.buffer.slots is not None and v.slot is None
             ):
                 return self.error(span, f"operator '{op}' cannot take {self.kind_name(v)}")
@@ -261,8 +265,8 @@ class Expressions(Declarations):
 
     def dma_count(self, a, b, span: SourceSpan):
         """`n * copy(...)` (or `copy(...) * n`, `n * h`): n copies like this one, waited at once."""
-        dma, n = (a, b) if isinstance(a, (DmaHandle, ir.Dma)) else (b, a)
-        if isinstance(n, (DmaHandle, ir.Dma)):
+        dma, n = (a, b) if isinstance(a, DMA_VALUES) else (b, a)
+        if isinstance(n, DMA_VALUES):
             return self.error(span, "'*' of two DMAs: a count times one copy is what a wait takes")
         n = self.as_scalar(n, span, "a count of copies")
         if n is POISON:
@@ -576,6 +580,8 @@ class Expressions(Declarations):
         recv = self.sem_arg(node.args[3], scope) if is_remote else None
         ok = True
         for v, a, what in ((src, node.args[0], "source"), (dst, dst_node, "destination")):
+            if isinstance(v, ViewChoice):
+                v = v.first   # the alternatives share dtype, shape and space (checked by select)
             if v is POISON:
                 ok = False
             elif not isinstance(v, ir.Ref):
@@ -589,20 +595,30 @@ class Expressions(Declarations):
                 ok = False
         if not ok or POISON in (sem, recv, target):
             return POISON
+        if isinstance(src, ViewChoice) or isinstance(dst, ViewChoice):
+            return self.copy_choice(src, dst, sem, target, recv, node.span)
         if src.dtype != dst.dtype:
             return self.error(node.span, f"dtype mismatch: copy from {src.dtype} to {dst.dtype} (DMAs do not convert)")
 
-        def squeeze(shape):
-            shape = list(shape)
-            while shape and shape[0] == 1:
-                shape.pop(0)
-            return tuple(shape)
-
-        if squeeze(src.shape) != squeeze(dst.shape):
+        if _squeeze(src.shape) != _squeeze(dst.shape):
             return self.error(
                 node.span, f"shape mismatch: copy from {describe(src.shape)} to {describe(dst.shape)}"
             )
         return ir.Dma(src, dst, sem, target, recv, src.size_bytes, node.span)
+
+    def copy_choice(self, src, dst, sem, target, recv, span):
+        """A copy from or to a run-time choice of views: a choice of copies."""
+        for side, v in (("src", src), ("dst", dst)):
+            if isinstance(v, ViewChoice):
+                pick = {"src": lambda x: (x, dst), "dst": lambda x: (src, x)}[side]
+                a = self.copy_choice(*pick(v.a), sem, target, recv, span)
+                b = self.copy_choice(*pick(v.b), sem, target, recv, span)
+                return POISON if POISON in (a, b) else DmaChoice(v.cond, a, b)
+        if src.dtype != dst.dtype:
+            return self.error(span, f"dtype mismatch: copy from {src.dtype} to {dst.dtype} (DMAs do not convert)")
+        if _squeeze(src.shape) != _squeeze(dst.shape):
+            return self.error(span, f"shape mismatch: copy from {describe(src.shape)} to {describe(dst.shape)}")
+        return ir.Dma(src, dst, sem, target, recv, src.size_bytes, span)
 
     def sem_arg(self, a, scope):
         v = self.expr(a, scope)
@@ -614,3 +630,10 @@ class Expressions(Declarations):
             return self.error(a.span, f"semaphore array '{v.sem.name}' needs an index: {v.sem.name}[i]")
         return v
 
+
+def _squeeze(shape) -> tuple[int, ...]:
+    """A shape without its leading 1s (a copy may drop or add them)."""
+    shape = list(shape)
+    while shape and shape[0] == 1:
+        shape.pop(0)
+    return tuple(shape)

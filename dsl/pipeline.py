@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.generics import Generics
-from mkemu.dsl.values import POISON, ConstVal, Scope, describe
+from mkemu.dsl.values import POISON, ConstVal, DmaChoice, Scope, ViewChoice, describe
 
 
 class Pipelines(Generics):
@@ -145,6 +145,8 @@ class Pipe:
         v = self.c.expr(st.view, scope)
         if v is POISON:
             return None
+        if isinstance(v, ViewChoice):   # a tile from one of several arrays: checked by select
+            return v
         if not isinstance(v, ir.Ref) or (v.buffer.slots is not None and v.slot is None):
             self.c.error(st.view.span, f"a pipeline stream is a view of a buffer (tile t of an array), got "
                                        f"{self.c.kind_name(v)}")
@@ -164,7 +166,8 @@ class Pipe:
         c = self.c
         if st.via is None:
             depth = self.depth_given or 2
-            buf = ir.Buffer(c.unique(st.name), "vmem" if tile.buffer.space == "hbm" else tile.buffer.space,
+            space = (tile.first if isinstance(tile, ViewChoice) else tile).buffer.space
+            buf = ir.Buffer(c.unique(st.name), "vmem" if space == "hbm" else space,
                             tile.dtype, tile.shape, depth, st.span, "local")
             if buf.space == "smem" and buf.dtype != "i32":
                 buf = ir.Buffer(buf.name, "vmem", buf.dtype, buf.shape, depth, st.span, "local")
@@ -204,10 +207,16 @@ class Pipe:
         return ir.Ref(buf, index, tuple(self.const(0) for _ in buf.shape), tile.shape, self.span)
 
     # -- DMAs (with the semaphore bookkeeping of start/wait statements)
-    def start_copy(self, src: ir.Ref, dst: ir.Ref, sems: ir.Semaphore, index, out: list) -> None:
-        sref = ir.SemRef(sems, index, self.span)
+    def start_copy(self, src, dst, sems: ir.Semaphore, index, out: list) -> None:
         self.c.post(sems, self.span, "pipeline copy started")
-        out.append(ir.DmaStart(ir.Dma(src, dst, sref, None, None, src.size_bytes, self.span), self.span))
+        out.append(self.c.start_of(self.copy_of(src, dst, ir.SemRef(sems, index, self.span)), self.span))
+
+    def copy_of(self, src, dst, sref):
+        """The copy of a tile (a choice of copies when the view is a run-time choice)."""
+        for v, pick in ((src, lambda x: (x, dst)), (dst, lambda x: (src, x))):
+            if isinstance(v, ViewChoice):
+                return DmaChoice(v.cond, self.copy_of(*pick(v.a), sref), self.copy_of(*pick(v.b), sref))
+        return ir.Dma(src, dst, sref, None, None, src.size_bytes, self.span)
 
     def wait_copy(self, sems: ir.Semaphore, index, size_bytes: int, out: list) -> None:
         self.c.ctx.waited.add(sems)

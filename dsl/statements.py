@@ -12,7 +12,7 @@ from __future__ import annotations
 from mkemu.dsl import ast, ir
 from mkemu.dsl.expressions import Expressions
 from mkemu.dsl.folding import broadcast, linear
-from mkemu.dsl.values import POISON, ConstVal, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 
 
 class Statements(Expressions):
@@ -111,7 +111,7 @@ class Statements(Expressions):
                 return FloatVal(v.value)
             case ir.SemRef():
                 return v
-            case ir.Dma():
+            case ir.Dma() | DmaChoice():
                 h = DmaHandle(name, v, span)
                 self.ctx.handles.append(h)
                 return h
@@ -303,7 +303,7 @@ class Statements(Expressions):
             return None, None
         if isinstance(v, DmaHandle):
             return v.dma, v
-        if isinstance(v, ir.Dma):
+        if isinstance(v, (ir.Dma, DmaChoice)):
             return v, None
         self.error(node.span, f"expected a DMA (a copy(...) or a name bound to one), got {self.kind_name(v)}")
         return None, None
@@ -317,7 +317,13 @@ class Statements(Expressions):
         self.post(dma.sem.sem, s.span, "DMA started")
         if dma.recv_sem is not None:
             self.post(dma.recv_sem.sem, s.span, "remote DMA started (receive side)")
-        out.append(ir.DmaStart(dma, s.span))
+        out.append(self.start_of(dma, s.span))
+
+    def start_of(self, dma, span):
+        """The statement that starts a copy: a branch for a choice of copies."""
+        if isinstance(dma, DmaChoice):
+            return ir.If(dma.cond, (self.start_of(dma.a, span),), (self.start_of(dma.b, span),), span)
+        return ir.DmaStart(dma, span)
 
     def s_Wait(self, s: ast.Wait, scope, out) -> None:
         v = self.expr(s.dma, scope)
@@ -326,7 +332,7 @@ class Statements(Expressions):
             count, dma, handle = v.count, v.dma, v.handle
         elif isinstance(v, DmaHandle):
             dma, handle = v.dma, v
-        elif isinstance(v, ir.Dma):
+        elif isinstance(v, (ir.Dma, DmaChoice)):
             dma, handle = v, None
         else:
             if v is not POISON:
@@ -343,7 +349,7 @@ class Statements(Expressions):
         self.ctx.waited.add(sem.sem)
         self.ctx.waits.append((sem.sem, s.span))
         if count is None:
-            out.append(ir.DmaWait(dma, side, s.span))
+            out.append(ir.DmaWait(dma.first if isinstance(dma, DmaChoice) else dma, side, s.span))
         else:
             amount = self.scalar_binary("*", count, ir.Const(dma.size_bytes, s.span), s.span)
             out.append(ir.SemWait(sem, amount, s.span))

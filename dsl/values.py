@@ -53,6 +53,62 @@ class DmaHandle:
 
 
 @attrs.frozen
+class ViewChoice:
+    """`select(cond, a, b)` of two views of one dtype and shape with a run-time cond:
+    only a copy can use it (its start becomes a branch)."""
+
+    cond: object             # a bool scalar expression
+    a: "ir.Ref | ViewChoice"
+    b: "ir.Ref | ViewChoice"
+
+    @property
+    def first(self) -> ir.Ref:
+        return self.a.first if isinstance(self.a, ViewChoice) else self.a
+
+    @property
+    def dtype(self) -> str:
+        return self.first.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.first.shape
+
+    @property
+    def size_bytes(self) -> int:
+        return self.first.size_bytes
+
+
+@attrs.frozen
+class DmaChoice:
+    """A copy whose source or destination is a ViewChoice: `start` issues one of two
+    copies; both move the same bytes on the same semaphores, so a wait is one wait."""
+
+    cond: object
+    a: "ir.Dma | DmaChoice"
+    b: "ir.Dma | DmaChoice"
+
+    @property
+    def first(self) -> ir.Dma:
+        return self.a.first if isinstance(self.a, DmaChoice) else self.a
+
+    @property
+    def sem(self):
+        return self.first.sem
+
+    @property
+    def recv_sem(self):
+        return self.first.recv_sem
+
+    @property
+    def target(self):
+        return self.first.target
+
+    @property
+    def size_bytes(self) -> int:
+        return self.first.size_bytes
+
+
+@attrs.frozen
 class DmaCount:
     """`n * copy(...)`: n copies of one shape on one semaphore, for a single `wait`."""
 

@@ -100,16 +100,19 @@ def test_logic_on_integers_and_mixed_comparison(tmp_path, monkeypatch):
 
 
 def test_select_with_a_runtime_condition_picks_scalars_only(tmp_path, monkeypatch):
-    out = kernel_errors("x = select(core_id() == 0, x, x * 2.0);\nlet n = select(core_id() == 0, 1, true);",
-                        tmp_path, monkeypatch)
+    out = kernel_errors("x = select(core_id() == 0, x, x * 2.0);\nlet n = select(core_id() == 0, 1, true);\n"
+                        "let v = select(core_id() == 0, a, a[:, 0:128]);", tmp_path, monkeypatch)
     assert out == (
-        "prog.mk:5:9: error: with a runtime condition, select() picks between two scalars, got vmem view "
-        "f32[8, 256] of 'x' (for tiles use where(mask, a, b))\n"
+        "prog.mk:5:9: error: with a run-time condition, select() picks between two scalars or two views (for a "
+        "copy), got a tile f32[8, 256] (for tiles use where(mask, a, b))\n"
         "      x = select(core_id() == 0, x, x * 2.0);\n"
         "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
         "prog.mk:6:13: error: select() needs two values of one type, got a bool and an integer\n"
         "      let n = select(core_id() == 0, 1, true);\n"
-        "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
+        "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "prog.mk:7:13: error: select() between views needs one dtype and shape, got f32[8, 256] and f32[8, 128]\n"
+        "      let v = select(core_id() == 0, a, a[:, 0:128]);\n"
+        "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
     )
 
 

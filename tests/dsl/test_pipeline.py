@@ -94,3 +94,32 @@ input q = a[:, 0:128];
         "      input q = a[:, 0:128];\n"
         "      ^^^^^^^^^^^^^^^^^^^^^^"
     )
+
+
+def test_tiles_from_two_arrays_through_a_run_time_select():
+    # y = x @ [w1 | w2]: tile j comes from w1 for j < 2, from w2 after; and one copy
+    # whose source is picked at run time.
+    text = """
+kernel k(x: hbm bf16[8, 256], w1: hbm bf16[256, 256], w2: hbm bf16[256, 256], y: hbm f32[8, 512],
+         z: hbm bf16[2, 256, 128]) {
+    vmem xv: bf16[8, 256];
+    vmem zv: bf16[256, 128];
+    sem s;
+    start copy(x, xv, s);
+    wait copy(x, xv, s);
+    pipeline j in 0..4 depth 3 {
+        input wt = select(j < 2, w1[:, j * 128 +: 128], w2[:, (j - 2) * 128 +: 128]);
+        output yt = y[:, j * 128 +: 128];
+        yt = matmul(xv, wt);
+    }
+    let h = copy(select(core_id() == 0, w2[:, 128:256], w1[:, 0:128]), zv, s);
+    start h;
+    wait h;
+    start copy(zv, z[core_id()], s);
+    wait copy(zv, z[core_id()], s);
+}
+"""
+    x, w1, w2 = bf16(8, 256), bf16(256, 256), bf16(256, 256)
+    outs, _, _ = run(text, {"x": x, "w1": w1, "w2": w2})
+    same(mm(x, np.concatenate([w1, w2], axis=1)), outs["y"])
+    same(np.stack([w2[:, 128:256], w1[:, 0:128]]), outs["z"])   # core 0 picks w2, core 1 w1
