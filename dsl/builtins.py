@@ -226,7 +226,8 @@ class Builtins:
             return self.view_choice(cond, a, b)
         sa, sb = c.scalarish(a), c.scalarish(b)
         if sa is None or sb is None:
-            other = a if sa is None else b
+            views = (ir.Ref, ViewChoice)
+            other = b if isinstance(a, views) or (sa is not None and not isinstance(b, views)) else a
             return c.error(node.span, f"with a run-time condition, select() picks between two scalars or two "
                                       f"views (for a copy), got {c.kind_name(other)} (for tiles use where(mask, a, b))")
         if ir.scalar_dtype(sa) != ir.scalar_dtype(sb):
