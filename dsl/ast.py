@@ -264,14 +264,14 @@ class For:
 
 @attrs.frozen
 class Pipeline:
-    """`pipeline t in a..b [step s] [depth d] [prefetch | primed] { streams; body }`."""
+    """`pipeline t in a..b [step s] [depth d] [part p] { streams; body }`."""
 
     var: str
     start: Expr
     stop: Expr
     step: Expr | None
     depth: Expr | None
-    part: str | None   # None (all of it), "prefetch" (the first tiles only), "primed" (the rest)
+    part: Expr | None   # whole (0, the default), prefetch (1: the first tiles only), primed (2: the rest)
     body: Block
     span: SourceSpan
     var_span: SourceSpan

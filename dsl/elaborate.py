@@ -158,7 +158,12 @@ class Elaborator(Calls):
                 self.ctx = None
                 return
             self.define(scope, p.name, entity, p.name_span, "parameter")
+        before = dict(self.errors)
         self.block(decl.body, scope)
+        if self.ctx.call_dependent:
+            # Sizes, counts or parts that come from scalar parameters: what follows from them
+            # is only known at a call, where the body is checked with the arguments.
+            self.errors = before
         self.ctx = None
 
     def fn_param_entity(self, p: ast.Param, scope: Scope):

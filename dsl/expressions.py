@@ -24,6 +24,8 @@ from mkemu.errors import SourceSpan
 
 ARITH_OPS = ("+", "-", "*", "/")
 DMA_VALUES = (DmaHandle, ir.Dma, DmaChoice)
+# The parts a pipeline can run (`part prefetch`): builtin compile-time integers.
+PIPELINE_PARTS = ("whole", "prefetch", "primed")
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 INT_OPS = ("%", "<<", ">>")
 BIT_OPS = ("&", "|", "^")
@@ -39,7 +41,7 @@ class Expressions(Declarations):
             return v.value
         if isinstance(v, ir.Const):
             self.error(node.span, f"{what} must be a compile-time integer, got a bool; convert it with i32(...)")
-        elif v is not POISON:
+        elif v is not POISON and not self.call_dependent(v):
             self.error(node.span, f"{what} must be a compile-time integer")
         return None
 
@@ -49,9 +51,17 @@ class Expressions(Declarations):
             return bool(v.value)
         if isinstance(v, ir.Const):
             self.error(node.span, f"{what} must be a bool, got an integer; compare it (e.g. x != 0)")
-        elif v is not POISON:
+        elif v is not POISON and not self.call_dependent(v):
             self.error(node.span, f"{what} must be a compile-time bool")
         return None
+
+    def call_dependent(self, v) -> bool:
+        """In an fn checked on its own, a compile-time value that comes from a scalar
+        parameter is known only at a call (a constant argument): the fn is checked there."""
+        if self.ctx is None or self.ctx.mode != "fn" or not _reads_param(v):
+            return False
+        self.ctx.call_dependent = True
+        return True
 
     def expr(self, node, scope: Scope):
         match node:
@@ -82,6 +92,8 @@ class Expressions(Declarations):
                 return ir.FloatConst(math.inf, node.span)
             if node.name in ("true", "false"):
                 return ir.Const(int(node.name == "true"), node.span, "bool")
+            if node.name in PIPELINE_PARTS:
+                return ir.Const(PIPELINE_PARTS.index(node.name), node.span)
             if node.name in BUILTINS:
                 return self.error(node.span, f"'{node.name}' is a builtin function; call it with (...)")
             return self.error(node.span, f"unknown name '{node.name}'")
@@ -637,3 +649,12 @@ def _squeeze(shape) -> tuple[int, ...]:
     while shape and shape[0] == 1:
         shape.pop(0)
     return tuple(shape)
+
+
+def _reads_param(e) -> bool:
+    """Whether a scalar expression reads a parameter of the fn being checked."""
+    if isinstance(e, ir.ScalarRead):
+        return e.var.kind == "param"
+    if isinstance(e, ir.ScalarOp):
+        return any(_reads_param(a) for a in e.args)
+    return False

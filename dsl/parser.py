@@ -299,9 +299,6 @@ class _Builder(Transformer):
         var, start, stop, step, depth, part, body = c
         return ast.Pipeline(str(var), start, stop, step, depth, part, body, self._span(meta), self._tspan(var))
 
-    def pipe_part(self, meta, c):
-        return str(c[0])
-
     def pipe_stream(self, meta, c):
         kind, name, view = str(c[0]), c[1], c[3]
         via = (c[5], c[7]) if len(c) > 5 and c[5] is not None and c[5] != ";" else None

@@ -5,7 +5,7 @@ the index map says which block of each operand it sees; the pipeline double-buff
 the copies), a kernel author writes the tile body and the view of tile t of each
 operand; this module generates the slots, the semaphores and the slot arithmetic:
 
-    pipeline t in A..B [step S] [depth D] [prefetch | primed] {
+    pipeline t in A..B [step S] [depth D] [part P] {
         input x = VIEW_X(t) [via BUF, SEMS];    // copied into a slot before the body
         output y = VIEW_Y(t);                   // copied out of a slot after it
         ... body: x and y are this tile's VMEM slots ...
@@ -27,9 +27,11 @@ takes exactly one tile's bytes, so nothing is worked out by hand.
 `via BUF, SEMS` uses an existing buffer array (D = its slot count; a slot may be
 larger than the tile, which then takes its leading rows and columns) and semaphore
 array instead of fresh ones, so several pipelines can share one ring of VMEM. Then a
-pipeline can be split: `prefetch` only starts the prologue (the first D - 1 tiles,
-e.g. a layer ahead), and a later `primed` pipeline over the same tiles and slots does
-the rest.
+pipeline can be split: `part prefetch` only starts the prologue (the first D - 1
+tiles, e.g. a layer ahead; the body is not run), and a later `part primed` run of the
+same pipeline over the same slots does the rest. P is a compile-time integer
+(`whole` = 0, the default; `prefetch` = 1; `primed` = 2), so one fn holding the
+pipeline serves both: called once with `prefetch` and later with `primed`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Pipelines(Generics):
         if depth is not None and depth <= 0:
             self.error(s.depth.span, f"the pipeline depth must be positive, got {depth}")
             depth = None
+        part = 0 if s.part is None else self.const_int(s.part, scope, "the part of a pipeline")
+        if part is not None and part not in (0, 1, 2):
+            self.error(s.part.span, f"the part of a pipeline is whole (0), prefetch (1) or primed (2), got {part}")
+            part = None
         streams, body = [], list(s.body.stmts)
         while body and isinstance(body[0], ast.PipeStream):
             streams.append(body.pop(0))
@@ -66,17 +72,19 @@ class Pipelines(Generics):
         if not streams and not misplaced:
             self.error(s.span, "a pipeline needs at least one stream: `input x = VIEW;` or `output y = VIEW;` at "
                                "the top of its block")
-        if POISON in (start, stop) or step is None or (s.depth is not None and depth is None) or not streams:
+        if POISON in (start, stop) or None in (step, part) or (s.depth is not None and depth is None) \
+                or not streams:
             return
-        Pipe(self, s, scope, start, stop, step, depth, streams, body).emit(out)
+        Pipe(self, s, scope, start, stop, step, depth, ("whole", "prefetch", "primed")[part], streams,
+             body).emit(out)
 
 
 class Pipe:
     """One pipeline statement being elaborated."""
 
     def __init__(self, c: Pipelines, s: ast.Pipeline, scope: Scope, start, stop, step: int, depth: int | None,
-                 streams: list[ast.PipeStream], body: list):
-        self.c, self.s, self.scope = c, s, scope
+                 part: str, streams: list[ast.PipeStream], body: list):
+        self.c, self.s, self.scope, self.part = c, s, scope, part
         self.start, self.stop, self.step = start, stop, step
         self.depth_given, self.streams, self.body = depth, streams, body
         self.inputs = [st for st in streams if st.kind == "input"]
@@ -225,23 +233,19 @@ class Pipe:
 
     # -- the whole statement
     def emit(self, out: list) -> None:
-        c, s = self.c, self.s
-        if s.part is not None:
+        c, part = self.c, self.part
+        if part != "whole":
             unshared = [st for st in self.inputs if st.via is None]
             if unshared:
-                c.error(unshared[0].span, f"the inputs of a {s.part} pipeline give their slots with `via BUF, SEMS` "
-                                          "(the prefetch and the primed run share them)")
+                c.error(unshared[0].span, f"the inputs of a pipeline run in parts ({part}) give their slots with "
+                                          "`via BUF, SEMS` (the prefetch and the primed run share them)")
                 return
-        if s.part == "prefetch" and (self.outputs or self.body):
-            extra = self.outputs[0].span if self.outputs else self.body[0].span
-            c.error(extra, "a prefetch pipeline only starts its first input tiles: it has input streams and no "
-                           "outputs or body (those belong to the primed run)")
-            return
         n = self.tile_count(out)
         # Probe each stream at its first tile: dtype, shape, slots (and static bounds at t = start).
         probe = self.bind_t(self.const(0), self.scope, out)
         slots = {}
-        for st in self.streams:
+        # A prefetch starts input tiles only: the outputs and the body belong to the primed run.
+        for st in self.inputs if part == "prefetch" else self.streams:
             tile = self.view(st, probe)
             if tile is None:
                 return
@@ -254,7 +258,7 @@ class Pipe:
             c.error(self.span, f"the streams of a pipeline share one depth; their slots have {sorted(depths)}")
             return
         depth = depths.pop()
-        if s.part != "primed":
+        if part != "primed":
             for j in range(depth - 1):
                 cond = self.op("<", self.const(j), n)
                 if isinstance(cond, ir.Const) and not cond.value:
@@ -262,7 +266,7 @@ class Pipe:
                 block: list = []
                 self.issue(self.const(j), depth, slots, self.scope, block)
                 out.extend(block if isinstance(cond, ir.Const) else [ir.If(cond, tuple(block), (), self.span)])
-        if s.part == "prefetch":
+        if part == "prefetch":
             return
         self.loop(n, depth, slots, out)
         for st in self.outputs:   # the last min(n, depth) write-backs

@@ -183,6 +183,7 @@ class KernelCtx:
     handles: list = attrs.Factory(list)
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
-    host_sites: dict = attrs.Factory(dict)   # host array name -> the declaration that made it
+    host_sites: dict = attrs.Factory(dict)
+    call_dependent: bool = False   # an fn checked alone needed a parameter's value at compile time   # host array name -> the declaration that made it
     launches: list = attrs.Factory(list)
     kernels: dict = attrs.Factory(dict)

@@ -51,11 +51,10 @@ pipeline t in 0..2 {
     input xt = a[:, t * 128 +: 128];
 }
 pipeline t in 0..2 { x = x * 2.0; }
-pipeline t in 0..2 prefetch {
+pipeline t in 0..2 part 3 {
     input wt = w[0:128, t * 128 +: 128] via ring, rs;
-    output yt = a[:, t * 128 +: 128];
 }
-pipeline t in 0..2 primed {
+pipeline t in 0..2 part primed {
     input wt = w[0:128, t * 128 +: 128];
     x = x * 2.0;
 }
@@ -75,21 +74,20 @@ input q = a[:, 0:128];
         "the top of its block\n"
         "      pipeline t in 0..2 { x = x * 2.0; }\n"
         "      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-        "prog.mk:16:9: error: a prefetch pipeline only starts its first input tiles: it has input streams and no "
-        "outputs or body (those belong to the primed run)\n"
-        "          output yt = a[:, t * 128 +: 128];\n"
-        "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-        "prog.mk:19:9: error: the inputs of a primed pipeline give their slots with `via BUF, SEMS` (the prefetch "
-        "and the primed run share them)\n"
+        "prog.mk:14:29: error: the part of a pipeline is whole (0), prefetch (1) or primed (2), got 3\n"
+        "      pipeline t in 0..2 part 3 {\n"
+        "                              ^\n"
+        "prog.mk:18:9: error: the inputs of a pipeline run in parts (primed) give their slots with `via BUF, "
+        "SEMS` (the prefetch and the primed run share them)\n"
         "          input wt = w[0:128, t * 128 +: 128];\n"
         "          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-        "prog.mk:23:45: error: slots f32[8, 64] of 'small' cannot hold the tile f32[8, 128]\n"
+        "prog.mk:22:45: error: slots f32[8, 64] of 'small' cannot hold the tile f32[8, 128]\n"
         "          input xt = a[:, t * 128 +: 128] via small, rs;\n"
         "                                              ^^^^^\n"
-        "prog.mk:26:55: error: 'ring' has 2 slots but 'rs3' 3 semaphores: one per slot\n"
+        "prog.mk:25:55: error: 'ring' has 2 slots but 'rs3' 3 semaphores: one per slot\n"
         "          input wt = w[0:128, t * 128 +: 128] via ring, rs3;\n"
         "                                                        ^^^\n"
-        "prog.mk:28:5: error: 'input q = ...' declares a stream of a pipeline: it goes at the top of a pipeline's "
+        "prog.mk:27:5: error: 'input q = ...' declares a stream of a pipeline: it goes at the top of a pipeline's "
         "block\n"
         "      input q = a[:, 0:128];\n"
         "      ^^^^^^^^^^^^^^^^^^^^^^"
