@@ -264,8 +264,16 @@ class Pipe:
                 if isinstance(cond, ir.Const) and not cond.value:
                     break
                 block: list = []
-                self.issue(self.const(j), depth, slots, self.scope, block)
-                out.extend(block if isinstance(cond, ir.Const) else [ir.If(cond, tuple(block), (), self.span)])
+                if isinstance(cond, ir.Const):
+                    self.issue(self.const(j), depth, slots, self.scope, block)
+                    out.extend(block)
+                    continue
+                # Whether tile j exists is known at run time only: its views are not
+                # bounds-checked statically (a tile index of unknown range).
+                var = ir.ScalarVar(c.unique(f"{self.s.var}#first"), "let", self.span)
+                block.append(ir.LetScalar(var, self.const(j), self.span))
+                self.issue(ir.ScalarRead(var, self.span), depth, slots, self.scope, block)
+                out.append(ir.If(cond, tuple(block), (), self.span))
         if part == "prefetch":
             return
         self.loop(n, depth, slots, out)
