@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from mkemu.dsl import ast, ir
+from mkemu.dsl import ast, ir, layout
 from mkemu.dsl.folding import broadcast
 from mkemu.dsl.values import POISON, DmaChoice, DmaHandle, Scope, ViewChoice, bf16_hint, describe, tile_desc
 
@@ -26,7 +26,7 @@ SPMD_ARITY = {
 BUILTINS = frozenset(
     FLOAT_UNARY
     + ("abs", "max", "min", "sum", "argmax", "where", "f32", "bf16", "i32", "iota",
-       "matmul", "transpose", "scalar", "select", "bytes", "copy", "signal", "barrier")
+       "matmul", "transpose", "scalar", "select", "bytes", "vmem_bytes", "copy", "signal", "barrier")
     + tuple(SPMD_ARITY)
 )
 
@@ -276,6 +276,22 @@ class Builtins:
         if len(spaces) != 1:
             return c.error(node.span, f"select() between views needs one memory space, got {' and '.join(sorted(spaces))}")
         return ViewChoice(cond, a, b)
+
+    def b_vmem_bytes(self):
+        """`vmem_bytes(S)`: the VMEM an instance of struct S takes, laid out as the back end
+        lays it out (docs/language.md, "Back end rules"): a compile-time integer, for
+        VMEM maps computed in the program (`const RING = BUDGET - vmem_bytes(Bufs);`)."""
+        node, c = self.node, self.c
+        arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+        decl = c.struct_named(arg.name) if isinstance(arg, ast.Name) else None
+        if decl is None:
+            return c.error(node.span, "vmem_bytes() takes the name of a struct: vmem_bytes(S)")
+        inst = c.instantiate(decl, lambda m: m, "local", ("hbm", "vmem", "smem", "sem"), node.span, "")
+        if inst is POISON:
+            return POISON
+        total = sum(layout.vmem_slot_bytes(b.dtype, b.shape) * (b.slots or 1)
+                    for b in inst.members.values() if isinstance(b, ir.Buffer) and b.space == "vmem")
+        return ir.Const(total, node.span)
 
     def b_f32(self):
         return self.convert("f32")

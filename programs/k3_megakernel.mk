@@ -10,9 +10,7 @@
 // (programs/k3/attention.mk, ffn.mk, moe_ep.mk), shared with the super-operators; the
 // maths is programs/k3/model.mk; the layout of everything: docs/k3_programs.md.
 import "k3/tensors.mk";
-import "k3/attention.mk";
-import "k3/ffn.mk";
-import "k3/moe_ep.mk";
+import "k3/vmem.mk";
 
 reference "mkemu.programs.k3.driver:drive";
 
@@ -129,12 +127,8 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
             xb = bf16(x);
         }
         lm_stream(primed, w, me, xb, f, r, c);
-        if !LM_ROOT {
-            all_gather(f.src, c.g_lm, NVB, me, 1, c.r_lm, net);
-        }
+        logits_out(o, me, f, c, dbg, net);
         if me == 0 {
-            start copy(c.g_lm, o.logits, dbg);
-            wait copy(c.g_lm, o.logits, dbg);
             wait 2 * copy(h, o.dbg_attn[0], dbg);
         }
         drain(net);

@@ -37,6 +37,10 @@ struct AttnBufs {
     ctx: vmem f32[NHL][BATCH, KVRANK];           // MLA: each head's context
     ckv: vmem bf16[BATCH, KVRANK];               // MLA: the new latent (the cache row)
     cqb: vmem bf16[BATCH, QRANK];                // MLA: the normalised query latent
+    hr: vmem bf16[2][HD, DIM];                   // a head's rows of wo (its ring)
+    cr: vmem bf16[2][MAXSEQ, KVRANK];            // one sequence's MLA cache (its ring)
+    hrs: sem[2];
+    crs: sem[2];
     wa: sem[2];                                  // side fetches of slot set sl
     stw: sem;                                    // state and cache write-backs
 }
@@ -65,7 +69,7 @@ fn kda_x(part: i32, w: K3Weights, ai: i32, me: i32, xb: vmem bf16[BATCH, DIM], a
 fn kda_wo(part: i32, w: K3Weights, ai: i32, me: i32, a: AttnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     let nt = (max(NKT - me, 0) + NCORES - 1) / NCORES;
     pipeline t in 0..nt part part {
-        input wo = w.kda_wo[ai, (me + t * NCORES) % HEADS * HD +: HD, :] via r.hr, r.hrs;
+        input wo = w.kda_wo[ai, (me + t * NCORES) % HEADS * HD +: HD, :] via a.hr, a.hrs;
         let task = me + t * NCORES;
         a.a_src[t][0:RB, :] = matmul(bf16(a.oh[t][0:RB, :]), wo);
         ar_send(a.a_src[t][0:RB, :], c.g_a, g * PPH + task % HEADS, task / HEADS * RB, 0, NDB, RS_A, me,
@@ -179,7 +183,7 @@ fn mla_cache_rows(part: i32, st: K3State, mi: i32, me: i32, pos: i32, a: AttnBuf
     vmem cx: f32[NHL, KVRANK];
     let copy0 = (mi * CORES_PER_CHIP + core_id()) * BATCH;
     pipeline b in 0..select(me < HEADS, BATCH, 0) part part {
-        input cb = st.mla_cache[copy0 + b] via r.cr, r.crs;
+        input cb = st.mla_cache[copy0 + b] via a.cr, a.crs;
         cb[pos +: 1, :] = a.ckv[b:b + 1, :];
         for t in 0..NHL {
             qs[t:t + 1, :] = a.qt[t][b:b + 1, :];
@@ -197,7 +201,7 @@ fn mla_cache_rows(part: i32, st: K3State, mi: i32, me: i32, pos: i32, a: AttnBuf
 fn mla_wo(part: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     let nh = (max(HEADS - me, 0) + NCORES - 1) / NCORES;
     pipeline t in 0..nh part part {
-        input wo = w.mla_wo[mi, (me + t * NCORES) * HD +: HD, :] via r.hr, r.hrs;
+        input wo = w.mla_wo[mi, (me + t * NCORES) * HD +: HD, :] via a.hr, a.hrs;
         a.oh[t] = matmul(bf16(a.ctx[t]), a.mwuv[sl * NHL + t]) * sigmoid(a.pr[:, (NLATC + t) * HD +: HD]);
         a.a_src[t] = matmul(bf16(a.oh[t]), wo);
         ar_send(a.a_src[t], c.g_a, g * PPH + me + t * NCORES, 0, 0, NDB, RS_A, me, NCORES, c.r_o[g], net);

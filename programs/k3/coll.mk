@@ -10,11 +10,11 @@ struct Coll {
     g_att: vmem f32[GROT][BATCH, DIM];           // the attention sum, gathered (reduce-scatter form)
     g_lat: vmem f32[GROT][BATCH, QRANK + KVRANK];   // the MLA latent, gathered (split form)
     g_rl: vmem f32[GROT][BATCH, EPAD + LATENT];  // [router logits | moe_down], gathered (split form)
-    g_eo: vmem f32[GROT * PPE][BATCH, ECOLS];    // MoE parts (routed slot j, then shared TOPK + s)
+    g_eo: vmem f32[GROT * PPE][BATCH, ECOLS];    // MoE parts, tensor parallel (routed slot j, then shared TOPK + s)
     g_z: vmem f32[GROT][BATCH, LATENT];          // the MoE sum, gathered (reduce-scatter form)
     g_f: vmem f32[GROT][BATCH, DIM];             // the FFN output, gathered
     g_u: vmem f32[BATCH, DENSE_INTER];           // the dense hidden, gathered (split form)
-    g_lm: vmem f32[BATCH, VOCAB];                // the logits, on core 0
+    g_lm: vmem f32[BATCH, select(LM_ROOT, VOCAB, 128)];   // the logits, on core 0 (LM_ROOT)
     r_o: sem[GROT];
     r_att: sem[GROT];
     r_lat: sem[GROT];

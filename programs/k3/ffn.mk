@@ -32,12 +32,14 @@ struct FfnBufs {
     ug: vmem f32[2][BATCH, EINTER];              // a unit's hidden, gathered over the chip (unit parity)
     ub: vmem bf16[BATCH, max(EINTER, DENSE_INTER)];
     ey: vmem f32[NUNITS][BATCH, LATENT];         // each unit's output blocks (sources of its pushes)
-    src: vmem f32[BATCH, max(max(NUPC, ND2C), max(NIL, NVL)) * 128];   // this core's blocks (split forms)
+    src: vmem f32[BATCH, max(max(NDB, ND2C), max(NIL, NVL)) * 128];    // this core's blocks (split forms), EP's f rows
     eid: smem i32[BATCH * TOPK];                 // the top-k ids, row-major (the routing readback)
     dl: smem i32[BATCH * TOPK];                  // distinct routed experts in order of first use
     dp: smem i32[BATCH * TOPK];                  // (row, slot) -> its distinct expert
     seen: smem i32[NEXP];
     nd: smem i32[1];                             // how many distinct routed experts
+    dr: vmem bf16[NDR][DENSE_INTER, 128];        // the dense FFN's w2 blocks (their ring)
+    drs: sem[NDR];
     r_u: sem[2];                                 // unit hidden blocks arriving, by unit parity
     wf: sem[2];                                  // side fetches of the MoE layer, by slot set
 }
@@ -67,8 +69,10 @@ fn moe_side(mode: i32, w: K3Weights, fi: i32, sl: i32, me: i32, f: FfnBufs, s: s
     if me < NT_RD {
         cp1(mode, w.moe_bias[fi], f.mbias[sl], s);
     }
-    if RNARROW && select(REP_RD, me < NT_RD, me == 0) {
-        cp(mode, w.moe_router[fi], f.mrn[sl], s);
+    if RNARROW {
+        if select(REP_RD, me < NT_RD, me == 0) {
+            cp(mode, w.moe_router[fi], f.mrn[sl], s);
+        }
     }
 }
 
@@ -79,8 +83,10 @@ fn moe_side(mode: i32, w: K3Weights, fi: i32, sl: i32, me: i32, f: FfnBufs, s: s
 fn moe_route(w: K3Weights, fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, c: Coll, g: i32,
              net: Net) {
     region "router" {
-        if RNARROW && select(REP_RD, me < NT_RD, me == 0) {
-            select(REP_RD, c.g_rl[g], f.rl_src)[:, 0:EW] = matmul(xb, f.mrn[sl]);
+        if RNARROW {
+            if select(REP_RD, me < NT_RD, me == 0) {
+                select(REP_RD, c.g_rl[g], f.rl_src)[:, 0:EW] = matmul(xb, f.mrn[sl]);
+            }
         }
         if !REP_RD {
             all_gather(f.rl_src, c.g_rl[g], NRB, me, NT_RD, c.r_rl[g], net);
@@ -119,10 +125,10 @@ fn distinct(f: FfnBufs) {
 
 // Stage A of a unit (shared expert or routed, its row gx of the stacked arrays), split
 // over G cores (this one is cc): the w1 and w3 blocks of this core's hidden blocks
-// [cc*ceil(NXB/G), ..) in turn, their products with the latent input into f.a13.
+// [cc*NXB/G, (cc+1)*NXB/G) in turn, their products with the latent input into f.a13.
 fn unit_a(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, f: FfnBufs, r: Rings) {
-    let jb0 = min(NXB, cc * ((NXB + G - 1) / G));
-    let nb = min(NXB, jb0 + (NXB + G - 1) / G) - jb0;
+    let jb0 = cc * (NXB / G);
+    let nb = NXB / G;
     pipeline k in 0..2 * nb part part {
         input wt = select(k % 2 == 0,
                           select(shared, w.moe_shared_w1[gx, :, (jb0 + k / 2) * HD +: HD],
@@ -134,13 +140,24 @@ fn unit_a(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, f: Ff
 }
 
 // The unit's hidden u = silu(x w1) * (x w3), rounded to bf16 (as the matrix unit takes
-// it): this core's blocks, pushed to the G cores of the split (chip cores c0 .. c0+G-1,
-// into ug[k % 2] for the unit's ordinal k), then all of it once every block arrived.
-// (Two slots suffice: a core pushes unit k+1's blocks only after it received all of
-// unit k's, so its siblings are done with slot (k+1) % 2 = (k-1) % 2.)
+// it): this core's blocks, pushed to the G cores of the split (cores c0 .. c0+G-1, into
+// ug[k % 2] for the unit's ordinal k), then all of it once every block arrived. (Two
+// slots suffice: a core pushes unit k+1's blocks only after it received all of unit k's,
+// so its siblings are done with slot (k+1) % 2 = (k-1) % 2.) Unsplit (G = 1), all of it
+// at once.
 fn unit_hidden(G: i32, cc: i32, c0: i32, k: i32, me: i32, f: FfnBufs, net: Net) {
-    let jb0 = min(NXB, cc * ((NXB + G - 1) / G));
-    let nb = min(NXB, jb0 + (NXB + G - 1) / G) - jb0;
+    if G == 1 {
+        for i in 0..NXB {
+            f.ub[:, i * HD +: HD] = bf16(silu(f.a13[:, 2 * i * HD +: HD]) * f.a13[:, (2 * i + 1) * HD +: HD]);
+        }
+    } else {
+        unit_exchange(G, cc, c0, k, me, f, net);
+    }
+}
+
+fn unit_exchange(G: i32, cc: i32, c0: i32, k: i32, me: i32, f: FfnBufs, net: Net) {
+    let jb0 = cc * (NXB / G);
+    let nb = NXB / G;
     for i in 0..nb {
         f.um[:, i * HD +: HD] = f32(bf16(silu(f.a13[:, 2 * i * HD +: HD]) * f.a13[:, (2 * i + 1) * HD +: HD]));
     }
@@ -156,11 +173,11 @@ fn unit_hidden(G: i32, cc: i32, c0: i32, k: i32, me: i32, f: FfnBufs, net: Net) 
     f.ub[:, 0:EINTER] = bf16(f.ug[k % 2]);
 }
 
-// Stage B: the w2 blocks of this core's output blocks [cc*ceil(NLB/G), ..) into f.ey[k]
+// Stage B: the w2 blocks of this core's output blocks [cc*NLB/G, (cc+1)*NLB/G) into f.ey[k]
 // (k: the unit's ordinal in the layer on this core).
 fn unit_b(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, k: i32, f: FfnBufs, r: Rings) {
-    let jo0 = min(NLB, cc * ((NLB + G - 1) / G));
-    let no = min(NLB, jo0 + (NLB + G - 1) / G) - jo0;
+    let jo0 = cc * (NLB / G);
+    let no = NLB / G;
     pipeline t in 0..no part part {
         input wt = select(shared, w.moe_shared_w2[gx, :, (jo0 + t) * HD +: HD], w.moe_w2[gx, :, (jo0 + t) * HD +: HD])
                    via r.wr, r.wrs;
@@ -171,40 +188,39 @@ fn unit_b(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, k: i3
 // The unit's parts, tensor parallel: shared expert s is part TOPK + s (every row); routed
 // distinct expert i is part j of every row b that chose it in slot j, weighted by w_j.
 fn unit_parts(shared: bool, u: i32, i: i32, k: i32, me: i32, f: FfnBufs, c: Coll, g: i32, net: Net) {
-    let jo0 = min(NLB, core_id() * NOS);
-    let jo1 = min(NLB, jo0 + NOS);
+    let jo0 = me % ESPLIT * NOS;
     if shared {
-        ar_send(f.ey[k], c.g_eo, g * PPE + TOPK + u, 0, jo0, jo1, RS_E, me, NT_EO, c.r_eo[g], net);
+        ar_send(f.ey[k], c.g_eo, g * PPE + TOPK + u, 0, jo0, NOS, RS_E, me, NT_EO, c.r_eo[g], net);
     } else {
         for q in 0..BATCH * TOPK {
             if f.dp[q] == i {
                 let b = q / TOPK;
                 let j = q % TOPK;
                 f.ey[k][b:b + 1, :] = f.topw[b:b + 1, j:j + 1] * f.ey[k][b:b + 1, :];
-                ar_send(f.ey[k][b:b + 1, :], c.g_eo, g * PPE + j, b, jo0, jo1, RS_E, me, NT_EO, c.r_eo[g], net);
+                ar_send(f.ey[k][b:b + 1, :], c.g_eo, g * PPE + j, b, jo0, NOS, RS_E, me, NT_EO, c.r_eo[g], net);
             }
         }
     }
 }
 
-// This chip's units of MoE layer fi, one after the other, each split over the chip's
+// This group's units of MoE layer fi, one after the other, each split over the group's
 // cores; the first one's w1|w3 tiles were prefetched before routing when it is a shared
 // expert (its weights do not depend on the routing).
 fn moe_units(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
-    let chip = chip_id();
-    let cc = core_id();
+    let grp = me / ESPLIT;
+    let cc = me % ESPLIT;
     var k: i32 = 0;
-    for u in chip..NSHARED + f.nd[0] step NCHIPS {
+    for u in grp..NSHARED + f.nd[0] step NGROUPS {
         let shared = u < NSHARED;
         let gx = select(shared, fi * NSHARED + u, fi * NEXP + f.dl[max(u - NSHARED, 0)]);
-        if k > 0 || chip >= NSHARED {
+        if k > 0 || grp >= NSHARED {
             unit_a(prefetch, w, shared, gx, ESPLIT, cc, f, r);
         }
         region "experts" {
             unit_a(primed, w, shared, gx, ESPLIT, cc, f, r);
         }
         unit_b(prefetch, w, shared, gx, ESPLIT, cc, k, f, r);
-        unit_hidden(ESPLIT, cc, chip * CORES_PER_CHIP, k, me, f, net);
+        unit_hidden(ESPLIT, cc, grp * ESPLIT, k, me, f, net);
         region "experts" {
             unit_b(primed, w, shared, gx, ESPLIT, cc, k, f, r);
             unit_parts(shared, u, u - NSHARED, k, me, f, c, g, net);
@@ -214,13 +230,14 @@ fn moe_units(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i
 }
 
 // moe_up's blocks: all of them on the sum's consumers when replicated (into the FFN
-// output; expert parallel, the homes, into f.src), else this core's (into f.src, then
-// gathered).
+// output), else this core's (into f.src, then gathered); expert parallel, all of them on
+// the homes (into f.src: each home's rows).
 fn up_stream(part: i32, w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32) {
+    let whole = EXPERT_PARALLEL || REP_UP;
     let nt = select(EXPERT_PARALLEL, NHOME, NT_EO);
-    let nj = select(REP_UP, select(me < nt, NDB, 0), (max(NDB - me, 0) + NCORES - 1) / NCORES);
+    let nj = select(whole, select(me < nt, NDB, 0), (max(NDB - me, 0) + NCORES - 1) / NCORES);
     pipeline k in 0..nj part part {
-        input wt = w.moe_up[fi, :, select(REP_UP, k, me + k * NCORES) * HD +: HD] via r.wr, r.wrs;
+        input wt = w.moe_up[fi, :, select(whole, k, me + k * NCORES) * HD +: HD] via r.wr, r.wrs;
         select(EXPERT_PARALLEL || !REP_UP, f.src, c.g_f[g])[:, k * HD +: HD] = matmul(f.zb, wt);
     }
 }
@@ -259,14 +276,14 @@ fn dense_hidden(me: i32, f: FfnBufs, c: Coll, net: Net) {
 fn d2_stream(part: i32, w: K3Weights, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32) {
     let nj = select(REP_D2, NDB, (max(NDB - me, 0) + NCORES - 1) / NCORES);
     pipeline k in 0..nj part part {
-        input wt = w.dense_w2[0, :, select(REP_D2, k, me + k * NCORES) * HD +: HD] via r.dr, r.drs;
+        input wt = w.dense_w2[0, :, select(REP_D2, k, me + k * NCORES) * HD +: HD] via f.dr, f.drs;
         select(REP_D2, c.g_f[g], f.src)[:, k * HD +: HD] = matmul(f.ub[:, 0:DENSE_INTER], wt);
     }
 }
 
 // ------------------------------------------------------------------------- LM head
 
-// The LM head's blocks: all on core 0 (LM_ROOT, into the logits), else this core's.
+// The LM head's blocks: all on core 0 (LM_ROOT, into c.g_lm), else this core's (f.src).
 fn lm_stream(part: i32, w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll) {
     let nj = select(LM_ROOT, select(me == 0, NVB, 0), (max(NVB - me, 0) + NCORES - 1) / NCORES);
     pipeline k in 0..nj part part {
@@ -299,8 +316,8 @@ fn moe_layer(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBu
         moe_side(primed, w, fi, fi % 2, me, f, s);
         rd_stream(primed, w, fi, me, xb, f, r, c, g);
     }
-    if chip_id() < NSHARED {     // this chip's first unit is a shared expert: its tiles can start now
-        unit_a(prefetch, w, true, fi * NSHARED + chip_id(), ESPLIT, core_id(), f, r);
+    if me / ESPLIT < NSHARED {     // this group's first unit is a shared expert: its tiles can start now
+        unit_a(prefetch, w, true, fi * NSHARED + me / ESPLIT, ESPLIT, me % ESPLIT, f, r);
     }
     moe_route(w, fi, fi % 2, me, xb, f, c, g, net);
     region "router" {
@@ -326,5 +343,32 @@ fn dense_layer(w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: 
     d2_stream(primed, w, me, f, r, c, g);
     if !REP_D2 {
         all_gather(f.src, c.g_f[g], NDB, me, NCORES, c.r_f[g], net);
+    }
+}
+
+// The logits into chip 0's HBM: from core 0 (LM_ROOT), or from every core its blocks,
+// straight into their columns (no gather buffer: k3-full's logits are 5 MiB at batch 8).
+fn logits_out(o: K3Out, me: i32, f: FfnBufs, c: Coll, s: sem, net: Net) {
+    if LM_ROOT {
+        if me == 0 {
+            start copy(c.g_lm, o.logits, s);
+            wait copy(c.g_lm, o.logits, s);
+        }
+    } else {
+        region "allgather" {
+            for j in me..NVB step NCORES {
+                let src = f.src[:, (j - me) / NCORES * HD +: HD];
+                if me == 0 {
+                    start copy(src, o.logits[:, j * HD +: HD], c.r_lm);
+                } else {
+                    start copy(src, o.logits[:, j * HD +: HD] @ 0, net.ssend, c.r_lm);
+                    net.sent[0] = net.sent[0] + bytes(src);
+                }
+            }
+            drain(net);
+            if me == 0 {
+                wait(c.r_lm, NVB * bytes(f.src[:, 0:HD]));
+            }
+        }
     }
 }

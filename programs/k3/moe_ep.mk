@@ -20,9 +20,6 @@ import "model.mk";
 import "tensors.mk";
 import "ffn.mk";
 
-assert !EXPERT_PARALLEL || REP_UP,
-    "SCHEME=1 applies moe_up at the rows' homes: REPL_BYTES must be at least moe_up's size";
-
 const EP_IN = select(EXPERT_PARALLEL, NHOME * EP_CAP, 1);    // an owner's inbox (one row when unused)
 
 struct EpBufs {
@@ -34,8 +31,10 @@ struct EpBufs {
     tg: smem i32[EP_CAP];                        // the tags it sends
     dq: smem i32[EP_IN];                         // inbox slot -> its distinct expert
     mt: smem i32[BATCH];                         // an expert's packed rows' tags
+    g_ep: vmem f32[select(EXPERT_PARALLEL, GROT * PPE, 1)][EP_RH, LATENT];   // the parts of a home's rows (row b at b / NCORES)
     r_d: sem[GROT];
     r_cnt: sem[GROT];
+    r_ep: sem[GROT];
 }
 
 // Home: dispatch each of its rows' TOPK choices (the ids read back by moe_route) to the
@@ -134,7 +133,8 @@ fn ep_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: C
             for rr in 0..m {
                 let j = e.mt[rr] / BATCH;
                 let b = e.mt[rr] % BATCH;
-                send(f.ey[i][rr:rr + 1, :], c.g_eo[g * PPE + j][b:b + 1, :], b % NCORES, me, c.r_eo[g], net);
+                send(f.ey[i][rr:rr + 1, :], e.g_ep[g * PPE + j][b / NCORES:b / NCORES + 1, :], b % NCORES, me, e.r_ep[g],
+                     net);
             }
         }
     }
@@ -170,23 +170,32 @@ fn moe_layer_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM
             unit_hidden(1, 0, me, k, me, f, net);
             region "experts" {
                 unit_b(primed, w, true, gx, 1, 0, k, f, r);
-                c.g_eo[g * PPE + TOPK + s2] = f.ey[k];
+                for kk in 0..EP_RH {
+                    if me + kk * NCORES < BATCH {
+                        e.g_ep[g * PPE + TOPK + s2][kk:kk + 1, :] = f.ey[k][me + kk * NCORES:me + kk * NCORES + 1, :];
+                    }
+                }
             }
         }
         region "alltoall" {
-            wait(c.r_eo[g], (BATCH - me + NCORES - 1) / NCORES * TOPK * bytes(c.g_eo[0][0:1, :]));
+            wait(e.r_ep[g], (BATCH - me + NCORES - 1) / NCORES * TOPK * bytes(e.g_ep[0][0:1, :]));
         }
         region "combine" {
             for k in 0..EP_RH {
                 let b = me + k * NCORES;
                 if b < BATCH {
                     for j in 0..TOPK {
-                        c.g_eo[g * PPE + j][b:b + 1, :] = f.topw[b:b + 1, j:j + 1] * c.g_eo[g * PPE + j][b:b + 1, :];
+                        e.g_ep[g * PPE + j][k:k + 1, :] = f.topw[b:b + 1, j:j + 1] * e.g_ep[g * PPE + j][k:k + 1, :];
                     }
                 }
             }
-            psum(c.g_eo, g * PPE, LGE);
-            f.zb = bf16(c.g_eo[g * PPE]);
+            psum(e.g_ep, g * PPE, LGE);
+            for k in 0..EP_RH {
+                let b = me + k * NCORES;
+                if b < BATCH {
+                    f.zb[b:b + 1, :] = bf16(e.g_ep[g * PPE][k:k + 1, :]);
+                }
+            }
         }
     }
     up_stream(prefetch, w, fi, me, f, r, c, g);

@@ -18,25 +18,25 @@ import "allreduce.mk";
 import "gather.mk";
 import "shard.mk";
 
-param AR_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes of a parts buffer up to which an all-reduce is one-shot (every part to every core) instead of reduce-scatter + all-gather";
+param AR_BYTES = 2097152 in {0, 1048576, 2097152, 8388608, 67108864} "bytes of a parts buffer up to which an all-reduce is one-shot (every part to every core) instead of reduce-scatter + all-gather";
 const RS_A = GROT * PPH * BATCH * DIM * 4 > AR_BYTES;         // the attention sum
-// (Expert parallel, the homes add whole rows: always the one-shot layout.)
-const RS_E = !EXPERT_PARALLEL && GROT * PPE * BATCH * LATENT * 4 > AR_BYTES;      // the MoE sum
+const RS_E = GROT * PPE * BATCH * LATENT * 4 > AR_BYTES;      // the MoE sum (tensor parallel)
 // Columns of one parts slot on this core: all of them, or this core's blocks.
 const ACOLS = select(RS_A, NDL * 128, DIM);
 const ECOLS = select(RS_E, NLL * 128, LATENT);
 
-// Push column blocks [b0, b1) of part q's rows r0 .. r0 + R - 1 (in src, at their own
-// columns) toward the sum: one-shot, into parts[q] on cores 0..nt-1; reduce-scatter,
-// each block into its owner's parts[q] at the owner's local columns.
-fn ar_send<R, N, S, PC>(src: vmem f32[R, N], parts: vmem f32[S][BATCH, PC], q: i32, r0: i32, b0: i32, b1: i32,
+// Push column blocks b0 .. b0 + nb - 1 of part q's rows r0 .. r0 + R - 1 (in src, at their
+// own columns) toward the sum: one-shot, in one copy into parts[q] on each of cores
+// 0..nt-1; reduce-scatter, each block into its owner's parts[q] at the owner's local
+// columns.
+fn ar_send<R, N, S, PC>(src: vmem f32[R, N], parts: vmem f32[S][BATCH, PC], q: i32, r0: i32, b0: i32, nb: i32,
                         rs: bool, me: i32, nt: i32, rsem: sem, net: Net) {
-    for jb in b0..b1 {
-        if rs {
+    if rs {
+        for jb in b0..b0 + nb {
             send(src[:, jb * 128 +: 128], parts[q][r0 +: R, jb / NCORES * 128 +: 128], jb % NCORES, me, rsem, net);
-        } else {
-            push_all(src[:, jb * 128 +: 128], parts[q][r0 +: R, jb * 128 +: 128], me, nt, rsem, net);
         }
+    } else {
+        push_all(src[:, b0 * 128 +: nb * 128], parts[q][r0 +: R, b0 * 128 +: nb * 128], me, nt, rsem, net);
     }
 }
 

@@ -98,17 +98,25 @@ const NT_U = select(REP_D2, NCORES, NDBC);      // dense hidden (w2)
 const NT_RD = select(EXPERT_PARALLEL, NHOME, NCORES);   // the cores that route
 
 // Experts, tensor parallel: the units of a layer are its shared experts, then its
-// distinct routed experts in order of first use; unit u runs on chip u % NCHIPS, split
-// by columns over the chip's ESPLIT cores: core c of the chip makes the hidden blocks
-// [c*NXS, ..) and the output blocks [c*NOS, ..), contiguous so that each piece moves in
-// one copy. Expert parallel: unit = an owner's expert, on the owner alone (ESPLIT 1).
-const ESPLIT = CORES_PER_CHIP;
-const NXS = (NXB + ESPLIT - 1) / ESPLIT;
-const NOS = (NLB + ESPLIT - 1) / ESPLIT;
-// Units a chip runs in one layer, at most: tensor parallel, the shared experts and the
-// distinct routed ones dealt over the chips; expert parallel, an owner's distinct experts.
+// distinct routed experts in order of first use; unit u runs on group u % NGROUPS of
+// ESPLIT cores (a chip's cores when an expert is bigger than ESPLIT_BYTES, else one
+// core), split by columns: core c of the group makes the hidden blocks [c*NXS, ..) and
+// the output blocks [c*NOS, ..), contiguous so that each piece moves in one copy, and
+// the group's cores exchange their hidden blocks (a copy to the sibling core costs
+// ~2.2 us, worth it only when it halves a big expert's streaming). Expert parallel:
+// unit = an owner's expert, on the owner alone.
+param ESPLIT_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes of an expert's weights above which it is split by columns over the cores of a chip";
+const ESPLIT = select(3 * LATENT * EINTER * 2 > ESPLIT_BYTES, CORES_PER_CHIP, 1);
+const NGROUPS = NCORES / ESPLIT;
+const NXS = NXB / ESPLIT;
+const NOS = NLB / ESPLIT;
+assert NXB % ESPLIT == 0 && NLB % ESPLIT == 0,
+    "an expert split over a chip's cores needs EINTER and LATENT blocks that divide evenly (raise ESPLIT_BYTES)";
+// Units a group runs in one layer, at most: tensor parallel, the shared experts and the
+// distinct routed ones dealt over the groups; expert parallel, an owner's distinct
+// experts and, at a home, the shared ones.
 const NUNITS = select(EXPERT_PARALLEL, EP_NDE + NSHARED,
-                      (NSHARED + min(BATCH * TOPK, NEXP) + NCHIPS - 1) / NCHIPS);
+                      (NSHARED + min(BATCH * TOPK, NEXP) + NGROUPS - 1) / NGROUPS);
 
 // Column blocks [lo, hi) of n blocks that part c of `parts` equal parts takes.
 fn part_range(n: i32, parts: i32, c: i32, out: smem i32[2]) {

@@ -12,49 +12,24 @@
 // up to 12 slots of [RK, 128] bf16 (k3-full: 1.75 MiB each), as many as the VMEM budget
 // leaves room for.
 //
-// Other tiles have their own small rings: a head's 128 rows of wo [128, DIM] (`hr`), one
-// sequence's MLA cache [MAXSEQ, KVRANK] (`cr`), a column block of the dense FFN's w2,
-// whose K is the dense hidden size (`dr`, layer 0 only).
+// Other tiles have their own small rings, in the attention's and the FFN's working sets:
+// a head's 128 rows of wo [128, DIM] (`hr`), one sequence's MLA cache [MAXSEQ, KVRANK]
+// (`cr`), a column block of the dense FFN's w2, whose K is the dense hidden size (`dr`,
+// layer 0 only).
 import "model.mk";
 import "shard.mk";
 
-// The explicit VMEM a K3 program may take per core. The published megakernel keeps its
-// explicit VMEM under 53 of 64 MiB, the rest for the compiler's temporaries.
-param VMEM_BUDGET = 55574528 "bytes of VMEM per core the K3 programs' buffers may take (the published megakernel: under 53 of 64 MiB)";
+// The weight ring's slots: up to WR_MAX of [RK, 128] bf16, as many as the VMEM map
+// (programs/k3/vmem.mk) leaves room for.
 param WR_MAX = 12 in {2, 3, 4, 6, 8, 12} "most slots of the weight ring (the published ring: 12)";
-
 const RK = max(max(DIM, QRANK), max(LATENT, EINTER));     // rows of a weight-ring slot: the largest K
-// Bytes of a VMEM slot of R rows x C columns of E-byte elements (the back end's layout:
-// rows rounded up to 8 when R > 1, columns to 128, the slot to 512 bytes).
-const SLOT_WR = RK * 256;
-const SLOT_HR = 128 * DIM * 2;
-const SLOT_CR = (MAXSEQ + 7) / 8 * 8 * KVRANK * 2;
-const SLOT_DR = DENSE_INTER * 256;
-const ROWS = select(BATCH > 1, 8, 1);                     // an activation's rows, laid out
-// The rest of the explicit VMEM map, per core (the largest buffers; docs/k3_programs.md):
-// the two KDA state and conv-history slot sets of the local tasks, the MLA heads'
-// absorbed weights, the all-reduce parts, the gathered activations and the logits.
-const MAP_STATE = 2 * NTL * (RB * HD * HD * 4 + (9 * RB + 7) / 8 * 8 * HD * 4);
-const MAP_MLA = 2 * NHL * 2 * HD * KVRANK * 2;
-const MAP_ACT = ROWS * 4 * (8 * DIM + 2 * (QRANK + KVRANK) + 2 * (EPAD + LATENT) + DENSE_INTER + VOCAB
-                            + 4 * NHL * HD + 8 * LATENT);
-const MAP_FIXED = 2 * SLOT_HR + 2 * SLOT_CR + SLOT_DR + MAP_STATE + MAP_MLA + MAP_ACT;
-// The weight ring takes what is left, WR_MAX slots at most (and at least 2, to overlap).
-const NWR = max(2, min(WR_MAX, (VMEM_BUDGET - MAP_FIXED) / SLOT_WR));
-const MAP_TOTAL = MAP_FIXED + NWR * SLOT_WR;
-assert MAP_TOTAL <= VMEM_BUDGET,
-    "the K3 VMEM map does not fit VMEM_BUDGET even with a 2-slot weight ring (see MAP_* in programs/k3/stream.mk)";
+const SLOT_WR = RK * 256;                                  // bytes of one slot
+const NDR = select(DENSE_INTER * 256 <= 4194304, 2, 1);   // dense w2 slots (k3-full: one of 8.25 MiB)
 
-// The rings of one kernel (`let r = Rings();`): slots and a semaphore per slot.
+// A kernel's weight ring (`let r = Rings();`): the slots and a semaphore per slot.
 struct Rings {
     wr: vmem bf16[NWR][RK, 128];
     wrs: sem[NWR];
-    hr: vmem bf16[2][HD, DIM];
-    hrs: sem[2];
-    cr: vmem bf16[2][MAXSEQ, KVRANK];
-    crs: sem[2];
-    dr: vmem bf16[1][DENSE_INTER, 128];
-    drs: sem[1];
 }
 
 // Start (mode prefetch) or wait for (mode primed) a copy of any dtype and shape: a fetch
