@@ -15,6 +15,7 @@
 // moe_ep.mk), the same code as the megakernel's.
 import "k3/tensors.mk";
 import "k3/vmem.mk";
+import "k3/embed.mk";
 
 reference "mkemu.programs.k3.driver:drive";
 
@@ -44,24 +45,6 @@ fn block_end(me: i32, h: vmem f32[BATCH, DIM], y: vmem f32[BATCH, DIM], dbg: hbm
     if core_id() == 0 {
         start copy(h, hs, s);
         wait copy(h, hs, s);
-    }
-}
-
-kernel embed_tokens(w: K3Weights, io: K3Io, hs: hbm f32[BATCH, DIM]) {
-    smem tok: i32[BATCH];
-    vmem e: bf16[BATCH, DIM];
-    vmem hv: f32[BATCH, DIM];
-    sem s;
-    if core_id() == 0 {
-        start copy(io.tokens, tok, s);
-        wait copy(io.tokens, tok, s);
-        for b in 0..BATCH {
-            start copy(w.embed[tok[b]], e[b:b + 1, :], s);
-        }
-        wait BATCH * copy(w.embed[0], e[0:1, :], s);
-        hv = f32(e);
-        start copy(hv, hs, s);
-        wait copy(hv, hs, s);
     }
 }
 

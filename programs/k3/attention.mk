@@ -225,7 +225,7 @@ fn mla_side(mode: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, s: 
 
 // The head owners' latent work: the norms, the new cache row (to HBM now, into the cache
 // tiles as they stream), the normalised query latent.
-fn mla_latent(st: K3State, mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + KVRANK],
+fn mla_norms(st: K3State, mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + KVRANK],
               a: AttnBufs) {
     vmem cq: f32[BATCH, QRANK];
     vmem ckf: f32[BATCH, KVRANK];
@@ -269,7 +269,7 @@ fn attn_front(w: K3Weights, st: K3State, kind: i32, ki: i32, me: i32, pos: i32, 
             if !REP_LAT {
                 all_gather(a.pr[:, 0:NLATL * HD], c.g_lat[g], NLATB, me, NHEADC, c.r_lat[g], net);
             }
-            mla_latent(st, ki, ki % 2, me, pos, select(REP_LAT, a.pr[:, 0:QRANK + KVRANK], c.g_lat[g]), a);
+            mla_norms(st, ki, ki % 2, me, pos, select(REP_LAT, a.pr[:, 0:QRANK + KVRANK], c.g_lat[g]), a);
             mla_uq(primed, w, ki, ki % 2, me, a, r);
         }
     } else {

@@ -40,7 +40,7 @@ struct EpBufs {
 // Home: dispatch each of its rows' TOPK choices (the ids read back by moe_route) to the
 // experts' owners (the latent row + a tag), then one count per core, staggered so the homes
 // do not all start with the same core.
-fn ep_dispatch(me: i32, g: i32, f: FfnBufs, c: Coll, e: EpBufs, net: Net) {
+fn home_dispatch(me: i32, g: i32, f: FfnBufs, c: Coll, e: EpBufs, net: Net) {
     for o in 0..NCORES {
         e.ct[o] = 0;
     }
@@ -78,7 +78,7 @@ fn ep_dispatch(me: i32, g: i32, f: FfnBufs, c: Coll, e: EpBufs, net: Net) {
 // Owner: wait for every home's count and the rows they announce, run each distinct expert
 // once on its rows (in order of arrival: home, then position), send each result row to
 // slot j, row b of its home's parts.
-fn ep_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: Coll, e: EpBufs, net: Net) {
+fn owner_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: Coll, e: EpBufs, net: Net) {
     var nin: i32 = 0;
     region "alltoall" {
         wait(e.r_cnt[g], NHOME * bytes(e.d_cnt[0, 0:1]));
@@ -152,10 +152,10 @@ fn moe_layer_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM
     moe_route(w, fi, fi % 2, me, xb, f, c, g, net);
     if me < NHOME {
         region "dispatch" {
-            ep_dispatch(me, g, f, c, e, net);
+            home_dispatch(me, g, f, c, e, net);
         }
     }
-    ep_experts(w, fi, me, g, f, r, c, e, net);
+    owner_experts(w, fi, me, g, f, r, c, e, net);
     if me < NHOME {
         // The shared experts on the home's rows (all rows computed; only its own are used).
         f.xlb = bf16(c.g_rl[g][:, EPAD:EPAD + LATENT]);
