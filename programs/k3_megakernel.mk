@@ -18,6 +18,19 @@ reference "mkemu.programs.k3.driver:drive";
 // keeps a fast core from writing a slot a slow core still reads (docs/k3_programs.md).
 const GROT = 2;
 
+// The next layer's attention (or, after the last layer, the LM head) starts streaming:
+// its tiles in the weight ring's first half, free once this layer's experts are done.
+fn next_prefetch(l: i32, w: K3Weights, st: K3State, plan: smem i32[NLAYERS, 4], me: i32, xb: vmem bf16[BATCH, DIM],
+                 a: AttnBufs, f: FfnBufs, r: Rings, c: Coll, net: Net, wx: sem) {
+    if l + 1 < NLAYERS {
+        attn_prefetch(w, st, plan[l + 1, 0], plan[l + 1, 1], me, xb, a, r, c, (l + 1) % GROT, net,
+                      a.wa[(l + 1) % GROT]);
+    } else {
+        lm_stream(prefetch, w, me, xb, f, r, c);
+        start copy(w.final_norm, f.fin[0, :], wx);
+    }
+}
+
 kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
     vmem h: f32[BATCH, DIM];        // the residual stream, on every core
     vmem x: f32[BATCH, DIM];
@@ -95,22 +108,20 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
             if fk == 1 {
                 region "moe" {
                     if EXPERT_PARALLEL {
-                        moe_layer_ep(w, fi, me, p, xb, f, r, c, ep, net, f.wf[fi % 2]);
+                        moe_front_ep(w, fi, me, p, xb, f, r, c, ep, net, f.wf[fi % 2]);
+                        next_prefetch(l, w, st, plan, me, xb, a, f, r, c, net, wx);
+                        moe_back_ep(w, fi, me, p, f, r, c, ep, net);
                     } else {
-                        moe_layer(w, fi, me, xb, f, r, c, p, net, f.wf[fi % 2]);
+                        moe_front(w, fi, me, xb, f, r, c, p, net, f.wf[fi % 2]);
+                        next_prefetch(l, w, st, plan, me, xb, a, f, r, c, net, wx);
+                        moe_back(w, fi, me, f, r, c, p, net);
                     }
                 }
             } else {
                 region "dense" {
+                    next_prefetch(l, w, st, plan, me, xb, a, f, r, c, net, wx);
                     dense_layer(w, me, xb, f, r, c, p, net);
                 }
-            }
-            // The next layer's attention (or the LM head) starts streaming now.
-            if l + 1 < NLAYERS {
-                attn_prefetch(w, st, plan[l + 1, 0], plan[l + 1, 1], me, xb, a, r, c, 1 - p, net, a.wa[1 - p]);
-            } else {
-                lm_stream(prefetch, w, me, xb, f, r, c);
-                start copy(w.final_norm, f.fin[0, :], wx);
             }
             if me == 0 {
                 start copy(c.g_f[p], o.dbg_ffn[l], dbg);

@@ -110,9 +110,11 @@ kernel ffn_block(w: K3Weights, io: K3Io, o: K3Out, hs: hbm f32[BATCH, DIM], l: i
     if fk == 1 {
         region "moe" {
             if EXPERT_PARALLEL {
-                moe_layer_ep(w, fi, me, 0, xb, f, r, c, ep, net, f.wf[fi % 2]);
+                moe_front_ep(w, fi, me, 0, xb, f, r, c, ep, net, f.wf[fi % 2]);
+                moe_back_ep(w, fi, me, 0, f, r, c, ep, net);
             } else {
-                moe_layer(w, fi, me, xb, f, r, c, 0, net, f.wf[fi % 2]);
+                moe_front(w, fi, me, xb, f, r, c, 0, net, f.wf[fi % 2]);
+                moe_back(w, fi, me, f, r, c, 0, net);
             }
         }
     } else {

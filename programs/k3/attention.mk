@@ -59,7 +59,7 @@ fn kda_x(part: i32, w: K3Weights, ai: i32, me: i32, xb: vmem bf16[BATCH, DIM], a
                    select((c - 1) % 5 == 2, w.kda_wv[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
                    select((c - 1) % 5 == 3, w.kda_wg[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
                                             w.kda_wog[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD])))))
-                   via r.wr, r.wrs;
+                   via r.w0, r.s0;
         a.pr[:, select(c == 0, 5 * NTL, c - 1) * HD +: HD] = matmul(xb, wt);
     }
 }
@@ -157,7 +157,7 @@ fn mla_x(part: i32, w: K3Weights, mi: i32, me: i32, xb: vmem bf16[BATCH, DIM], a
         input wt = select(c < latn,
                    select(lat0 + c * lstep < NQB, w.mla_wdq[mi, :, (lat0 + c * lstep) * HD +: HD],
                                                   w.mla_wdkv[mi, :, (lat0 + c * lstep - NQB) * HD +: HD]),
-                   w.mla_wgate[mi, :, (me + (c - latn) * NCORES) * HD +: HD]) via r.wr, r.wrs;
+                   w.mla_wgate[mi, :, (me + (c - latn) * NCORES) * HD +: HD]) via r.w0, r.s0;
         a.pr[:, select(c < latn, c, NLATC + c - latn) * HD +: HD] = matmul(xb, wt);
     }
 }
@@ -168,7 +168,7 @@ fn mla_uq(part: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, r: Ri
     vmem qh: f32[BATCH, HD];
     let nh = (max(HEADS - me, 0) + NCORES - 1) / NCORES;
     pipeline t in 0..nh part part {
-        input wt = w.mla_wuq[mi, :, (me + t * NCORES) * HD +: HD] via r.wr, r.wrs;
+        input wt = w.mla_wuq[mi, :, (me + t * NCORES) * HD +: HD] via r.w1, r.s1;
         qh = matmul(a.cqb, wt);
         a.qt[t] = bf16(matmul(bf16(qh), a.mwuk[sl * NHL + t]));
     }

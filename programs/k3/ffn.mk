@@ -20,7 +20,7 @@ const A13C = 2 * max(NXB, ND13C) * 128;
 // A kernel's FFN working set.
 struct FfnBufs {
     mbias: vmem bf16[2][1, NEXP];                // router bias (slot set: MoE index % 2)
-    mrn: vmem bf16[2][DIM, EW];                  // the router, when narrow
+    mrn: vmem bf16[2][select(RNARROW, DIM, 1), EW];    // the router, when narrow
     fin: vmem bf16[1, DIM];                      // the final norm
     rl_src: vmem f32[BATCH, NRL * 128];          // this core's [router | down] blocks (split form)
     topi: vmem i32[BATCH, TOPK];
@@ -57,7 +57,7 @@ fn rd_stream(part: i32, w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM
     pipeline k in 0..nj part part {
         input wt = select(RNARROW, w.moe_down[fi, :, (j0 + k * js - NEB) * HD +: HD],
                           select(j0 + k * js < NEB, w.moe_router[fi, :, (j0 + k * js) * 128 +: EW],
-                                                    w.moe_down[fi, :, (j0 + k * js - NEB) * HD +: HD])) via r.wr, r.wrs;
+                                                    w.moe_down[fi, :, (j0 + k * js - NEB) * HD +: HD])) via r.w1, r.s1;
         let j = j0 + k * js;
         select(REP_RD, c.g_rl[g], f.rl_src)[:, select(REP_RD, j, (j - me) / NCORES) * 128 +: 128] = matmul(xb, wt);
     }
@@ -134,7 +134,7 @@ fn unit_a(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, f: Ff
                           select(shared, w.moe_shared_w1[gx, :, (jb0 + k / 2) * HD +: HD],
                                          w.moe_w1[gx, :, (jb0 + k / 2) * HD +: HD]),
                           select(shared, w.moe_shared_w3[gx, :, (jb0 + k / 2) * HD +: HD],
-                                         w.moe_w3[gx, :, (jb0 + k / 2) * HD +: HD])) via r.wr, r.wrs;
+                                         w.moe_w3[gx, :, (jb0 + k / 2) * HD +: HD])) via r.w0, r.s0;
         f.a13[:, k * HD +: HD] = matmul(f.xlb, wt);
     }
 }
@@ -180,7 +180,7 @@ fn unit_b(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, k: i3
     let no = NLB / G;
     pipeline t in 0..no part part {
         input wt = select(shared, w.moe_shared_w2[gx, :, (jo0 + t) * HD +: HD], w.moe_w2[gx, :, (jo0 + t) * HD +: HD])
-                   via r.wr, r.wrs;
+                   via r.w1, r.s1;
         f.ey[k][:, (jo0 + t) * HD +: HD] = matmul(f.ub[:, 0:EINTER], wt);
     }
 }
@@ -203,26 +203,41 @@ fn unit_parts(shared: bool, u: i32, i: i32, k: i32, me: i32, f: FfnBufs, c: Coll
     }
 }
 
+// Unit u's row in the stacked expert arrays: shared expert u, or routed expert dl[u - NSHARED].
+fn unit_row(fi: i32, u: i32, f: FfnBufs, out: smem i32[1]) {
+    out[0] = select(u < NSHARED, fi * NSHARED + u, fi * NEXP + f.dl[max(u - NSHARED, 0)]);
+}
+
 // This group's units of MoE layer fi, one after the other, each split over the group's
-// cores; the first one's w1|w3 tiles were prefetched before routing when it is a shared
-// expert (its weights do not depend on the routing).
+// cores. A unit's w1|w3 tiles stream through the ring's first half, its w2 tiles through
+// the second: the w2 tiles start with the unit, the next unit's w1|w3 tiles as soon as
+// this unit's are done. The first unit's w1|w3 tiles were started before routing when it
+// is a shared expert (its weights do not depend on the routing).
 fn moe_units(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
+    smem gx: i32[1];
+    smem gn: i32[1];
     let grp = me / ESPLIT;
     let cc = me % ESPLIT;
+    let nu = NSHARED + f.nd[0];
     var k: i32 = 0;
-    for u in grp..NSHARED + f.nd[0] step NGROUPS {
+    if grp >= NSHARED && grp < nu {
+        unit_row(fi, grp, f, gx);
+        unit_a(prefetch, w, false, gx[0], ESPLIT, cc, f, r);
+    }
+    for u in grp..nu step NGROUPS {
         let shared = u < NSHARED;
-        let gx = select(shared, fi * NSHARED + u, fi * NEXP + f.dl[max(u - NSHARED, 0)]);
-        if k > 0 || grp >= NSHARED {
-            unit_a(prefetch, w, shared, gx, ESPLIT, cc, f, r);
-        }
+        unit_row(fi, u, f, gx);
+        unit_b(prefetch, w, shared, gx[0], ESPLIT, cc, k, f, r);
         region "experts" {
-            unit_a(primed, w, shared, gx, ESPLIT, cc, f, r);
+            unit_a(primed, w, shared, gx[0], ESPLIT, cc, f, r);
         }
-        unit_b(prefetch, w, shared, gx, ESPLIT, cc, k, f, r);
+        if u + NGROUPS < nu {
+            unit_row(fi, u + NGROUPS, f, gn);
+            unit_a(prefetch, w, u + NGROUPS < NSHARED, gn[0], ESPLIT, cc, f, r);
+        }
         unit_hidden(ESPLIT, cc, grp * ESPLIT, k, me, f, net);
         region "experts" {
-            unit_b(primed, w, shared, gx, ESPLIT, cc, k, f, r);
+            unit_b(primed, w, shared, gx[0], ESPLIT, cc, k, f, r);
             unit_parts(shared, u, u - NSHARED, k, me, f, c, g, net);
         }
         k += 1;
@@ -237,7 +252,7 @@ fn up_stream(part: i32, w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c:
     let nt = select(EXPERT_PARALLEL, NHOME, NT_EO);
     let nj = select(whole, select(me < nt, NDB, 0), (max(NDB - me, 0) + NCORES - 1) / NCORES);
     pipeline k in 0..nj part part {
-        input wt = w.moe_up[fi, :, select(whole, k, me + k * NCORES) * HD +: HD] via r.wr, r.wrs;
+        input wt = w.moe_up[fi, :, select(whole, k, me + k * NCORES) * HD +: HD] via r.w1, r.s1;
         select(EXPERT_PARALLEL || !REP_UP, f.src, c.g_f[g])[:, k * HD +: HD] = matmul(f.zb, wt);
     }
 }
@@ -251,7 +266,7 @@ fn d13_stream(part: i32, w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: Ff
     pipeline k in 0..2 * nj part part {
         input wt = select(k % 2 == 0, w.dense_w1[0, :, select(REP_D13, k / 2, me + k / 2 * NCORES) * HD +: HD],
                                       w.dense_w3[0, :, select(REP_D13, k / 2, me + k / 2 * NCORES) * HD +: HD])
-                   via r.wr, r.wrs;
+                   via r.w1, r.s1;
         f.a13[:, k * HD +: HD] = matmul(xb, wt);
     }
 }
@@ -287,7 +302,7 @@ fn d2_stream(part: i32, w: K3Weights, me: i32, f: FfnBufs, r: Rings, c: Coll, g:
 fn lm_stream(part: i32, w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll) {
     let nj = select(LM_ROOT, select(me == 0, NVB, 0), (max(NVB - me, 0) + NCORES - 1) / NCORES);
     pipeline k in 0..nj part part {
-        input wt = w.lm_head[:, select(LM_ROOT, k, me + k * NCORES) * HD +: HD] via r.wr, r.wrs;
+        input wt = w.lm_head[:, select(LM_ROOT, k, me + k * NCORES) * HD +: HD] via r.w0, r.s0;
         select(LM_ROOT, c.g_lm, f.src)[:, k * HD +: HD] = matmul(xb, wt);
     }
 }
@@ -296,34 +311,43 @@ fn lm_stream(part: i32, w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: Ffn
 
 // Everything of a layer's FFN that can start once the attention's last weight-ring
 // stream is done (kind 1 MoE layer fi, kind 0 the dense FFN): its first tiles and its small
-// tensors (slot set fi % 2, counted on s).
+// tensors (slot set fi % 2, counted on s); tensor parallel, the first unit's w1|w3 tiles
+// when it is a shared expert (in the other half of the ring).
 fn ffn_prefetch(w: K3Weights, kind: i32, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings,
                 c: Coll, g: i32, s: sem) {
     if kind == 1 {
         rd_stream(prefetch, w, fi, me, xb, f, r, c, g);
         moe_side(prefetch, w, fi, fi % 2, me, f, s);
+        if !EXPERT_PARALLEL {
+            if me / ESPLIT < NSHARED {
+                unit_a(prefetch, w, true, fi * NSHARED + me / ESPLIT, ESPLIT, me % ESPLIT, f, r);
+            }
+        }
     } else {
         d13_stream(prefetch, w, me, xb, f, r);
         d2_stream(prefetch, w, me, f, r, c, g);
     }
 }
 
-// The tensor-parallel MoE of layer fi: router and down, routing, this chip's units, the
-// sum of the parts, moe_up; the layer's output lands in c.g_f[g] on every core.
-fn moe_layer(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll, g: i32,
+// The tensor-parallel MoE of layer fi up to its experts: router and down, routing, this
+// group's units (after them the ring's first half is free: the caller may start the next
+// layer's tiles there).
+fn moe_front(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll, g: i32,
              net: Net, s: sem) {
     region "router" {
         moe_side(primed, w, fi, fi % 2, me, f, s);
         rd_stream(primed, w, fi, me, xb, f, r, c, g);
-    }
-    if me / ESPLIT < NSHARED {     // this group's first unit is a shared expert: its tiles can start now
-        unit_a(prefetch, w, true, fi * NSHARED + me / ESPLIT, ESPLIT, me % ESPLIT, f, r);
     }
     moe_route(w, fi, fi % 2, me, xb, f, c, g, net);
     region "router" {
         distinct(f);
     }
     moe_units(w, fi, me, f, r, c, g, net);
+}
+
+// The rest of the tensor-parallel MoE: the sum of the parts, moe_up; the layer's output
+// lands in c.g_f[g] on every core.
+fn moe_back(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     up_stream(prefetch, w, fi, me, f, r, c, g);
     ar_sum(c.g_eo, g * PPE, LGE, NROWS_EO, c.g_z[g], NLB, RS_E, me, NT_EO, c.r_eo[g], c.r_z[g], net);
     if me < NT_EO {

@@ -31,6 +31,8 @@ struct EpBufs {
     tg: smem i32[EP_CAP];                        // the tags it sends
     dq: smem i32[EP_IN];                         // inbox slot -> its distinct expert
     mt: smem i32[BATCH];                         // an expert's packed rows' tags
+    gx: smem i32[1];                             // a unit's row in the stacked expert arrays
+    gn: smem i32[1];                             // ... the next unit's
     g_ep: vmem f32[select(EXPERT_PARALLEL, GROT * PPE, 1)][EP_RH, LATENT];   // the parts of a home's rows (row b at b / NCORES)
     r_d: sem[GROT];
     r_cnt: sem[GROT];
@@ -107,43 +109,71 @@ fn owner_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c
             }
         }
     }
-    for i in 0..f.nd[0] {
-        let gx = fi * NEXP + f.dl[i];
+    // Its units: each distinct routed expert, then (a home) each shared expert on its rows;
+    // w1|w3 tiles in the ring's first half, w2 tiles in the second, as in moe_units.
+    let nd = f.nd[0];
+    let nk = nd + select(me < NHOME, NSHARED, 0);
+    if nk > 0 {
+        ep_unit_row(fi, 0, nd, f, e.gx);
+        unit_a(prefetch, w, nd == 0, e.gx[0], 1, 0, f, r);
+    }
+    for k in 0..nk {
+        let shared = k >= nd;
         var m: i32 = 0;
-        unit_a(prefetch, w, false, gx, 1, 0, f, r);
+        ep_unit_row(fi, k, nd, f, e.gx);
+        unit_b(prefetch, w, shared, e.gx[0], 1, 0, k, f, r);
         region "experts" {
-            // Its rows, packed; their tags (slot and row) in mt.
-            for hm in 0..NHOME {
-                for k in 0..e.d_cnt[g, hm] {
-                    let q = hm * EP_CAP + k;
-                    if e.dq[q] == i {
-                        e.xin[m:m + 1, :] = e.d_x[g][q:q + 1, :];
-                        e.mt[m] = e.d_tag[g, q] % EP_TAGR;
-                        m += 1;
+            if shared {
+                f.xlb = bf16(c.g_rl[g][:, EPAD:EPAD + LATENT]);      // the home's rows (all computed)
+            } else {
+                // The expert's rows, packed; their tags (slot and row) in mt.
+                for hm in 0..NHOME {
+                    for q0 in 0..e.d_cnt[g, hm] {
+                        let q = hm * EP_CAP + q0;
+                        if e.dq[q] == k {
+                            e.xin[m:m + 1, :] = e.d_x[g][q:q + 1, :];
+                            e.mt[m] = e.d_tag[g, q] % EP_TAGR;
+                            m += 1;
+                        }
                     }
                 }
+                f.xlb = bf16(e.xin);
             }
-            f.xlb = bf16(e.xin);
-            unit_a(primed, w, false, gx, 1, 0, f, r);
+            unit_a(primed, w, shared, e.gx[0], 1, 0, f, r);
         }
-        unit_b(prefetch, w, false, gx, 1, 0, i, f, r);
-        unit_hidden(1, 0, me, i, me, f, net);
+        if k + 1 < nk {
+            ep_unit_row(fi, k + 1, nd, f, e.gn);
+            unit_a(prefetch, w, k + 1 >= nd, e.gn[0], 1, 0, f, r);
+        }
+        unit_hidden(1, 0, me, k, me, f, net);
         region "experts" {
-            unit_b(primed, w, false, gx, 1, 0, i, f, r);
-            for rr in 0..m {
-                let j = e.mt[rr] / BATCH;
-                let b = e.mt[rr] % BATCH;
-                send(f.ey[i][rr:rr + 1, :], e.g_ep[g * PPE + j][b / NCORES:b / NCORES + 1, :], b % NCORES, me, e.r_ep[g],
-                     net);
+            unit_b(primed, w, shared, e.gx[0], 1, 0, k, f, r);
+            if shared {
+                for kk in 0..EP_RH {
+                    if me + kk * NCORES < BATCH {
+                        e.g_ep[g * PPE + TOPK + k - nd][kk:kk + 1, :] = f.ey[k][me + kk * NCORES:me + kk * NCORES + 1, :];
+                    }
+                }
+            } else {
+                for rr in 0..m {
+                    let j = e.mt[rr] / BATCH;
+                    let b = e.mt[rr] % BATCH;
+                    send(f.ey[k][rr:rr + 1, :], e.g_ep[g * PPE + j][b / NCORES:b / NCORES + 1, :], b % NCORES, me,
+                         e.r_ep[g], net);
+                }
             }
         }
     }
 }
 
-// The whole layer on every core: route and dispatch (homes), experts (owners), shared
-// experts + combine + moe_up (homes), the all-gather of f (every core waits for it in
-// c.g_f[g]).
-fn moe_layer_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll,
+// Unit k's row in the stacked expert arrays: distinct routed expert k (k < nd), else shared expert k - nd.
+fn ep_unit_row(fi: i32, k: i32, nd: i32, f: FfnBufs, out: smem i32[1]) {
+    out[0] = select(k < nd, fi * NEXP + f.dl[min(k, BATCH * TOPK - 1)], fi * NSHARED + k - nd);
+}
+
+// The layer up to its experts, on every core: route and dispatch (homes), the experts
+// (owners, then the shared ones at the homes); after them the ring's first half is free.
+fn moe_front_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll,
                 e: EpBufs, net: Net, s: sem) {
     region "router" {
         moe_side(primed, w, fi, fi % 2, me, f, s);
@@ -156,27 +186,13 @@ fn moe_layer_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM
         }
     }
     owner_experts(w, fi, me, g, f, r, c, e, net);
+}
+
+// The rest: combine and moe_up at the homes, the all-gather of f (every core waits for it
+// in c.g_f[g]).
+fn moe_back_ep(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: Coll, e: EpBufs, net: Net) {
+    up_stream(prefetch, w, fi, me, f, r, c, g);
     if me < NHOME {
-        // The shared experts on the home's rows (all rows computed; only its own are used).
-        f.xlb = bf16(c.g_rl[g][:, EPAD:EPAD + LATENT]);
-        for s2 in 0..NSHARED {
-            let gx = fi * NSHARED + s2;
-            unit_a(prefetch, w, true, gx, 1, 0, f, r);
-            region "experts" {
-                unit_a(primed, w, true, gx, 1, 0, f, r);
-            }
-            let k = f.nd[0] + s2;     // its ordinal, after this owner's routed experts
-            unit_b(prefetch, w, true, gx, 1, 0, k, f, r);
-            unit_hidden(1, 0, me, k, me, f, net);
-            region "experts" {
-                unit_b(primed, w, true, gx, 1, 0, k, f, r);
-                for kk in 0..EP_RH {
-                    if me + kk * NCORES < BATCH {
-                        e.g_ep[g * PPE + TOPK + s2][kk:kk + 1, :] = f.ey[k][me + kk * NCORES:me + kk * NCORES + 1, :];
-                    }
-                }
-            }
-        }
         region "alltoall" {
             wait(e.r_ep[g], (BATCH - me + NCORES - 1) / NCORES * TOPK * bytes(e.g_ep[0][0:1, :]));
         }
@@ -198,7 +214,6 @@ fn moe_layer_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM
             }
         }
     }
-    up_stream(prefetch, w, fi, me, f, r, c, g);
     up_stream(primed, w, fi, me, f, r, c, g);
     if me < NHOME {
         for k in 0..EP_RH {

@@ -20,16 +20,23 @@ import "model.mk";
 import "shard.mk";
 
 // The weight ring's slots: up to WR_MAX of [RK, 128] bf16, as many as the VMEM map
-// (programs/k3/vmem.mk) leaves room for.
-param WR_MAX = 12 in {2, 3, 4, 6, 8, 12} "most slots of the weight ring (the published ring: 12)";
+// (programs/k3/vmem.mk) leaves room for, in two halves that the streams use in turn
+// (an attention's x-projection, an expert's w1|w3 and the LM head in w0; the FFN's first
+// stream, an expert's w2, moe_up, MLA's wuq in w1): a stream in one half can start while
+// the one before it, in the other half, still runs.
+param WR_MAX = 12 in {4, 6, 8, 12} "most slots of the weight ring (the published ring: 12)";
 const RK = max(max(DIM, QRANK), max(LATENT, EINTER));     // rows of a weight-ring slot: the largest K
 const SLOT_WR = RK * 256;                                  // bytes of one slot
 const NDR = select(DENSE_INTER * 256 <= 4194304, 2, 1);   // dense w2 slots (k3-full: one of 8.25 MiB)
 
-// A kernel's weight ring (`let r = Rings();`): the slots and a semaphore per slot.
+// A kernel's weight ring (`let r = Rings();`): the slots of each half and a semaphore per slot.
+const NW1 = NWR / 2;
+const NW0 = NWR - NW1;
 struct Rings {
-    wr: vmem bf16[NWR][RK, 128];
-    wrs: sem[NWR];
+    w0: vmem bf16[NW0][RK, 128];
+    s0: sem[NW0];
+    w1: vmem bf16[NW1][RK, 128];
+    s1: sem[NW1];
 }
 
 // Start (mode prefetch) or wait for (mode primed) a copy of any dtype and shape: a fetch
