@@ -223,10 +223,9 @@ fn mla_side(mode: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, s: 
     }
 }
 
-// The head owners' latent work: the norms, the new cache row (to HBM now, into the cache
-// tiles as they stream), the normalised query latent.
-fn mla_norms(st: K3State, mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BATCH, QRANK + KVRANK],
-              a: AttnBufs) {
+// The head owners' latent work: the norms, the new cache row (into the cache tiles as they
+// stream; to HBM once they have all landed), the normalised query latent.
+fn mla_norms(sl: i32, me: i32, lat: vmem f32[BATCH, QRANK + KVRANK], a: AttnBufs) {
     vmem cq: f32[BATCH, QRANK];
     vmem ckf: f32[BATCH, KVRANK];
     if me < HEADS {
@@ -234,7 +233,6 @@ fn mla_norms(st: K3State, mi: i32, sl: i32, me: i32, pos: i32, lat: vmem f32[BAT
         a.cqb = bf16(cq);
         rmsnorm(lat[:, QRANK:QRANK + KVRANK], a.mkvn[sl], ckf, KVRANK);
         a.ckv = bf16(ckf);
-        start copy(a.ckv, st.mla_cache[(mi * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pos, :], a.stw);
     }
 }
 
@@ -269,7 +267,7 @@ fn attn_front(w: K3Weights, st: K3State, kind: i32, ki: i32, me: i32, pos: i32, 
             if !REP_LAT {
                 all_gather(a.pr[:, 0:NLATL * HD], c.g_lat[g], NLATB, me, NHEADC, c.r_lat[g], net);
             }
-            mla_norms(st, ki, ki % 2, me, pos, select(REP_LAT, a.pr[:, 0:QRANK + KVRANK], c.g_lat[g]), a);
+            mla_norms(ki % 2, me, select(REP_LAT, a.pr[:, 0:QRANK + KVRANK], c.g_lat[g]), a);
             mla_uq(primed, w, ki, ki % 2, me, a, r);
         }
     } else {
@@ -287,6 +285,11 @@ fn attn_back(w: K3Weights, st: K3State, kind: i32, ki: i32, me: i32, pos: i32, a
     if kind == 1 {
         region "mla" {
             mla_cache_rows(primed, st, ki, me, pos, a, r);
+            // The new row goes to HBM only now: the cache tiles read row pos (and overwrite
+            // it in VMEM), so an earlier write would race with their reads.
+            if me < HEADS {
+                start copy(a.ckv, st.mla_cache[(ki * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pos, :], a.stw);
+            }
             mla_wo(primed, w, ki, ki % 2, me, a, r, c, g, net);
         }
     } else {
