@@ -90,11 +90,13 @@ class Builtins:
             return self.c.error(self.node.span, f"{self.node.func}() needs an f32 tile, got {t.dtype}{bf16_hint(t.dtype)}")
         return ir.Elementwise(self.node.func, (t,), "f32", t.shape, self.node.span)
 
-    def b_abs(self):
+    def one_tile(self):
+        """The single argument as a tile (a scalar constant becomes one), or POISON."""
         vals = self.args(1)
-        if vals is None:
-            return POISON
-        t = self.tile(vals[0], self.node.args[0])
+        return POISON if vals is None else self.tile(vals[0], self.node.args[0])
+
+    def b_abs(self):
+        t = self.one_tile()
         if t is POISON:
             return POISON
         if t.dtype not in ("f32", "i32"):
@@ -283,9 +285,11 @@ class Builtins:
         VMEM maps computed in the program (`const RING = BUDGET - vmem_bytes(Bufs);`)."""
         node, c = self.node, self.c
         arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
-        decl = c.struct_named(arg.name) if isinstance(arg, ast.Name) else None
-        if decl is None:
+        if not isinstance(arg, ast.Name):
             return c.error(node.span, "vmem_bytes() takes the name of a struct: vmem_bytes(S)")
+        decl = c.struct_named(arg.name)
+        if decl is None:
+            return c.error(arg.span, f"vmem_bytes(): '{arg.name}' is not a struct")
         inst = c.instantiate(decl, lambda m: m, "local", ("hbm", "vmem", "smem", "sem"), node.span, "")
         if inst is POISON:
             return POISON
@@ -335,10 +339,7 @@ class Builtins:
         return ir.Matmul(a, b, "f32", (a.shape[0], b.shape[1]), self.node.span)
 
     def b_transpose(self):
-        vals = self.args(1)
-        if vals is None:
-            return POISON
-        t = self.tile(vals[0], self.node.args[0])
+        t = self.one_tile()
         if t is POISON:
             return POISON
         return ir.Transpose(t, t.dtype, (t.shape[1], t.shape[0]), self.node.span)

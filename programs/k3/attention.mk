@@ -5,8 +5,8 @@
 // Every stream is a fn taking `part`: called with `prefetch` it starts the stream's first
 // tiles (the megakernel a layer ahead, a super-operator at its start), with `primed` it
 // runs the rest where the tiles are used. The small per-layer tensors and the state go
-// into slot set sl (the layer's index within its kind, modulo 2) through `attn_side`, the
-// same fn to start (prefetch) and to wait (primed).
+// into slot set sl (the layer's index within its kind, modulo 2) through `kda_side` /
+// `mla_side`, the same fn to start (prefetch) and to wait (primed).
 //
 // Heads: head h lives on core h % NCORES (shard.mk); a KDA task (head h, rows of group g)
 // on core (g*HEADS + h) % NCORES. Each head's part of the output projection, mm(o_h,

@@ -5,11 +5,12 @@
 //
 // MoE, tensor parallel: [router | moe_down] on every core (replicated, or split and
 // gathered) -> routing on every core (identical bits) -> the units: the shared experts,
-// then the distinct routed experts in order of first use; unit u runs on chip u % NCHIPS,
-// split by columns over the chip's cores (shard.mk): each core makes its hidden blocks
-// (w1 | w3), the chip's cores exchange them, each core makes its output blocks (w2) and
-// pushes them, weighted by the router weight of every row that chose the expert, toward
-// the sum of the parts (reduce.mk) -> psum -> moe_up.
+// then the distinct routed experts in order of first use; unit u runs on group u % NGROUPS
+// (shard.mk: one core, or a chip's cores when experts are big), split by columns over the
+// group's cores: each core makes its hidden blocks (w1 | w3), the group's cores exchange
+// them, each core makes its output blocks (w2) and pushes them, weighted by the router
+// weight of every row that chose the expert, toward the sum of the parts (reduce.mk) ->
+// psum -> moe_up.
 import "model.mk";
 import "tensors.mk";
 import "coll.mk";
@@ -166,7 +167,7 @@ fn unit_exchange(G: i32, cc: i32, c0: i32, k: i32, me: i32, f: FfnBufs, net: Net
             send(f.um[:, i * HD +: HD], f.ug[k % 2][:, (jb0 + i) * HD +: HD], c0 + t, me, f.r_u[k % 2], net);
         }
     }
-    region "exchange" {
+    region "allgather" {    // the hidden blocks of the group's cores
         wait(f.r_u[k % 2], NXB * bytes(f.ug[0][:, 0:HD]));
         drain(net);       // f.um is free for the next unit
     }

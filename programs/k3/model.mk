@@ -151,14 +151,3 @@ fn route(logits: vmem f32[BATCH, NEXP], bias: vmem bf16[1, NEXP], topi: vmem i32
     }
     topw = ch / den;
 }
-
-// y = mm(silu(mm(x, w1)) * mm(x, w3), w2): the dense FFN's shape and every expert.
-// w13 holds w1 and w3 side by side ([k, 2n]): both products come out of one matmul
-// (each output column is its own dot product, so the bits are those of two matmuls).
-fn gated_ffn(x: vmem bf16[BATCH, k], w13: vmem bf16[k, 2 * n], w2: vmem bf16[n, m],
-             u: vmem bf16[BATCH, n], y: vmem f32[BATCH, m], k: i32, n: i32, m: i32) {
-    vmem a: f32[BATCH, 2 * n];
-    a = matmul(x, w13);
-    u = bf16(silu(a[:, 0:n]) * a[:, n:2 * n]);
-    y = matmul(u, w2);
-}

@@ -199,37 +199,34 @@ kernel kda_conv(q: hbm f32[BATCH, W], k: hbm f32[BATCH, W], v: hbm f32[BATCH, W]
     sem s;
     let me = global_core(chip_id(), core_id());
     region "kda" {
-        for t in 0..NHL {
-            let h = me + t * NCORES;
-            if h < HEADS {
-                let c = h * HD;
-                start copy(q[:, c +: HD], u[0], s);
-                start copy(k[:, c +: HD], u[1], s);
-                start copy(v[:, c +: HD], u[2], s);
-                start copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
-                start copy(w.kda_conv_k[ai, :, c +: HD], cw[CONVK:2 * CONVK, :], s);
-                start copy(w.kda_conv_v[ai, :, c +: HD], cw[2 * CONVK:3 * CONVK, :], s);
-                start copy(st.conv_state[ai, :, c +: HD], hv, s);
-                wait 3 * copy(q[:, c +: HD], u[0], s);
-                wait 3 * copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
-                wait copy(st.conv_state[ai, :, c +: HD], hv, s);
-                for g in 0..RG {       // the history's row groups (shard.mk)
-                    let r0 = g * RB;
-                    let hg = g * 9 * RB;
-                    conv4(u[0][r0 +: RB, :], hv[hg +: 3 * RB, :], cw[0:CONVK, :], y[0][r0 +: RB, :], RB);
-                    conv4(u[1][r0 +: RB, :], hv[hg + 3 * RB +: 3 * RB, :], cw[CONVK:2 * CONVK, :], y[1][r0 +: RB, :],
-                          RB);
-                    conv4(u[2][r0 +: RB, :], hv[hg + 6 * RB +: 3 * RB, :], cw[2 * CONVK:3 * CONVK, :],
-                          y[2][r0 +: RB, :], RB);
-                }
-                kda_qkv_act(y[0], y[1], y[2], BATCH);
-                start copy(y[0], qn[:, c +: HD], s);
-                start copy(y[1], kn[:, c +: HD], s);
-                start copy(y[2], vn[:, c +: HD], s);
-                start copy(hv, st.conv_state[ai, :, c +: HD], s);
-                wait 3 * copy(y[0], qn[:, c +: HD], s);
-                wait copy(hv, st.conv_state[ai, :, c +: HD], s);
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(q[:, c +: HD], u[0], s);
+            start copy(k[:, c +: HD], u[1], s);
+            start copy(v[:, c +: HD], u[2], s);
+            start copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
+            start copy(w.kda_conv_k[ai, :, c +: HD], cw[CONVK:2 * CONVK, :], s);
+            start copy(w.kda_conv_v[ai, :, c +: HD], cw[2 * CONVK:3 * CONVK, :], s);
+            start copy(st.conv_state[ai, :, c +: HD], hv, s);
+            wait 3 * copy(q[:, c +: HD], u[0], s);
+            wait 3 * copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
+            wait copy(st.conv_state[ai, :, c +: HD], hv, s);
+            for g in 0..RG {       // the history's row groups (shard.mk)
+                let r0 = g * RB;
+                let hg = g * 9 * RB;
+                conv4(u[0][r0 +: RB, :], hv[hg +: 3 * RB, :], cw[0:CONVK, :], y[0][r0 +: RB, :], RB);
+                conv4(u[1][r0 +: RB, :], hv[hg + 3 * RB +: 3 * RB, :], cw[CONVK:2 * CONVK, :], y[1][r0 +: RB, :],
+                      RB);
+                conv4(u[2][r0 +: RB, :], hv[hg + 6 * RB +: 3 * RB, :], cw[2 * CONVK:3 * CONVK, :],
+                      y[2][r0 +: RB, :], RB);
             }
+            kda_qkv_act(y[0], y[1], y[2], BATCH);
+            start copy(y[0], qn[:, c +: HD], s);
+            start copy(y[1], kn[:, c +: HD], s);
+            start copy(y[2], vn[:, c +: HD], s);
+            start copy(hv, st.conv_state[ai, :, c +: HD], s);
+            wait 3 * copy(y[0], qn[:, c +: HD], s);
+            wait copy(hv, st.conv_state[ai, :, c +: HD], s);
         }
     }
 }
@@ -244,22 +241,19 @@ kernel kda_gate(graw: hbm f32[BATCH, W], beta: hbm f32[BATCH, 128], w: K3Weights
     sem s;
     let me = global_core(chip_id(), core_id());
     region "kda" {
-        for t in 0..NHL {
-            let h = me + t * NCORES;
-            if h < HEADS {
-                let c = h * HD;
-                start copy(graw[:, c +: HD], gv, s);
-                start copy(beta, bv, s);
-                start copy(w.kda_a_log[ai, c +: HD], ad[0, :], s);
-                start copy(w.kda_dt_bias[ai, c +: HD], ad[1, :], s);
-                wait 2 * copy(graw[:, c +: HD], gv, s);
-                wait 2 * copy(w.kda_a_log[ai, c +: HD], ad[0, :], s);
-                kda_decay(gv, ad, BATCH);
-                bv = sigmoid(bv);
-                start copy(gv, g[:, c +: HD], s);
-                start copy(bv, bsig[:, c +: HD], s);
-                wait 2 * copy(gv, g[:, c +: HD], s);
-            }
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(graw[:, c +: HD], gv, s);
+            start copy(beta, bv, s);
+            start copy(w.kda_a_log[ai, c +: HD], ad[0, :], s);
+            start copy(w.kda_dt_bias[ai, c +: HD], ad[1, :], s);
+            wait 2 * copy(graw[:, c +: HD], gv, s);
+            wait 2 * copy(w.kda_a_log[ai, c +: HD], ad[0, :], s);
+            kda_decay(gv, ad, BATCH);
+            bv = sigmoid(bv);
+            start copy(gv, g[:, c +: HD], s);
+            start copy(bv, bsig[:, c +: HD], s);
+            wait 2 * copy(gv, g[:, c +: HD], s);
         }
     }
 }
@@ -274,29 +268,26 @@ kernel kda_update_state(qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f3
     sem s;
     let me = global_core(chip_id(), core_id());
     region "kda" {
-        for t in 0..NHL {
-            let h = me + t * NCORES;
-            if h < HEADS {
-                let c = h * HD;
-                start copy(qn[:, c +: HD], a[0], s);
-                start copy(kn[:, c +: HD], a[1], s);
-                start copy(vn[:, c +: HD], a[2], s);
-                start copy(g[:, c +: HD], a[3], s);
-                start copy(bsig[:, c +: HD], a[4], s);
-                for b in 0..BATCH {
-                    start copy(st.kda_state[(ai * BATCH + b) * HEADS + h], sv[b], s);
-                }
-                wait 5 * copy(qn[:, c +: HD], a[0], s);
-                wait BATCH * copy(st.kda_state[0], sv[0], s);
-                for b in 0..BATCH {
-                    kda_update(sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
-                               a[4][b:b + 1, :], h, ov[b:b + 1, :]);
-                    start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
-                }
-                start copy(ov, ocore[:, c +: HD], s);
-                wait BATCH * copy(sv[0], st.kda_state[0], s);
-                wait copy(ov, ocore[:, c +: HD], s);
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(qn[:, c +: HD], a[0], s);
+            start copy(kn[:, c +: HD], a[1], s);
+            start copy(vn[:, c +: HD], a[2], s);
+            start copy(g[:, c +: HD], a[3], s);
+            start copy(bsig[:, c +: HD], a[4], s);
+            for b in 0..BATCH {
+                start copy(st.kda_state[(ai * BATCH + b) * HEADS + h], sv[b], s);
             }
+            wait 5 * copy(qn[:, c +: HD], a[0], s);
+            wait BATCH * copy(st.kda_state[0], sv[0], s);
+            for b in 0..BATCH {
+                kda_update(sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
+                           a[4][b:b + 1, :], h, ov[b:b + 1, :]);
+                start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
+            }
+            start copy(ov, ocore[:, c +: HD], s);
+            wait BATCH * copy(sv[0], st.kda_state[0], s);
+            wait copy(ov, ocore[:, c +: HD], s);
         }
     }
 }
@@ -310,19 +301,16 @@ kernel kda_output(ocore: hbm f32[BATCH, W], og: hbm f32[BATCH, W], w: K3Weights,
     sem s;
     let me = global_core(chip_id(), core_id());
     region "kda" {
-        for t in 0..NHL {
-            let h = me + t * NCORES;
-            if h < HEADS {
-                let c = h * HD;
-                start copy(ocore[:, c +: HD], ov, s);
-                start copy(og[:, c +: HD], gv, s);
-                start copy(w.kda_onorm[ai], on[0, :], s);
-                wait 2 * copy(ocore[:, c +: HD], ov, s);
-                wait copy(w.kda_onorm[ai], on[0, :], s);
-                kda_out(ov, on, gv, y, BATCH);
-                start copy(y, o[:, c +: HD], s);
-                wait copy(y, o[:, c +: HD], s);
-            }
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(ocore[:, c +: HD], ov, s);
+            start copy(og[:, c +: HD], gv, s);
+            start copy(w.kda_onorm[ai], on[0, :], s);
+            wait 2 * copy(ocore[:, c +: HD], ov, s);
+            wait copy(w.kda_onorm[ai], on[0, :], s);
+            kda_out(ov, on, gv, y, BATCH);
+            start copy(y, o[:, c +: HD], s);
+            wait copy(y, o[:, c +: HD], s);
         }
     }
 }

@@ -68,7 +68,6 @@ const RG = max(max(max(1, select(BATCH % 2 == 0 && 2 <= RGCAP, 2, 1)),
 const RB = BATCH / RG;
 const NKT = HEADS * RG;
 const NTL = (NKT + NCORES - 1) / NCORES;
-const NVC = select(LM_ROOT, NVB, NVL);
 // Expert-parallel capacities (both programs). A home's TOPK experts of one row are
 // distinct but may share an owner, so in the worst case every slot of every row of a home
 // goes to one owner: EP_CAP slots per (home, owner) pair never overflow, and every count
@@ -86,8 +85,6 @@ const REP_UP = LATENT * DIM * 2 <= REPL_BYTES;
 const REP_D13 = DIM * DENSE_INTER * 2 <= REPL_BYTES;
 const REP_D2 = DENSE_INTER * DIM * 2 <= REPL_BYTES;
 const NLATC = select(REP_LAT, NLATB, NLATL);
-const NRDC = select(REP_RD, NRB, NRL);
-const NUPC = select(REP_UP, NDB, NDL);
 const ND13C = select(REP_D13, NIB, NIL);
 const ND2C = select(REP_D2, NDB, NDL);
 // Consumers of a gathered value: cores 0..n-1.
@@ -108,8 +105,9 @@ const NT_RD = select(EXPERT_PARALLEL, NHOME, NCORES);   // the cores that route
 param ESPLIT_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes of an expert's weights above which it is split by columns over the cores of a chip";
 const ESPLIT = select(3 * LATENT * EINTER * 2 > ESPLIT_BYTES, CORES_PER_CHIP, 1);
 const NGROUPS = NCORES / ESPLIT;
-const NXS = NXB / ESPLIT;
-const NOS = NLB / ESPLIT;
+// (At least one block each, so that a split the assert below refuses is reported by it alone.)
+const NXS = max(1, NXB / ESPLIT);
+const NOS = max(1, NLB / ESPLIT);
 assert NXB % ESPLIT == 0 && NLB % ESPLIT == 0,
     "an expert split over a chip's cores needs EINTER and LATENT blocks that divide evenly (raise ESPLIT_BYTES)";
 // Units a group runs in one layer, at most: tensor parallel, the shared experts and the
@@ -118,9 +116,3 @@ assert NXB % ESPLIT == 0 && NLB % ESPLIT == 0,
 const NUNITS = select(EXPERT_PARALLEL, EP_NDE + NSHARED,
                       (NSHARED + min(BATCH * TOPK, NEXP) + NGROUPS - 1) / NGROUPS);
 
-// Column blocks [lo, hi) of n blocks that part c of `parts` equal parts takes.
-fn part_range(n: i32, parts: i32, c: i32, out: smem i32[2]) {
-    let size = (n + parts - 1) / parts;
-    out[0] = min(n, c * size);
-    out[1] = min(n, (c + 1) * size);
-}

@@ -3,7 +3,7 @@
 //
 // No layer's weights are held whole: every projection streams this core's column blocks
 // [K, 128] (the whole K, so each output column is one dot product in increasing k and the
-// bits are the unsplit product's) through the weight ring `wr`, a pipeline per weight
+// bits are the unsplit product's) through the weight ring (`Rings`), a pipeline per weight
 // stream (programs/k3/attention.mk, ffn.mk). A stream is run in two parts: its first
 // tiles are prefetched (`part prefetch`) as soon as the ring is free, e.g. the next
 // layer's attention tiles while this layer's MoE finishes, and the rest streams where

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.dsl.test_compiler import bf16, f32, mm, run, same
-from tests.dsl.test_errors import errors, kernel_errors
+from tests.dsl.test_errors import kernel_errors
 
 DATA = Path(__file__).with_name("data")
 
@@ -121,3 +121,26 @@ kernel k(x: hbm bf16[8, 256], w1: hbm bf16[256, 256], w2: hbm bf16[256, 256], y:
     outs, _, _ = run(text, {"x": x, "w1": w1, "w2": w2})
     same(mm(x, np.concatenate([w1, w2], axis=1)), outs["y"])
     same(np.stack([w2[:, 128:256], w1[:, 0:128]]), outs["z"])   # core 0 picks w2, core 1 w1
+
+
+def test_prologue_tiles_past_a_run_time_count_are_not_issued():
+    # depth 4 starts up to 3 tiles ahead; with n = 2 the third would lie past x's end.
+    # Whether it exists is known at run time only, so the prologue guards it and its
+    # view is not bounds-checked at compile time (the emulator checks every DMA).
+    text = """
+kernel k(x: hbm f32[16, 128], y: hbm f32[16, 128], n: i32) {
+    pipeline t in 0..n depth 4 {
+        input xt = x[t * 8 +: 8, :];
+        output yt = y[t * 8 +: 8, :];
+        yt = xt * 3.0;
+    }
+}
+host {
+    input x: f32[16, 128];
+    output y: f32[16, 128];
+    launch k(x, y, 2);
+}
+"""
+    x = f32(16, 128)
+    outs, _, _ = run(text, {"x": x})
+    same(x * np.float32(3.0), outs["y"])

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mkemu.dsl.compiler import compile_program
 from mkemu.dsl.frontend import load_program
+from mkemu.isa.hardware import load_profile
 from mkemu.isa import numerics as nx
 from tests.dsl.test_compiler import bf16, f32, mm, run, same
 from tests.dsl.test_errors import errors
@@ -109,4 +111,47 @@ host { input w: W; input x: f32[8, 128]; launch k(x, x); }
         "'x'\n"
         "  host { input w: W; input x: f32[8, 128]; launch k(x, x); }\n"
         "                                                    ^"
+    )
+
+
+VMEM_BYTES = """\
+struct S {
+    a: vmem bf16[2][3, 100];
+    b: vmem f32[8, 256];
+    m: smem i32[4];
+    s: sem[2];
+}
+const N = vmem_bytes(S);
+kernel k(x: hbm f32[8, 256]) {
+    let t = S();
+    start copy(x, t.b, t.s[0]);
+    wait copy(x, t.b, t.s[0]);
+}
+host { input x: f32[8, 256]; launch k(x); }
+"""
+
+
+def test_vmem_bytes_is_what_the_back_end_allocates_for_an_instance(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.mk").write_text(VMEM_BYTES)
+    program = load_program("p.mk")
+    compiled = compile_program(program, load_profile("tpu-v7-like"))
+    # The kernel's VMEM is the instance's alone (a copy needs no temporaries): padded
+    # rows and slots included, SMEM and semaphores not.
+    assert program.consts["N"] == compiled.kernels["k"].vmem_bytes
+    assert program.consts["N"] > 2 * 3 * 100 * 2 + 8 * 256 * 4
+
+
+def test_vmem_bytes_takes_a_struct_name(tmp_path, monkeypatch):
+    src = STRUCTS + "const A = vmem_bytes(W, B);\nconst C = vmem_bytes(3);\nconst D = vmem_bytes(Q);\n"
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:3:11: error: vmem_bytes() takes the name of a struct: vmem_bytes(S)\n"
+        "  const A = vmem_bytes(W, B);\n"
+        "            ^^^^^^^^^^^^^^^^\n"
+        "prog.mk:4:11: error: vmem_bytes() takes the name of a struct: vmem_bytes(S)\n"
+        "  const C = vmem_bytes(3);\n"
+        "            ^^^^^^^^^^^^^\n"
+        "prog.mk:5:22: error: vmem_bytes(): 'Q' is not a struct\n"
+        "  const D = vmem_bytes(Q);\n"
+        "                       ^"
     )
