@@ -27,9 +27,9 @@ K3 = "programs/k3_megakernel.mk"
 
 CASES = {
     # The must-hold: a 4-value space of the megakernel at k3-tiny, two local processes.
-    "k3-tiny-ES": (K3, "--model", "k3-tiny", "--param", "ES"),
+    "k3-tiny-WR": (K3, "--model", "k3-tiny", "--param", "WR_MAX"),
     "k3-tiny-all": (K3, "--model", "k3-tiny", "--budget", "24"),
-    "k3-mini-b8-ES": (K3, "--batch", "8", "--prompt-len", "1", "--steps", "2", "--param", "ES"),
+    "k3-mini-b8-WR": (K3, "--batch", "8", "--prompt-len", "1", "--steps", "2", "--param", "WR_MAX"),
     "k3-mini-b8-repl": (K3, "--batch", "8", "--prompt-len", "1", "--steps", "2", "--param", "REPL_BYTES",
                         "--param", "KDA_ROW_SPLIT", "--budget", "16"),
     "matmul-double-buffered": ("programs/examples/matmul_double_buffered.mk",),

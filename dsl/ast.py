@@ -103,7 +103,17 @@ class Index:
     span: SourceSpan
 
 
-Expr = Name | IntLit | FloatLit | Binary | Unary | Call | Index
+@attrs.frozen
+class Field:
+    """`base.name`: a member of a struct instance."""
+
+    base: "Expr"
+    name: str
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+Expr = Name | IntLit | FloatLit | Binary | Unary | Call | Index | Field
 
 # ------------------------------------------------------------------------ types
 
@@ -155,7 +165,8 @@ class Param:
 
 @attrs.frozen
 class BufferDecl:
-    """`vmem x: f32[8, 128];`, `vmem w: bf16[2][256, 256];`, `smem idx: i32[16];`."""
+    """`vmem x: f32[8, 128];`, `vmem w: bf16[2][256, 256];`, `smem idx: i32[16];`;
+    in the host `hbm st: State;` (no dims: `dtype` names a struct)."""
 
     space: str
     name: str
@@ -252,6 +263,33 @@ class For:
 
 
 @attrs.frozen
+class Pipeline:
+    """`pipeline t in a..b [step s] [depth d] [part p] { streams; body }`."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr | None
+    depth: Expr | None
+    part: Expr | None   # whole (0, the default), prefetch (1: the first tiles only), primed (2: the rest)
+    body: Block
+    span: SourceSpan
+    var_span: SourceSpan
+
+
+@attrs.frozen
+class PipeStream:
+    """`input x = VIEW [via BUF, SEMS];` or `output y = VIEW ...;` at the top of a pipeline."""
+
+    kind: str          # "input" or "output"
+    name: str
+    view: Expr
+    via: tuple[Expr, Expr] | None
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+@attrs.frozen
 class If:
     cond: Expr
     then: Block
@@ -279,12 +317,13 @@ class Launch:
 
 @attrs.frozen
 class IoDecl:
-    """Host only: `input a: f32[8, 128];` or `output y: f32[8, 128];`."""
+    """Host only: `input a: f32[8, 128];` or `output y: f32[8, 128];`; `input w: S;`
+    (dims None: `dtype` names a struct) declares one host array per member of S."""
 
     kind: str
     name: str
     dtype: str
-    dims: tuple[Expr, ...]
+    dims: tuple[Expr, ...] | None
     span: SourceSpan
     name_span: SourceSpan
 
@@ -300,7 +339,7 @@ class Assert:
 
 Stmt = (
     BufferDecl | SemDecl | VarDecl | Let | Assign | ExprStmt | Start | Wait | WaitSem
-    | For | If | Region | Launch | IoDecl | Assert
+    | For | Pipeline | PipeStream | If | Region | Launch | IoDecl | Assert
 )
 
 # ------------------------------------------------------------------------ items
@@ -360,12 +399,22 @@ class Reference:
 
 
 @attrs.frozen
+class Generic:
+    """A generic name of a fn or kernel (`<K, N, T>`): a dimension, count or dtype
+    inferred from the arguments."""
+
+    name: str
+    span: SourceSpan
+
+
+@attrs.frozen
 class FnDecl:
     name: str
     params: tuple[Param, ...]
     body: Block
     span: SourceSpan
     name_span: SourceSpan
+    generics: tuple[Generic, ...] = ()
 
 
 @attrs.frozen
@@ -375,6 +424,7 @@ class KernelDecl:
     body: Block
     span: SourceSpan
     name_span: SourceSpan
+    generics: tuple[Generic, ...] = ()
 
 
 @attrs.frozen
@@ -383,7 +433,17 @@ class HostDecl:
     span: SourceSpan
 
 
-Item = Import | ParamDecl | ConstDecl | Reference | FnDecl | KernelDecl | HostDecl | Assert
+@attrs.frozen
+class StructDecl:
+    """`struct S { name: type; ... }`: members typed like parameters."""
+
+    name: str
+    members: tuple[Param, ...]
+    span: SourceSpan
+    name_span: SourceSpan
+
+
+Item = Import | ParamDecl | ConstDecl | Reference | FnDecl | KernelDecl | HostDecl | StructDecl | Assert
 
 
 @attrs.frozen

@@ -448,6 +448,8 @@ class KernelCompiler(TileLowering):
             if rd != ra:
                 self.release(ra)
             return rd
+        if op == "select":
+            return self.select(args, want)
         a, b = args
         if op in ("&&", "||"):
             ra = self.sval(a)
@@ -484,6 +486,23 @@ class KernelCompiler(TileLowering):
         rd = self._dest(want, ra, rb)
         self.emit(SCALAR_RR[op], sd=rd, sa=ra, sb=rb)
         for r in (ra, rb):
+            if r != rd:
+                self.release(r)
+        return rd
+
+    def select(self, args, want) -> int:
+        """cond ? a : b without a branch: b ^ ((a ^ b) & -cond), cond being 0 or 1."""
+        rc = self.sval(args[0])
+        mask = self._dest(None, rc)
+        self.emit("sub", sd=mask, sa=0, sb=rc)
+        ra = self.sval(args[1])
+        rb = self.sval(args[2])
+        diff = self._dest(None, ra)
+        self.emit("xor", sd=diff, sa=ra, sb=rb)
+        self.emit("and", sd=diff, sa=diff, sb=mask)
+        rd = self._dest(want, diff, rb)
+        self.emit("xor", sd=rd, sa=diff, sb=rb)
+        for r in (mask, ra, rb, diff):
             if r != rd:
                 self.release(r)
         return rd

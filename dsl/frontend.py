@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.check import Elaborator
+from mkemu.dsl.elaborate import Elaborator
 from mkemu.dsl.imports import load_files
 from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan
 

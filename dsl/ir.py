@@ -10,7 +10,9 @@ Entities compare by identity (two buffers with the same name in different inline
 calls are different buffers). Every node carries the `SourceSpan` of the source text
 it came from (inside an fn body for inlined code), for the back end's source map.
 
-Scalars are int32. Tile dtypes are `bf16`, `f32`, `i32` and `bool` (masks); a `bf16`
+Scalars are int32; a scalar that the language types as a bool (a comparison, `&&`,
+`||`, `!`, `true`, a `bool` variable or parameter) holds 0 or 1 and says so in its
+`dtype` (`scalar_dtype(e)`); the back end treats both alike. Tile dtypes are `bf16`, `f32`, `i32` and `bool` (masks); a `bf16`
 tile holds bf16-exact values (the registers hold f32). Tiles are always 2-D.
 """
 
@@ -65,11 +67,13 @@ class Semaphore:
 
 @attrs.frozen(eq=False)
 class ScalarVar:
-    """An int32 scalar variable. kind: param | let | var (mutable) | loop."""
+    """An int32 scalar variable. kind: param | let | var (mutable) | loop.
+    dtype: i32, or bool for a variable that holds 0/1 as a truth value."""
 
     name: str
     kind: str
     span: SourceSpan
+    dtype: str = "i32"
 
 
 @attrs.frozen(eq=False)
@@ -87,8 +91,11 @@ class TileValue:
 
 @attrs.frozen
 class Const:
+    """A compile-time integer; dtype bool for a folded truth value (0 or 1)."""
+
     value: int
     span: SourceSpan
+    dtype: str = "i32"
 
 
 @attrs.frozen
@@ -108,11 +115,14 @@ class ScalarRead:
 @attrs.frozen
 class ScalarOp:
     """op: + - * / % << >> & | ^ == != < <= > >= && || (binary), neg ! (unary),
-    min max (binary). Division and remainder truncate toward zero (C semantics)."""
+    min max (binary), select (cond, a, b: a where cond is non-zero, else b; each
+    argument evaluated once). Division and remainder truncate toward zero (C semantics).
+    `dtype` overrides the type the op implies (`i32(flag)` keeps the comparison)."""
 
     op: str
     args: tuple["ScalarExpr", ...]
     span: SourceSpan
+    dtype: str | None = None
 
 
 @attrs.frozen
@@ -144,6 +154,25 @@ class Spmd:
 
 ScalarExpr = Const | ScalarRead | ScalarOp | SmemLoad | TileToScalar | Spmd
 SCALAR_NODES = (Const, ScalarRead, ScalarOp, SmemLoad, TileToScalar, Spmd)
+BOOL_OPS = ("==", "!=", "<", "<=", ">", ">=", "&&", "||", "!")
+
+
+def scalar_dtype(e: ScalarExpr) -> str:
+    """`bool` for a truth value, else `i32` (both are int32 at run time)."""
+    match e:
+        case Const():
+            return e.dtype
+        case ScalarRead():
+            return e.var.dtype
+        case ScalarOp():
+            if e.dtype is not None:
+                return e.dtype
+            if e.op == "select":
+                return scalar_dtype(e.args[1])
+            return "bool" if e.op in BOOL_OPS else "i32"
+        case TileToScalar():
+            return "bool" if e.tile.dtype == "bool" else "i32"
+    return "i32"
 
 # ----------------------------------------------------------------- references
 

@@ -57,11 +57,11 @@ def describe_terminal(name: str) -> str:
 _EXPR_START = {"'('", "'-'", "'!'", "a name", "an integer", "a number"}
 _STMT_KEYWORDS = {
     "'assert'", "'for'", "'hbm'", "'if'", "'input'", "'launch'", "'let'", "'output'",
-    "'region'", "'sem'", "'smem'", "'start'", "'var'", "'vmem'", "'wait'",
+    "'pipeline'", "'region'", "'sem'", "'smem'", "'start'", "'var'", "'vmem'", "'wait'",
 }
 _BINARY_OPS = {
     "'!='", "'%'", "'&&'", "'&'", "'*'", "'+'", "'-'", "'/'", "'<'", "'<<'", "'<='",
-    "'=='", "'>'", "'>='", "'>>'", "'^'", "'|'", "'||'",
+    "'=='", "'>'", "'>='", "'>>'", "'^'", "'|'", "'||'", "'.'",
 }
 _ASSIGN_OPS = {"'='", "'+='", "'-='", "'*='", "'/='"}
 
@@ -209,13 +209,19 @@ class _Builder(Transformer):
         return ast.Reference(self._string(c[0]), self._span(meta))
 
     def fn_decl(self, meta, c):
-        return ast.FnDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+        return ast.FnDecl(str(c[0]), c[2], c[3], self._span(meta), self._tspan(c[0]), c[1] or ())
 
     def kernel_decl(self, meta, c):
-        return ast.KernelDecl(str(c[0]), c[1], c[2], self._span(meta), self._tspan(c[0]))
+        return ast.KernelDecl(str(c[0]), c[2], c[3], self._span(meta), self._tspan(c[0]), c[1] or ())
+
+    def generics(self, meta, c):
+        return tuple(ast.Generic(str(tok), self._tspan(tok)) for tok in c)
 
     def host_decl(self, meta, c):
         return ast.HostDecl(c[0], self._span(meta))
+
+    def struct_decl(self, meta, c):
+        return ast.StructDecl(str(c[0]), tuple(c[1:]), self._span(meta), self._tspan(c[0]))
 
     def params(self, meta, c):
         return self._nonnull(c)
@@ -248,7 +254,8 @@ class _Builder(Transformer):
         return ast.Block(tuple(c), self._span(meta))
 
     def buffer_decl(self, meta, c):
-        space, name, dtype, first = c[0], c[1], str(c[2]), c[3]
+        space, name, dtype = c[0], c[1], str(c[2])
+        first = c[3] if len(c) > 3 else None
         second = c[4] if len(c) > 4 else None
         span = self._span(meta)
         if second is None:
@@ -288,6 +295,15 @@ class _Builder(Transformer):
         var, start, stop, step, body = c
         return ast.For(str(var), start, stop, step, body, self._span(meta), self._tspan(var))
 
+    def pipeline_stmt(self, meta, c):
+        var, start, stop, step, depth, part, body = c
+        return ast.Pipeline(str(var), start, stop, step, depth, part, body, self._span(meta), self._tspan(var))
+
+    def pipe_stream(self, meta, c):
+        kind, name, view = str(c[0]), c[1], c[3]
+        via = (c[5], c[7]) if len(c) > 5 and c[5] is not None and c[5] != ";" else None
+        return ast.PipeStream(kind, str(name), view, via, self._span(meta), self._tspan(name))
+
     def if_stmt(self, meta, c):
         return ast.If(c[0], c[1], c[2] if len(c) > 2 else None, self._span(meta))
 
@@ -299,7 +315,8 @@ class _Builder(Transformer):
         return ast.Launch(str(c[0]), args + keywords, self._span(meta), self._tspan(c[0]))
 
     def io_decl(self, meta, c):
-        kind, name, dtype, dims = str(c[0]), c[1], str(c[3]), c[4]
+        kind, name, dtype = str(c[0]), c[1], str(c[3])
+        dims = c[4] if len(c) > 4 and c[4] != ";" else None
         return ast.IoDecl(kind, str(name), dtype, dims, self._span(meta), self._tspan(name))
 
     def assert_stmt(self, meta, c):
@@ -327,6 +344,9 @@ class _Builder(Transformer):
 
     def index(self, meta, c):
         return ast.Index(c[0], tuple(c[1:]), self._span(meta))
+
+    def field(self, meta, c):
+        return ast.Field(c[0], str(c[1]), self._span(meta), self._tspan(c[1]))
 
     def name(self, meta, c):
         return ast.Name(str(c[0]), self._span(meta))

@@ -13,13 +13,13 @@ from mkemu.dsl import ir
 def scalar(e) -> str:
     match e:
         case ir.Const():
-            return str(e.value)
+            return ("false", "true")[e.value] if e.dtype == "bool" else str(e.value)
         case ir.ScalarRead():
             return e.var.name
         case ir.ScalarOp() if len(e.args) == 1:
             return f"{'-' if e.op == 'neg' else e.op}{scalar(e.args[0])}"
-        case ir.ScalarOp() if e.op in ("min", "max"):
-            return f"{e.op}({scalar(e.args[0])}, {scalar(e.args[1])})"
+        case ir.ScalarOp() if e.op in ("min", "max", "select"):
+            return f"{e.op}({', '.join(scalar(a) for a in e.args)})"
         case ir.ScalarOp():
             return f"({scalar(e.args[0])} {e.op} {scalar(e.args[1])})"
         case ir.SmemLoad():

@@ -59,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                      "outputs as .npz files into DIR")
     run.set_defaults(func=cmd_run)
 
-    compare = sub.add_parser("compare", help="run two programs with the same options, side by side")
-    compare.add_argument("a")
-    compare.add_argument("b")
+    compare = sub.add_parser("compare", help="run two or more programs with the same options, side by side")
+    compare.add_argument("first", metavar="PROGRAM")
+    compare.add_argument("others", metavar="PROGRAM", nargs="+")
     _machine_options(compare)
     _driver_options(compare)
     compare.add_argument("--json", action="store_true")
@@ -276,12 +276,12 @@ def cmd_compare(args) -> int:
 
     from mkemu.shipped import resolve
 
-    # Both programs must be there before the first one's run, which may take a while.
-    files = [resolve(file) for file in (args.a, args.b)]
+    # Every program must be there before the first one's run, which may take a while.
+    files = [resolve(file) for file in (args.first, *args.others)]
     options = _options(args)
     reports = [execute(file, options, progress=_Progress())[0] for file in files]
     if args.json:
-        print(json.dumps({"a": reports[0], "b": reports[1]}, default=_json_default))
+        print(json.dumps({"reports": reports}, default=_json_default))
     else:
         print(compare_text(*reports))
     return 0 if all(r["bit_exact"] in (True, None) for r in reports) else 1

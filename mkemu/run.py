@@ -139,19 +139,24 @@ def render_plain(report: dict) -> str:
     return "\n".join(lines)
 
 
-def compare_text(a: dict, b: dict) -> str:
-    """Two reports side by side (driver reports per step, or plain runs)."""
+def compare_text(*reports: dict) -> str:
+    """Reports side by side, one column each (driver reports per step, or plain runs)."""
+    names = [Path(r["program"]).name for r in reports]
+    width = max(18, *(len(n) for n in names))
+
+    def line(label, values):
+        return f"{label:32s} " + " ".join(f"{v:>{width}s}" for v in values)
+
     def row(label, key, fmt="{:.2f}", sub=None, scale=1.0):
         values = []
-        for r in (a, b):
+        for r in reports:
             v = r.get(key) if sub is None else r.get(key, {}).get(sub)
             numeric = isinstance(v, float | int) and not isinstance(v, bool)
             values.append("-" if v is None else fmt.format(v * scale if numeric and scale != 1.0 else v))
-        return f"{label:32s} {values[0]:>18s} {values[1]:>18s}"
+        return line(label, values)
 
-    names = [Path(r["program"]).name for r in (a, b)]
-    lines = [f"{'':32s} {names[0]:>18s} {names[1]:>18s}", row("bit-exact", "bit_exact", "{}")]
-    if "us_per_step" in a and "us_per_step" in b:
+    lines = [line("", names), row("bit-exact", "bit_exact", "{}")]
+    if all("us_per_step" in r for r in reports):
         lines += [row("us per step", "us_per_step"),
                   row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),
                   row("kernels launched per step", "kernels_per_step", "{}"),
@@ -160,9 +165,10 @@ def compare_text(a: dict, b: dict) -> str:
                   row("% of the floor reached", "fraction_of_floor", "{:.1f}", scale=100),
                   row("% of the mesh floor reached", "fraction_of_mesh_floor", "{:.1f}", scale=100)]
         lines += [row(f"  {part.replace('_', ' ')} (us)", "breakdown_us", sub=part)
-                  for part in a.get("breakdown_us", {})]
-        if b["us_per_step"]:
-            lines.append(f"{'speedup (' + names[1] + ')':32s} {a['us_per_step'] / b['us_per_step']:>37.2f}x")
+                  for part in reports[0].get("breakdown_us", {})]
+        first = reports[0]["us_per_step"]
+        lines.append(line(f"speedup (vs {names[0]})",
+                          [f"{first / r['us_per_step']:.2f}x" if r["us_per_step"] else "-" for r in reports]))
     else:
         lines += [row("cycles", "cycles", "{:,}"), row("HBM bytes", "hbm_bytes", "{:,}")]
     return "\n".join(lines)

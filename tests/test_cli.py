@@ -164,24 +164,34 @@ def test_missing_program_and_usage(capsys):
 K3_TINY = ["--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1", "--steps", "1"]
 
 
-def test_compare_prints_two_programs_side_by_side_with_the_speedup(capsys):
-    programs = ["programs/k3_per_op.mk", "programs/k3_megakernel.mk"]
+def test_compare_prints_every_program_side_by_side_with_the_speedups(capsys):
+    programs = ["programs/k3_per_op.mk", "programs/k3_superop.mk", "programs/k3_megakernel.mk"]
     code, out, _ = cli(capsys, "compare", *programs, *K3_TINY, "--json")
     assert code == 0
-    a, b = json.loads(out)["a"], json.loads(out)["b"]
-    assert a["bit_exact"] is True and b["bit_exact"] is True and a["tokens"] == b["tokens"]
+    reports = json.loads(out)["reports"]
+    assert [Path(r["program"]).name for r in reports] == [Path(p).name for p in programs]
+    assert all(r["bit_exact"] is True for r in reports)
+    assert reports[0]["tokens"] == reports[1]["tokens"] == reports[2]["tokens"]
     code, out, _ = cli(capsys, "compare", *programs, *K3_TINY)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["k3_per_op.mk", "k3_megakernel.mk"]
+    assert lines[0].split() == ["k3_per_op.mk", "k3_superop.mk", "k3_megakernel.mk"]
     rows = {line[:32].strip(): line[32:].split() for line in lines[1:]}
-    assert rows["us per step"] == [f"{a['us_per_step']:.2f}", f"{b['us_per_step']:.2f}"]
-    assert rows["kernels launched per step"] == [str(a["kernels_per_step"]), str(b["kernels_per_step"])]
-    assert rows["speedup (k3_megakernel.mk)"] == [f"{a['us_per_step'] / b['us_per_step']:.2f}x"]
+    assert rows["us per step"] == [f"{r['us_per_step']:.2f}" for r in reports]
+    assert rows["kernels launched per step"] == [str(r["kernels_per_step"]) for r in reports]
+    first = reports[0]["us_per_step"]
+    assert rows["speedup (vs k3_per_op.mk)"] == [f"{first / r['us_per_step']:.2f}x" for r in reports]
     for label in ("HBM MB per step", "% of the floor reached", "% of the mesh floor reached",
                   "launch overhead (us)", "collectives (us)", "weight streaming (us)", "idle (us)",
                   "compute (us)"):
-        assert len(rows[label]) == 2, label
+        assert len(rows[label]) == 3, label
+
+
+def test_compare_needs_at_least_two_programs(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "programs/k3_per_op.mk", *K3_TINY])
+    assert exc.value.code == 2
+    assert "the following arguments are required: PROGRAM" in capsys.readouterr().err
 
 
 def test_compare_of_a_missing_program_is_one_clear_error(capsys):

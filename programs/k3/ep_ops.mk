@@ -20,9 +20,6 @@
 // results), each slot is written once per layer, and kernel boundaries order the layers.
 // Nothing deadlocks: in each kernel every core issues all its sends before its first wait
 // on another core.
-import "model.mk";
-import "shard.mk";
-import "allreduce.mk";
 import "ops.mk";
 
 // An owner's inbox has EP_CAP slots per home (shard.mk), a fixed region per home, so the
@@ -30,20 +27,19 @@ import "ops.mk";
 const EP_INBOX = NHOME * EP_CAP;                // an owner's inbox
 const EP_OWN = (NEXP + NCORES - 1) / NCORES;    // experts a core owns (e = me + i*NCORES)
 
-// Start (mode 0) or wait for (mode 1) the copies between this home's rows
+// Start (mode prefetch) or wait for (mode primed) the copies between this home's rows
 // b = me + k*NCORES of x and rows k of v: x to v (store 0) or v to x (store 1).
-fn ep_home_rows(mode: i32, store: i32, x: hbm f32[BATCH, n], v: vmem f32[EP_RH, n], n: i32, me: i32,
-                s: sem) {
+fn ep_home_rows<N>(mode: i32, store: i32, x: hbm f32[BATCH, N], v: vmem f32[EP_RH, N], me: i32, s: sem) {
     for k in 0..EP_RH {
         let b = me + k * NCORES;
         if b < BATCH {
             if store == 0 {
-                if mode == 0 {
+                if mode == prefetch {
                     start copy(x[b +: 1, :], v[k:k + 1, :], s);
                 } else {
                     wait copy(x[b +: 1, :], v[k:k + 1, :], s);
                 }
-            } else if mode == 0 {
+            } else if mode == prefetch {
                 start copy(v[k:k + 1, :], x[b +: 1, :], s);
             } else {
                 wait copy(v[k:k + 1, :], x[b +: 1, :], s);
@@ -57,7 +53,7 @@ fn ep_home_rows(mode: i32, store: i32, x: hbm f32[BATCH, n], v: vmem f32[EP_RH, 
 // the next free slot of its region of o's inbox; then every core a count, zero included,
 // staggered from the home itself so the homes start on different owners. Every core waits
 // for the NHOME counts, then for the rows and tags they announce.
-fn op_ep_dispatch(topi: hbm i32[BATCH, TOPK], xl: hbm f32[BATCH, LATENT],
+fn op_ep_dispatch(topi: hbm i32[BATCH * TOPK], xl: hbm f32[BATCH, LATENT],
                   ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i32[CORES_PER_CHIP * EP_INBOX],
                   ep_cnt: hbm i32[CORES_PER_CHIP * NHOME]) {
     smem ti: i32[EP_RH, TOPK];
@@ -75,12 +71,9 @@ fn op_ep_dispatch(topi: hbm i32[BATCH, TOPK], xl: hbm f32[BATCH, LATENT],
         region "dispatch" {
             for k in 0..EP_RH {
                 let b = me + k * NCORES;
-                if b < BATCH { start copy(topi[b], ti[k], s); }
+                if b < BATCH { start copy(topi[b * TOPK +: TOPK], ti[k], s); }
             }
-            for k in 0..EP_RH {
-                let b = me + k * NCORES;
-                if b < BATCH { wait copy(topi[b], ti[k], s); }
-            }
+            wait (BATCH - me + NCORES - 1) / NCORES * copy(topi[0:TOPK], ti[0], s);
             for o in 0..NCORES {
                 ct[o] = 0;
             }
@@ -132,20 +125,16 @@ fn op_ep_dispatch(topi: hbm i32[BATCH, TOPK], xl: hbm f32[BATCH, LATENT],
 
 // Experts (every core as owner, then as home). The owner reads its counts and tags,
 // numbers the distinct experts in order of arrival (home, then slot) and gathers each
-// one's rows into its own buffer; it fetches each distinct expert's weights once (two
-// fetches in flight), runs the gated FFN on that expert's rows and sends every result row
-// to part j, row b of e_out at the row's home. The home then waits for its TOPK results
+// one's rows into its own buffer; it streams each distinct expert's weights once through
+// the ring (ffn.mk's units, whole on the owner), runs the gated FFN on that expert's rows
+// and sends every result row to part j, row b of e_out at the row's home. The home then waits for its TOPK results
 // per row (the combine's all-to-all: it knows how many to expect).
 fn op_ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i32[CORES_PER_CHIP * EP_INBOX],
-                 ep_cnt: hbm i32[CORES_PER_CHIP * NHOME], w1: hbm bf16[NMOE * NEXP, LATENT, EINTER],
-                 w3: hbm bf16[NMOE * NEXP, LATENT, EINTER], w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
-                 eo: hbm f32[NROWS_EO, LATENT], fi: i32) {
+                 ep_cnt: hbm i32[CORES_PER_CHIP * NHOME], w: K3Weights, eo: hbm f32[NROWS_EO, LATENT], fi: i32) {
     vmem xr: f32[EP_NDE][BATCH, LATENT];         // distinct expert i's rows, in arrival order
-    vmem yr: f32[EP_NDE][BATCH, LATENT];         // ... and its results (sources of the return DMAs)
-    vmem xb: bf16[BATCH, LATENT];
-    vmem v13: bf16[2][LATENT, 2 * EINTER];
-    vmem v2: bf16[2][EINTER, LATENT];
-    vmem ub: bf16[BATCH, EINTER];
+    let r = Rings();
+    let f = FfnBufs();                           // f.ey[i]: expert i's results (sources of the return DMAs)
+    let net = Net();
     smem rc: i32[NHOME];
     smem tags: i32[EP_INBOX];
     smem seen: i32[EP_OWN];        // owned expert e / NCORES -> 1 + its distinct index; 0: none yet
@@ -154,7 +143,6 @@ fn op_ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i
     smem rt: i32[EP_NDE, BATCH];   // slot * BATCH + row of each of them
     sem s;
     sem r_in;
-    sem ws[2];
     sem ssend;
     sem r_res;
     var nd: i32 = 0;
@@ -177,9 +165,6 @@ fn op_ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i
                 if seen[e / NCORES] == 0 {
                     de[nd] = e;
                     nr[nd] = 0;
-                    if nd < 2 {
-                        ffn_weights(0, w1, w3, w2, NMOE * NEXP, fi * NEXP + e, v13[nd], v2[nd], ws[nd]);
-                    }
                     nd += 1;
                     seen[e / NCORES] = nd;
                 }
@@ -193,19 +178,17 @@ fn op_ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i
         }
         wait(r_in, nin * EP_ROW);
         for i in 0..nd {
-            ffn_weights(1, w1, w3, w2, NMOE * NEXP, fi * NEXP + de[i], v13[i % 2], v2[i % 2], ws[i % 2]);
-            xb = bf16(xr[i]);
-            gated_ffn(xb, v13[i % 2], v2[i % 2], ub, yr[i], LATENT, EINTER, LATENT);
-            if i + 2 < nd {
-                ffn_weights(0, w1, w3, w2, NMOE * NEXP, fi * NEXP + de[i + 2], v13[i % 2], v2[i % 2], ws[i % 2]);
-            }
+            f.xlb = bf16(xr[i]);
+            unit_a(whole, w, false, fi * NEXP + de[i], 1, 0, f, r);
+            unit_hidden(1, 0, me, i, me, f, net);
+            unit_b(whole, w, false, fi * NEXP + de[i], 1, 0, i, f, r);
             for m in 0..nr[i] {
-                let r = rt[i, m];
-                let home = r % BATCH % NCORES;
+                let rr = rt[i, m];
+                let home = rr % BATCH % NCORES;
                 if home == me {
-                    start copy(yr[i][m:m + 1, :], eo[r +: 1, :], r_res);
+                    start copy(f.ey[i][m:m + 1, :], eo[rr +: 1, :], r_res);
                 } else {
-                    start copy(yr[i][m:m + 1, :], eo[r +: 1, :] @ home, ssend, r_res);
+                    start copy(f.ey[i][m:m + 1, :], eo[rr +: 1, :] @ home, ssend, r_res);
                     sent += EP_ROW;
                 }
             }
@@ -229,48 +212,49 @@ fn op_ep_combine(eo: hbm f32[NROWS_EO, LATENT], topw: hbm f32[BATCH, TOPK], z: h
     let me = global_core(chip_id(), core_id());
     if me < NHOME {
         region "combine" {
-            ep_home_rows(0, 0, topw, wv, TOPK, me, s);
+            ep_home_rows(prefetch, 0, topw, wv, me, s);
             for q in 0..NPE {
-                ep_home_rows(0, 0, eo[q * BATCH +: BATCH, :], pv[q], LATENT, me, s);
+                ep_home_rows(prefetch, 0, eo[q * BATCH +: BATCH, :], pv[q], me, s);
             }
-            ep_home_rows(1, 0, topw, wv, TOPK, me, s);
+            ep_home_rows(primed, 0, topw, wv, me, s);
             for q in 0..NPE {
-                ep_home_rows(1, 0, eo[q * BATCH +: BATCH, :], pv[q], LATENT, me, s);
+                ep_home_rows(primed, 0, eo[q * BATCH +: BATCH, :], pv[q], me, s);
             }
             for j in 0..TOPK {
                 pv[j] = wv[:, j:j + 1] * pv[j];
             }
-            psum(pv, 0, PPE, LGE, PPE, EP_RH, LATENT);
-            ep_home_rows(0, 1, z, pv[0], LATENT, me, s);
-            ep_home_rows(1, 1, z, pv[0], LATENT, me, s);
+            psum(pv, 0, LGE);
+            ep_home_rows(prefetch, 1, z, pv[0], me, s);
+            ep_home_rows(primed, 1, z, pv[0], me, s);
         }
     }
 }
 
-// y[b] = x[b] @ w for this home's rows b, with the whole w (moe_up at the rows' homes).
-fn op_proj_rows(x: hbm f32[BATCH, k], w: hbm bf16[k, n], y: hbm f32[BATCH, n], k: i32, n: i32) {
-    vmem xv: f32[EP_RH, k];
-    vmem xb: bf16[EP_RH, k];
-    vmem wv: bf16[k, n];
-    vmem yv: f32[EP_RH, n];
+// y[b] = x[b] @ w for this home's rows b, all of w's column blocks streamed (moe_up at
+// the rows' homes).
+fn op_proj_rows<K, N>(x: hbm f32[BATCH, K], w: hbm bf16[K, N], y: hbm f32[BATCH, N]) {
+    vmem xv: f32[EP_RH, K];
+    vmem xb: bf16[EP_RH, K];
+    vmem yv: f32[EP_RH, N];
     sem s;
     let me = global_core(chip_id(), core_id());
     if me < NHOME {
-        ep_home_rows(0, 0, x, xv, k, me, s);
-        start copy(w, wv, s);
-        ep_home_rows(1, 0, x, xv, k, me, s);
-        wait copy(w, wv, s);
+        ep_home_rows(prefetch, 0, x, xv, me, s);
+        ep_home_rows(primed, 0, x, xv, me, s);
         xb = bf16(xv);
-        yv = matmul(xb, wv);
-        ep_home_rows(0, 1, y, yv, n, me, s);
-        ep_home_rows(1, 1, y, yv, n, me, s);
+        pipeline j in 0..N / 128 {
+            input wt = w[:, j * 128 +: 128];
+            yv[:, j * 128 +: 128] = matmul(xb, wt);
+        }
+        ep_home_rows(prefetch, 1, y, yv, me, s);
+        ep_home_rows(primed, 1, y, yv, me, s);
     }
 }
 
 // All-gather of the rows of y [BATCH, n] across chips: each home pushes its rows from its
 // chip's HBM into the same rows on every other chip (its sibling cores share the HBM);
 // core 0 of each chip waits for the rows homed on other chips.
-fn op_gather_rows(y: hbm f32[BATCH, n], n: i32) {
+fn op_gather_rows<N>(y: hbm f32[BATCH, N]) {
     sem ssend;
     sem rrecv;
     var mine: i32 = 0;
@@ -287,14 +271,14 @@ fn op_gather_rows(y: hbm f32[BATCH, n], n: i32) {
                 mine += 1;
             }
         }
-        wait(ssend, mine * (NCHIPS - 1) * n * 4);
+        wait (mine * (NCHIPS - 1)) * copy(y[0:1, :], y[0:1, :] @ 0, ssend, rrecv);
         if core_id() == 0 {
             for b in 0..BATCH {
                 if b % NCORES / CORES_PER_CHIP != chip {
                     away += 1;
                 }
             }
-            wait(rrecv, away * n * 4);
+            wait recv away * copy(y[0:1, :], y[0:1, :] @ 0, ssend, rrecv);
         }
     }
 }

@@ -1,60 +1,89 @@
-// The all-gather of the K3 programs (a K3-specific collective, kept apart from the
-// model code). programs/lib/collectives.mk's all_gather is a ring per mesh level over
-// equal per-participant chunks: four sequential ring levels (each with a credit round
-// trip) on a 2x2x2 mesh of 2-core chips. The K3 activations are a few blocks of
-// BATCH x 128 f32 owned by cores j % NCORES, so one direct phase is what they need:
-// every owner pushes its blocks straight to every consumer (latency: one DMA start plus
-// the farthest path, ~2.2-2.6 us on 2x2x2), and the receivers count bytes.
+// Pushing data to other cores, and the all-gather of the K3 programs (a K3-specific
+// collective, kept apart from the model code).
+//
+// programs/lib/collectives.mk's all_gather is a ring per mesh level over equal
+// per-participant chunks: four sequential ring levels (each with a credit round trip)
+// on a 2x2x2 mesh of 2-core chips. The K3 activations are a few blocks of BATCH x 128
+// f32 owned by cores j % NCORES, so one direct phase is what they need: every owner
+// pushes its blocks straight to every consumer (latency: one DMA start plus the
+// farthest path, ~2.2-2.6 us on 2x2x2), and the receivers count bytes.
 //
 // Protocol (bit-exact by construction: it only moves bytes):
-// - every owner DMAs each of its blocks from its private `src` into the same columns
-//   of `site` on every consumer core, itself included (a local DMA), so `site` is
-//   written by DMAs only and read only after the wait (no vector access overlaps a DMA
-//   in flight);
-// - all copies into `site` count on `rsem`: a consumer waits for the whole site,
-//   BATCH * ncols * 4 bytes; sends count on `ssend` (the bytes that left this core);
-// - consumers are cores 0..nt-1 (nt = NCORES: everyone; nt = 1: a gather to core 0);
-// - a site (and its rsem) may be reused only when something orders the two uses on
-//   every core: the megakernel rotates its sites over two slots by layer parity and
-//   puts a barrier every second layer; the per-op program has kernel boundaries.
+// - a push DMAs a piece from a private source into the same place of the destination
+//   buffer on a target core (on this core by a local DMA), so a destination is written
+//   by DMAs only and read only after its receive semaphore counted every byte;
+// - remote pushes count on the sender's `Net.ssend`, and `Net.sent` keeps how many bytes
+//   left, so `drain` waits for exactly those (every semaphore ends at 0);
+// - consumers of a gather are cores 0..nt-1 (nt = NCORES: everyone; nt = 1: core 0);
+// - a destination (and its receive semaphore) may be reused only when something orders
+//   the two uses on every core: the megakernel rotates its buffers over GROT slots by
+//   layer and puts a barrier every GROT layers; the other programs have kernel
+//   boundaries.
 import "model.mk";
 
 // NCORES rounded up to a power of two: c = me ^ k for k in 0..PCORES is a permutation of
 // 0..PCORES-1, so it visits every core once (those >= nt are skipped).
-const PCORES = 1 << ((NCORES > 1) + (NCORES > 2) + (NCORES > 4) + (NCORES > 8) + (NCORES > 16)
-                     + (NCORES > 32) + (NCORES > 64) + (NCORES > 128) + (NCORES > 256));
+const PCORES = 1 << (i32(NCORES > 1) + i32(NCORES > 2) + i32(NCORES > 4) + i32(NCORES > 8) + i32(NCORES > 16)
+                     + i32(NCORES > 32) + i32(NCORES > 64) + i32(NCORES > 128) + i32(NCORES > 256));
 
-// Copy src into dst on cores 0..nt-1 (dst on this core by a local DMA, counted on rsem
-// like the remote ones). Targets in the order me ^ (PCORES-1), ..., me ^ 0: on a
-// power-of-two mesh the farthest chips first (their copies take longest) and this core
-// last.
-fn push_all(src: vmem f32[r, c], dst: vmem f32[r, c], r: i32, c: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
+// A core's sending side: the semaphore its remote pushes count on, and their bytes.
+struct Net {
+    ssend: sem;
+    sent: smem i32[1];
+}
+
+// Push src into dst on core t (this core `me`: a local copy); the bytes arrive on rsem
+// there. src must stay as it is until they arrived (a local copy is not counted by
+// `drain`: its receiver, this core, counts it).
+fn send<R, C>(src: vmem f32[R, C], dst: vmem f32[R, C], t: i32, me: i32, rsem: sem, net: Net) {
+    if t == me {
+        start copy(src, dst, rsem);
+    } else {
+        start copy(src, dst @ t, net.ssend, rsem);
+        net.sent[0] = net.sent[0] + bytes(src);
+    }
+}
+
+// Wait until every byte this core pushed has left (its sources may be reused).
+fn drain(net: Net) {
+    wait(net.ssend, net.sent[0]);
+    net.sent[0] = 0;
+}
+
+// Copy src into dst on cores 0..nt-1. Targets in the order me ^ (PCORES-1), ..., me ^ 0:
+// on a power-of-two mesh the farthest chips first (their copies take longest) and this
+// core last.
+fn push_all<R, C>(src: vmem f32[R, C], dst: vmem f32[R, C], me: i32, nt: i32, rsem: sem, net: Net) {
     for kk in 0..PCORES {
         let tc = me ^ (PCORES - 1 - kk);
         if tc < nt {
-            if tc == me {
-                start copy(src, dst, rsem);
-            } else {
-                start copy(src, dst @ tc, ssend, rsem);
-            }
+            send(src, dst, tc, me, rsem, net);
         }
     }
 }
 
-// Push this core's blocks of `src` into `site` on cores 0..nt-1.
-fn ag_push(src: vmem f32[BATCH, nl * 128], site: vmem f32[BATCH, nb * 128], nl: i32, nb: i32,
-           first: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
+// Push this core's blocks of `src` (its t-th block at columns t*128) into `site` on cores
+// 0..nt-1 (block j at columns j*128), for its blocks j = first, first + NCORES, ... < nb.
+fn ag_push<NL, NS>(src: vmem f32[BATCH, NL], site: vmem f32[BATCH, NS], nb: i32, first: i32, me: i32, nt: i32,
+                   rsem: sem, net: Net) {
     for j in first..nb step NCORES {
-        push_all(src[:, (j - first) / NCORES * 128 +: 128], site[:, j * 128 +: 128], BATCH, 128, me, nt,
-                 ssend, rsem);
+        push_all(src[:, (j - first) / NCORES * 128 +: 128], site[:, j * 128 +: 128], me, nt, rsem, net);
     }
 }
 
-// Wait until this core's sends have left and (if it is a consumer) the whole site arrived.
-fn ag_finish(nb: i32, first: i32, me: i32, nt: i32, ssend: sem, rsem: sem) {
-    let mine = (max(nb - first, 0) + NCORES - 1) / NCORES;
-    wait(ssend, mine * (nt - (me < nt)) * BATCH * 512);
+// Wait until this core's sends have left and (if it is a consumer) all nb blocks arrived.
+fn ag_finish<NS>(site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem, net: Net) {
+    drain(net);
     if me < nt {
-        wait(rsem, nb * BATCH * 512);
+        wait(rsem, nb * bytes(site[:, 0:128]));
+    }
+}
+
+// The all-gather of this core's blocks of a split projection into site on cores 0..nt-1.
+fn all_gather<NL, NS>(src: vmem f32[BATCH, NL], site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem,
+                      net: Net) {
+    region "allgather" {
+        ag_push(src, site, nb, me, me, nt, rsem, net);
+        ag_finish(site, nb, me, nt, rsem, net);
     }
 }

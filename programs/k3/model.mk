@@ -1,4 +1,4 @@
-// The Kimi-K3 decode maths, shared by programs/k3_megakernel.mk and programs/k3_per_op.mk.
+// The Kimi-K3 decode maths, shared by the three K3 programs (per-op, super-op, megakernel).
 //
 // Every fn here is the contract of docs/k3.md written in .mk: one f32 operation per
 // rounding point, in the reference's order (programs/k3/reference.py); bf16 only where
@@ -45,7 +45,6 @@ assert HEADS <= 128, "the beta projection is one 128-column block: at most 128 h
 assert NKDA + NMLA == NLAYERS, "every layer is KDA or MLA";
 assert BATCH >= 1 && BATCH <= 8, "BATCH is 1..8 (one vreg of rows)";
 assert NSHARED >= 1, "the programs assume at least one shared expert";
-assert MAXSEQ & (MAXSEQ - 1) == 0, "MAXSEQ must be a power of two (mla_probs stacks the rows' caches)";
 assert NCORES >= 1 && NCORES % CORES_PER_CHIP == 0, "NCORES = chips x CORES_PER_CHIP";
 
 // ------------------------------------------------------------------------ norms
@@ -117,24 +116,14 @@ fn kda_out(o: vmem f32[r, 128], onorm: vmem bf16[1, 128], ograw: vmem f32[r, 128
 
 // --------------------------------------------------------------------------- MLA
 
-// Attention probabilities of every row of one head (absorbed, NoPE): row b attends to
-// its own cache, rows b*MAXSEQ .. b*MAXSEQ + pos of `cache` (the rows' caches stacked):
-// softmax over those positions of (qt . cache^T) * 128^-0.5.
-// All rows go through one matmul against the stacked caches; a row's scores outside its
-// own block are set to -inf like the positions after pos, so its probabilities there are
-// exactly +0. This gives the reference's bits: each score is its own dot product; the max
-// ignores -inf; the padded halving-tree sum of a row of BATCH*MAXSEQ lanes that are +0
-// outside one aligned power-of-two block (MAXSEQ) adds only +0 until the block's lanes
-// pair up exactly as in the tree over that block alone; and ctx = p . cache adds the
-// +0 * c products of the other blocks, which leave an accumulator started at +0 unchanged.
-fn mla_probs(qt: vmem bf16[BATCH, KVRANK], cache: vmem bf16[BATCH * MAXSEQ, KVRANK], pos: i32,
-             p: vmem f32[BATCH, BATCH * MAXSEQ]) {
-    vmem sc: f32[BATCH, BATCH * MAXSEQ];
-    let col = iota(1, BATCH * MAXSEQ);
-    let lo = iota(0, BATCH) * MAXSEQ;
-    sc = matmul(qt, transpose(cache)) * 0.08838834764831845;
-    sc = where((col < lo) | (col > lo + pos), -inf, sc);
-    p = exp(sc - max(sc, axis=1));
+// Attention probabilities of one sequence (absorbed, NoPE), for the n heads in the rows of
+// qt: softmax over positions 0..pos of (qt . cache^T) * 128^-0.5, the sequence's cache
+// [MAXSEQ, KVRANK] (rows are heads and independent, as in the reference's per-sequence
+// matmul). Positions after pos are set to -inf after the scaling, so they get exactly +0.
+fn mla_probs<n>(qt: vmem bf16[n, KVRANK], cache: vmem bf16[MAXSEQ, KVRANK], pos: i32, p: vmem f32[n, MAXSEQ]) {
+    p = matmul(qt, transpose(cache)) * 0.08838834764831845;
+    p = where(iota(1, MAXSEQ) > pos, -inf, p);
+    p = exp(p - max(p, axis=1));
     p = p / sum(p, axis=1);
 }
 
@@ -161,15 +150,4 @@ fn route(logits: vmem f32[BATCH, NEXP], bias: vmem bf16[1, NEXP], topi: vmem i32
         den = den + ch[:, j:j + 1];
     }
     topw = ch / den;
-}
-
-// y = mm(silu(mm(x, w1)) * mm(x, w3), w2): the dense FFN's shape and every expert.
-// w13 holds w1 and w3 side by side ([k, 2n]): both products come out of one matmul
-// (each output column is its own dot product, so the bits are those of two matmuls).
-fn gated_ffn(x: vmem bf16[BATCH, k], w13: vmem bf16[k, 2 * n], w2: vmem bf16[n, m],
-             u: vmem bf16[BATCH, n], y: vmem f32[BATCH, m], k: i32, n: i32, m: i32) {
-    vmem a: f32[BATCH, 2 * n];
-    a = matmul(x, w13);
-    u = bf16(silu(a[:, 0:n]) * a[:, n:2 * n]);
-    y = matmul(u, w2);
 }

@@ -1,239 +1,230 @@
-// The megakernel's expert-parallel MoE layer (SCHEME = 1; docs/k3_programs.md, "Schemes").
+// The expert-parallel MoE layer of the megakernel and the super-operators (SCHEME = 1;
+// docs/k3_programs.md, "Schemes").
 //
 // Placement is static: expert e of every layer is owned by core e % NCORES, and only its
 // owner reads its weights. Batch row b has a home core, b % NCORES, which routes it and
 // dispatches it: for each of its TOPK choices the row's latent input goes to the owner of
 // the chosen expert, with a tag naming the expert, the slot and the row. An owner learns
 // its work only from what arrives (an all-to-all with counts: every home sends every core
-// a count, zero included). It runs each distinct expert it received rows for, once, and
-// sends every result row back to the row's home (the combine). The home computes the
-// shared experts for its rows itself, weights the routed parts and adds all parts by psum
-// (the contract's order, so the bits equal the tensor-parallel scheme's), applies moe_up
-// to its rows, and the rows of f are all-gathered, since the next layer's attention is
+// a count, zero included). It runs each distinct expert it received rows for, once, its
+// weights streamed through the ring (ffn.mk's units, on the owner alone), and sends every
+// result row back to the row's home (the combine). The home computes the shared experts
+// for its rows itself, weights the routed parts and adds all parts by psum (the
+// contract's order, so the bits equal the tensor-parallel scheme's), applies moe_up to
+// its rows, and the rows of f are all-gathered, since the next layer's attention is
 // tensor parallel and needs every row everywhere.
 //
-// Three collective phases per layer (dispatch, combine, the all-gather of f) where the
-// tensor-parallel scheme has one: at decode batch sizes a phase is latency, so this
-// scheme is the slower one here; it is what expert placement needs once the experts no
-// longer fit next to every core (k3-full: 896 experts).
-//
 // Buffers written by other cores' DMAs (d_x, d_tag, d_cnt, the parts g_eo, g_f) exist
-// once per layer parity and are only read after their semaphore counted every byte; the
-// megakernel's barrier every second layer keeps a fast core from reaching a buffer that
-// a slow core still reads (the argument of the all-gathers, docs/k3_programs.md).
+// once per slot g and are only read after their semaphore counted every byte.
 import "model.mk";
-import "shard.mk";
-import "allreduce.mk";
-import "gather.mk";
+import "tensors.mk";
+import "ffn.mk";
 
-assert SCHEME == 0 || REP_UP == 1,
-    "SCHEME=1 applies moe_up at the rows' homes: REPL_BYTES must be at least moe_up's size";
+const EP_IN = select(EXPERT_PARALLEL, NHOME * EP_CAP, 1);    // an owner's inbox (one row when unused)
 
-// Home: dispatch each of its rows' TOPK choices to the experts' owners (xl row + tag, then
-// one count per core); returns the bytes this core sent to other cores in `sent`.
-fn ep_dispatch(me: i32, topi: vmem i32[BATCH, TOPK], xl: vmem f32[BATCH, LATENT],
-               d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
-               d_cnt: smem i32[GROT, NHOME], p: i32, ct: smem i32[NCORES], tg: smem i32[EP_CAP],
-               sent: smem i32[1], ssend: sem, r_d: sem, r_cnt: sem) {
+struct EpBufs {
+    d_x: vmem f32[GROT][EP_IN, LATENT];          // dispatched rows, EP_CAP slots per home
+    d_tag: smem i32[GROT, EP_IN];                // their tags
+    d_cnt: smem i32[GROT, NHOME];                // how many each home sent
+    xin: vmem f32[BATCH, LATENT];                // one expert's rows, packed
+    ct: smem i32[NCORES];                        // rows this home sends each owner
+    tg: smem i32[EP_CAP];                        // the tags it sends
+    dq: smem i32[EP_IN];                         // inbox slot -> its distinct expert
+    mt: smem i32[BATCH];                         // an expert's packed rows' tags
+    gx: smem i32[1];                             // a unit's row in the stacked expert arrays
+    gn: smem i32[1];                             // ... the next unit's
+    g_ep: vmem f32[select(EXPERT_PARALLEL, GROT * PPE, 1)][EP_RH, LATENT];   // the parts of a home's rows (row b at b / NCORES)
+    r_d: sem[GROT];
+    r_cnt: sem[GROT];
+    r_ep: sem[GROT];
+}
+
+// Home: dispatch each of its rows' TOPK choices (the ids read back by moe_route) to the
+// experts' owners (the latent row + a tag), then one count per core, staggered so the homes
+// do not all start with the same core.
+fn home_dispatch(me: i32, g: i32, f: FfnBufs, c: Coll, e: EpBufs, net: Net) {
     for o in 0..NCORES {
-        ct[o] = 0;
+        e.ct[o] = 0;
     }
     for k in 0..EP_RH {
         let b = me + k * NCORES;
         if b < BATCH {
             for j in 0..TOPK {
-                let e = scalar(topi[b:b + 1, j:j + 1]);
-                let o = e % NCORES;
-                let q = me * EP_CAP + ct[o];
+                let x = f.eid[b * TOPK + j];
+                let o = x % NCORES;
+                let q = me * EP_CAP + e.ct[o];
                 let t = k * TOPK + j;
-                tg[t] = e * EP_TAGR + j * BATCH + b;
+                e.tg[t] = x * EP_TAGR + j * BATCH + b;
+                send(c.g_rl[g][b:b + 1, EPAD:EPAD + LATENT], e.d_x[g][q:q + 1, :], o, me, e.r_d[g], net);
                 if o == me {
-                    start copy(xl[b:b + 1, :], d_x[q:q + 1, :], r_d);
-                    start copy(tg[t +: 1], d_tag[p, q +: 1], r_d);
+                    start copy(e.tg[t +: 1], e.d_tag[g, q +: 1], e.r_d[g]);
                 } else {
-                    start copy(xl[b:b + 1, :], d_x[q:q + 1, :] @ o, ssend, r_d);
-                    start copy(tg[t +: 1], d_tag[p, q +: 1] @ o, ssend, r_d);
-                    sent[0] = sent[0] + EP_ROW + 4;
+                    start copy(e.tg[t +: 1], e.d_tag[g, q +: 1] @ o, net.ssend, e.r_d[g]);
+                    net.sent[0] = net.sent[0] + 4;
                 }
-                ct[o] = ct[o] + 1;
+                e.ct[o] = e.ct[o] + 1;
             }
         }
     }
-    // Counts last, staggered so the homes do not all start with the same core.
     for kk in 0..NCORES {
         let o = (me + kk) % NCORES;
         if o == me {
-            start copy(ct[o +: 1], d_cnt[p, me +: 1], r_cnt);
+            start copy(e.ct[o +: 1], e.d_cnt[g, me +: 1], e.r_cnt[g]);
         } else {
-            start copy(ct[o +: 1], d_cnt[p, me +: 1] @ o, ssend, r_cnt);
-            sent[0] = sent[0] + 4;
+            start copy(e.ct[o +: 1], e.d_cnt[g, me +: 1] @ o, net.ssend, e.r_cnt[g]);
+            net.sent[0] = net.sent[0] + 4;
         }
     }
 }
 
 // Owner: wait for every home's count and the rows they announce, run each distinct expert
-// once on its rows, send each result row to slot j, row b of its home's parts g_eo.
-fn ep_experts(fi: i32, me: i32, d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
-              d_cnt: smem i32[GROT, NHOME], p: i32, g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32,
-              moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
-              moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
-              ew13: vmem bf16[ne][LATENT, 2 * EINTER], ew2: vmem bf16[ne][EINTER, LATENT],
-              e_out: vmem f32[ne][BATCH, LATENT], ne: i32, seen: smem i32[NEXP], dl: smem i32[BATCH * TOPK],
-              sent: smem i32[1], es: sem[ES], ssend: sem, r_d: sem, r_cnt: sem, r_eo: sem) {
-    vmem xin: f32[BATCH, LATENT];
-    vmem xlb: bf16[BATCH, LATENT];
-    vmem ub: bf16[BATCH, EINTER];
-    smem dq: i32[NHOME * EP_CAP];
-    smem mt: i32[BATCH];
+// once on its rows (in order of arrival: home, then position), send each result row to
+// slot j, row b of its home's parts.
+fn owner_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: Coll, e: EpBufs, net: Net) {
     var nin: i32 = 0;
-    var nd: i32 = 0;
     region "alltoall" {
-        wait(r_cnt, NHOME * 4);
+        wait(e.r_cnt[g], NHOME * bytes(e.d_cnt[0, 0:1]));
         for hm in 0..NHOME {
-            nin += d_cnt[p, hm];
+            nin += e.d_cnt[g, hm];
         }
-        wait(r_d, nin * (EP_ROW + 4));
+        wait(e.r_d[g], nin * (bytes(e.d_x[0][0:1, :]) + 4));
     }
     region "experts" {
-        // Distinct experts in order of arrival (home, then position): dl[i]; dq[q] = i.
         for hm in 0..NHOME {
-            for k in 0..d_cnt[p, hm] {
-                seen[d_tag[p, hm * EP_CAP + k] / EP_TAGR] = -1;
+            for k in 0..e.d_cnt[g, hm] {
+                f.seen[e.d_tag[g, hm * EP_CAP + k] / EP_TAGR] = -1;
             }
         }
+        f.nd[0] = 0;
         for hm in 0..NHOME {
-            for k in 0..d_cnt[p, hm] {
+            for k in 0..e.d_cnt[g, hm] {
                 let q = hm * EP_CAP + k;
-                let e = d_tag[p, q] / EP_TAGR;
-                if seen[e] < 0 {
-                    seen[e] = nd;
-                    dl[nd] = e;
-                    nd += 1;
+                let x = e.d_tag[g, q] / EP_TAGR;
+                if f.seen[x] < 0 {
+                    f.seen[x] = f.nd[0];
+                    f.dl[f.nd[0]] = x;
+                    f.nd[0] = f.nd[0] + 1;
                 }
-                dq[q] = seen[e];
+                e.dq[q] = f.seen[x];
             }
         }
-        for i in 0..min(nd, ES) {
-            let g = fi * NEXP + dl[i];
-            start copy(moe_w1[g], ew13[i][:, 0:EINTER], es[i % ES]);
-            start copy(moe_w3[g], ew13[i][:, EINTER:2 * EINTER], es[i % ES]);
-            start copy(moe_w2[g], ew2[i], es[i % ES]);
-        }
-        for i in 0..nd {
-            let g = fi * NEXP + dl[i];
-            // Its rows, packed; their tags (slot and row) in mt.
-            var m: i32 = 0;
-            for hm in 0..NHOME {
-                for k in 0..d_cnt[p, hm] {
-                    let q = hm * EP_CAP + k;
-                    if dq[q] == i {
-                        xin[m:m + 1, :] = d_x[q:q + 1, :];
-                        mt[m] = d_tag[p, q] % EP_TAGR;
-                        m += 1;
+    }
+    // Its units: each distinct routed expert, then (a home) each shared expert on its rows;
+    // w1|w3 tiles in the ring's first half, w2 tiles in the second, as in moe_units.
+    let nd = f.nd[0];
+    let nk = nd + select(me < NHOME, NSHARED, 0);
+    if nk > 0 {
+        ep_unit_row(fi, 0, nd, f, e.gx);
+        unit_a(prefetch, w, nd == 0, e.gx[0], 1, 0, f, r);
+    }
+    for k in 0..nk {
+        let shared = k >= nd;
+        var m: i32 = 0;
+        ep_unit_row(fi, k, nd, f, e.gx);
+        unit_b(prefetch, w, shared, e.gx[0], 1, 0, k, f, r);
+        region "experts" {
+            if shared {
+                f.xlb = bf16(c.g_rl[g][:, EPAD:EPAD + LATENT]);      // the home's rows (all computed)
+            } else {
+                // The expert's rows, packed; their tags (slot and row) in mt.
+                for hm in 0..NHOME {
+                    for q0 in 0..e.d_cnt[g, hm] {
+                        let q = hm * EP_CAP + q0;
+                        if e.dq[q] == k {
+                            e.xin[m:m + 1, :] = e.d_x[g][q:q + 1, :];
+                            e.mt[m] = e.d_tag[g, q] % EP_TAGR;
+                            m += 1;
+                        }
                     }
                 }
+                f.xlb = bf16(e.xin);
             }
-            xlb = bf16(xin);
-            wait copy(moe_w1[g], ew13[i][:, 0:EINTER], es[i % ES]);
-            wait copy(moe_w3[g], ew13[i][:, EINTER:2 * EINTER], es[i % ES]);
-            wait copy(moe_w2[g], ew2[i], es[i % ES]);
-            if i + ES < nd {
-                let g2 = fi * NEXP + dl[i + ES];
-                start copy(moe_w1[g2], ew13[i + ES][:, 0:EINTER], es[i % ES]);
-                start copy(moe_w3[g2], ew13[i + ES][:, EINTER:2 * EINTER], es[i % ES]);
-                start copy(moe_w2[g2], ew2[i + ES], es[i % ES]);
-            }
-            gated_ffn(xlb, ew13[i], ew2[i], ub, e_out[i], LATENT, EINTER, LATENT);
-            for r in 0..m {
-                let j = mt[r] / BATCH;
-                let b = mt[r] % BATCH;
-                let home = b % NCORES;
-                if home == me {
-                    start copy(e_out[i][r:r + 1, :], g_eo[pbase + j][b:b + 1, :], r_eo);
-                } else {
-                    start copy(e_out[i][r:r + 1, :], g_eo[pbase + j][b:b + 1, :] @ home, ssend, r_eo);
-                    sent[0] = sent[0] + EP_ROW;
+            unit_a(primed, w, shared, e.gx[0], 1, 0, f, r);
+        }
+        if k + 1 < nk {
+            ep_unit_row(fi, k + 1, nd, f, e.gn);
+            unit_a(prefetch, w, k + 1 >= nd, e.gn[0], 1, 0, f, r);
+        }
+        unit_hidden(1, 0, me, k, me, f, net);
+        region "experts" {
+            unit_b(primed, w, shared, e.gx[0], 1, 0, k, f, r);
+            if shared {
+                for kk in 0..EP_RH {
+                    if me + kk * NCORES < BATCH {
+                        e.g_ep[g * PPE + TOPK + k - nd][kk:kk + 1, :] = f.ey[k][me + kk * NCORES:me + kk * NCORES + 1, :];
+                    }
+                }
+            } else {
+                for rr in 0..m {
+                    let j = e.mt[rr] / BATCH;
+                    let b = e.mt[rr] % BATCH;
+                    send(f.ey[k][rr:rr + 1, :], e.g_ep[g * PPE + j][b / NCORES:b / NCORES + 1, :], b % NCORES, me,
+                         e.r_ep[g], net);
                 }
             }
         }
     }
 }
 
-// The whole layer on every core: route and dispatch (homes), experts (owners), shared
-// experts + combine + moe_up (homes), the all-gather of f (every core waits for it in g_f).
-fn moe_layer_ep(fi: i32, sl: i32, me: i32, p: i32, xb: vmem bf16[BATCH, DIM],
-                mrd: vmem bf16[2][DIM, NRDC * HD], mbias: vmem bf16[2][1, NEXP],
-                msw13: vmem bf16[2 * NSL][LATENT, 2 * EINTER], msw2: vmem bf16[2 * NSL][EINTER, LATENT],
-                mup: vmem bf16[2][LATENT, NUPC * HD],
-                ew13: vmem bf16[ne][LATENT, 2 * EINTER], ew2: vmem bf16[ne][EINTER, LATENT],
-                e_out: vmem f32[ne][BATCH, LATENT], ne: i32,
-                moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER], moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER],
-                moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT],
-                rl_src: vmem f32[BATCH, NRDC * HD], g_rl: vmem f32[BATCH, EPAD + LATENT],
-                d_x: vmem f32[NHOME * EP_CAP, LATENT], d_tag: smem i32[GROT, NHOME * EP_CAP],
-                d_cnt: smem i32[GROT, NHOME], g_eo: vmem f32[GROT * PPE][BATCH, LATENT], pbase: i32,
-                f_src: vmem f32[BATCH, DIM], g_f: vmem f32[BATCH, DIM],
-                seen: smem i32[NEXP], dl: smem i32[BATCH * TOPK], es: sem[ES], ssend: sem, r_rl: sem,
-                r_d: sem, r_cnt: sem, r_eo: sem, r_f: sem) {
-    vmem topi: i32[BATCH, TOPK];
-    vmem topw: f32[BATCH, TOPK];
-    vmem xl: f32[BATCH, LATENT];
-    vmem xlb: bf16[BATCH, LATENT];
-    vmem ub: bf16[BATCH, EINTER];
-    vmem zb: bf16[BATCH, LATENT];
-    smem ct: i32[NCORES];
-    smem tg: i32[EP_CAP];
-    smem sent: i32[1];
-    sent[0] = 0;
+// Unit k's row in the stacked expert arrays: distinct routed expert k (k < nd), else shared expert k - nd.
+fn ep_unit_row(fi: i32, k: i32, nd: i32, f: FfnBufs, out: smem i32[1]) {
+    out[0] = select(k < nd, fi * NEXP + f.dl[min(k, BATCH * TOPK - 1)], fi * NSHARED + k - nd);
+}
+
+// The layer up to its experts, on every core: route and dispatch (homes), the experts
+// (owners, then the shared ones at the homes); after them the ring's first half is free.
+fn moe_front_ep(w: K3Weights, fi: i32, me: i32, g: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: Rings, c: Coll,
+                e: EpBufs, net: Net, s: sem) {
     region "router" {
-        proj(xb, mrd[sl], rl_src, g_rl, DIM, NRDC, NRB, me, NHOME, REP_RD, ssend, r_rl);
-        if me < NHOME {
-            route(g_rl[:, 0:NEXP], mbias[sl], topi, topw);
-            xl = g_rl[:, EPAD:EPAD + LATENT];
-        }
+        moe_side(primed, w, fi, fi % 2, me, f, s);
+        rd_stream(primed, w, fi, me, xb, f, r, c, g);
     }
+    moe_route(w, fi, fi % 2, me, xb, f, c, g, net);
     if me < NHOME {
         region "dispatch" {
-            ep_dispatch(me, topi, xl, d_x, d_tag, d_cnt, p, ct, tg, sent, ssend, r_d, r_cnt);
+            home_dispatch(me, g, f, c, e, net);
         }
     }
-    ep_experts(fi, me, d_x, d_tag, d_cnt, p, g_eo, pbase, moe_w1, moe_w3, moe_w2, ew13, ew2, e_out, ne,
-               seen, dl, sent, es, ssend, r_d, r_cnt, r_eo);
+    owner_experts(w, fi, me, g, f, r, c, e, net);
+}
+
+// The rest: combine and moe_up at the homes, the all-gather of f (every core waits for it
+// in c.g_f[g]).
+fn moe_back_ep(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c: Coll, e: EpBufs, net: Net) {
+    up_stream(prefetch, w, fi, me, f, r, c, g);
     if me < NHOME {
-        region "experts" {
-            xlb = bf16(xl);
-            for s in 0..NSHARED {
-                gated_ffn(xlb, msw13[sl * NSL + s], msw2[sl * NSL + s], ub, g_eo[pbase + TOPK + s],
-                          LATENT, EINTER, LATENT);
-            }
-        }
-        let mine = (BATCH - me + NCORES - 1) / NCORES;
         region "alltoall" {
-            wait(r_eo, mine * TOPK * EP_ROW);
+            wait(e.r_ep[g], (BATCH - me + NCORES - 1) / NCORES * TOPK * bytes(e.g_ep[0][0:1, :]));
         }
         region "combine" {
             for k in 0..EP_RH {
                 let b = me + k * NCORES;
                 if b < BATCH {
                     for j in 0..TOPK {
-                        g_eo[pbase + j][b:b + 1, :] = topw[b:b + 1, j:j + 1] * g_eo[pbase + j][b:b + 1, :];
+                        e.g_ep[g * PPE + j][k:k + 1, :] = f.topw[b:b + 1, j:j + 1] * e.g_ep[g * PPE + j][k:k + 1, :];
                     }
                 }
             }
-            psum(g_eo, pbase, PPE, LGE, GROT * PPE, BATCH, LATENT);
-            zb = bf16(g_eo[pbase]);
+            psum(e.g_ep, g * PPE, LGE);
+            for k in 0..EP_RH {
+                let b = me + k * NCORES;
+                if b < BATCH {
+                    f.zb[b:b + 1, :] = bf16(e.g_ep[g * PPE][k:k + 1, :]);
+                }
+            }
         }
-        f_src = matmul(zb, mup[sl][:, 0:DIM]);
+    }
+    up_stream(primed, w, fi, me, f, r, c, g);
+    if me < NHOME {
         for k in 0..EP_RH {
             let b = me + k * NCORES;
             if b < BATCH {
-                push_all(f_src[b:b + 1, :], g_f[b:b + 1, :], 1, DIM, me, NCORES, ssend, r_f);
-                sent[0] = sent[0] + (NCORES - 1) * DIM * 4;
+                push_all(f.src[b:b + 1, 0:DIM], c.g_f[g][b:b + 1, :], me, NCORES, c.r_f[g], net);
             }
         }
     }
     region "allgather" {
-        wait(r_f, BATCH * DIM * 4);
-        wait(ssend, sent[0]);
+        wait(c.r_f[g], BATCH * bytes(c.g_f[0][0:1, :]));
+        drain(net);
     }
 }

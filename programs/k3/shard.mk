@@ -1,11 +1,12 @@
 // Sharding of the K3 programs: which core computes which column blocks of each
-// projection, and whether a projection is split or replicated.
+// projection, whether a projection is split or replicated, how the experts and the
+// attention heads are spread, and which all-reduce form each sum takes.
 //
 // Ownership: the nb column blocks of a matrix are dealt round-robin over the cores:
 // block j lives on core j % NCORES (me = global core id), so a core's blocks are
-// j = me, me + NCORES, ...; its t-th block sits at columns t*128 of its weight buffer,
-// and one matmul gives all of its blocks at once (columns t*128 of `src`). Head h's
-// columns of every per-head projection are block h, so they all live on core h % NCORES.
+// j = me, me + NCORES, ...; its t-th block sits at columns t*128 of its buffers. Head
+// h's columns of every per-head projection are block h, so they all live on core
+// h % NCORES.
 //
 // Replication: a projection whose weight (per layer) is at most REPL_BYTES is instead
 // computed whole by every core that needs its output (same inputs, same k order: the
@@ -16,19 +17,22 @@ import "gather.mk";
 
 // How the MoE is spread over the cores (docs/k3_programs.md, "Schemes"):
 //   0  tensor parallel, the published scheme: routing on every core, each chosen expert
-//      computed where it is cheapest, the MoE all-reduce of the parts (allreduce.mk);
+//      computed by one chip's cores (split by columns), the MoE all-reduce of the parts;
 //   1  expert parallel: expert e lives on core e % NCORES; each batch row's home core
 //      routes it, dispatches it to its experts' owners and combines what comes back
 //      (all-to-all dispatch and combine), then the rows are all-gathered.
 // The attention is tensor parallel (heads over cores, the all-reduce) in both. Both give
 // the same bits (the parts and their order are the contract's).
 param SCHEME = 0 in {0, 1} "how the MoE is spread: 0 tensor parallel (all-reduces), 1 expert parallel (all-to-all)";
+const EXPERT_PARALLEL = SCHEME == 1;
 
 // Projections whose weight is at most REPL_BYTES are replicated (see the top of this file).
 param REPL_BYTES = 2097152 in {0, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608} "bytes up to which a projection is computed whole by every core instead of split + gathered";
 // The LM head is computed whole on core 0 (the only core that needs the logits: it
 // writes them) when it is at most this big, else split over all cores and gathered.
 param LM_ROOT_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes up to which the LM head is computed whole on core 0 instead of split + gathered";
+
+const NCHIPS = NCORES / CORES_PER_CHIP;
 
 // Column blocks of each sharded matrix (128 columns each, the router's last block narrower).
 const NDB = DIM / 128;                 // DIM-wide outputs: wo, moe_up, dense_w2
@@ -39,6 +43,8 @@ const EW = min(NEXP, 128);             // width of a router block
 const NRB = NEB + LATENT / 128;        // MoE [router | moe_down], one gather
 const NIB = DENSE_INTER / 128;
 const NVB = VOCAB / 128;
+const NLB = LATENT / 128;
+const NXB = EINTER / 128;              // an expert's hidden blocks
 // Most blocks a core owns (ceil(n / NCORES)).
 const NHL = (HEADS + NCORES - 1) / NCORES;
 const NDL = (NDB + NCORES - 1) / NCORES;
@@ -46,89 +52,67 @@ const NLATL = (NLATB + NCORES - 1) / NCORES;
 const NRL = (NRB + NCORES - 1) / NCORES;
 const NIL = (NIB + NCORES - 1) / NCORES;
 const NVL = (NVB + NCORES - 1) / NCORES;
+const NLL = (NLB + NCORES - 1) / NCORES;
 const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
-// KDA tasks (megakernel): the BATCH rows of a head are split into RG groups of RB rows
-// when there are idle cores (RG = the largest divisor of BATCH that is at most
-// NCORES / HEADS; KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h,
-// runs head h for rows g*RB .. g*RB + RB - 1 on core (g*HEADS + h) % NCORES: every
-// operator after the projections is row-wise, so the rows are independent.
+// KDA tasks: the BATCH rows of a head are split into RG groups of RB rows when there
+// are idle cores (RG = the largest divisor of BATCH that is at most NCORES / HEADS;
+// KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h, runs head h for rows
+// g*RB .. g*RB + RB - 1 on core (g*HEADS + h) % NCORES: every operator after the
+// projections is row-wise, so the rows are independent.
 param KDA_ROW_SPLIT = 1 in {0, 1} "1: split a KDA head's batch rows over idle cores, 0: keep them together";
-const RGCAP = KDA_ROW_SPLIT * max(1, NCORES / HEADS) + (1 - KDA_ROW_SPLIT);
-const RG = max(max(max(1, 2 * (BATCH % 2 == 0) * (2 <= RGCAP)),
-                   max(3 * (BATCH % 3 == 0) * (3 <= RGCAP), 4 * (BATCH % 4 == 0) * (4 <= RGCAP))),
-               max(max(5 * (BATCH % 5 == 0) * (5 <= RGCAP), 6 * (BATCH % 6 == 0) * (6 <= RGCAP)),
-                   max(7 * (BATCH % 7 == 0) * (7 <= RGCAP), 8 * (BATCH % 8 == 0) * (8 <= RGCAP))));
+const RGCAP = select(KDA_ROW_SPLIT == 1, max(1, NCORES / HEADS), 1);
+const RG = max(max(max(1, select(BATCH % 2 == 0 && 2 <= RGCAP, 2, 1)),
+                   max(select(BATCH % 3 == 0 && 3 <= RGCAP, 3, 1), select(BATCH % 4 == 0 && 4 <= RGCAP, 4, 1))),
+               max(max(select(BATCH % 5 == 0 && 5 <= RGCAP, 5, 1), select(BATCH % 6 == 0 && 6 <= RGCAP, 6, 1)),
+                   max(select(BATCH % 7 == 0 && 7 <= RGCAP, 7, 1), select(BATCH % 8 == 0 && 8 <= RGCAP, 8, 1))));
 const RB = BATCH / RG;
 const NKT = HEADS * RG;
 const NTL = (NKT + NCORES - 1) / NCORES;
-const NVC = LM_ROOT * NVB + (1 - LM_ROOT) * NVL;
-// Shared experts a core holds: tensor parallel, shared expert s on core (SOFF + s) % NCORES;
-// expert parallel, every home (cores 0 .. NHOME-1, one per batch row up to NCORES) all of them.
-const NHOME = min(BATCH, NCORES);
-const NSL = SCHEME * NSHARED + (1 - SCHEME) * ((NSHARED + NCORES - 1) / NCORES);
 // Expert-parallel capacities (both programs). A home's TOPK experts of one row are
 // distinct but may share an owner, so in the worst case every slot of every row of a home
 // goes to one owner: EP_CAP slots per (home, owner) pair never overflow, and every count
 // lies in 0 .. EP_CAP.
+const NHOME = min(BATCH, NCORES);
 const EP_RH = (BATCH + NCORES - 1) / NCORES;    // rows a home has, at most
 const EP_CAP = EP_RH * TOPK;                    // rows one home can send one owner
 const EP_NDE = min((NEXP + NCORES - 1) / NCORES, BATCH * TOPK);   // distinct experts per owner
 const EP_TAGR = TOPK * BATCH;                   // tag = expert * EP_TAGR + slot * BATCH + row
 const EP_ROW = LATENT * 4;                      // bytes of one dispatched or returned row
-const NEL = (min(BATCH * TOPK, NEXP) + NCORES - 1) / NCORES;   // distinct routed experts
-// Which projections are replicated (1) or column-split (0), and the blocks a core holds.
+// Which projections are replicated (true) or column-split, and the blocks a core holds.
 const REP_LAT = DIM * (QRANK + KVRANK) * 2 <= REPL_BYTES;
 const REP_RD = DIM * (EPAD + LATENT) * 2 <= REPL_BYTES;
 const REP_UP = LATENT * DIM * 2 <= REPL_BYTES;
 const REP_D13 = DIM * DENSE_INTER * 2 <= REPL_BYTES;
 const REP_D2 = DENSE_INTER * DIM * 2 <= REPL_BYTES;
-const NLATC = REP_LAT * NLATB + (1 - REP_LAT) * NLATL;
-const NRDC = REP_RD * NRB + (1 - REP_RD) * NRL;
-const NUPC = REP_UP * NDB + (1 - REP_UP) * NDL;
-const ND13C = REP_D13 * NIB + (1 - REP_D13) * NIL;
-const ND2C = REP_D2 * NDB + (1 - REP_D2) * NDL;
+const NLATC = select(REP_LAT, NLATB, NLATL);
+const ND13C = select(REP_D13, NIB, NIL);
+const ND2C = select(REP_D2, NDB, NDL);
 // Consumers of a gathered value: cores 0..n-1.
 const NHEADC = min(HEADS, NCORES);     // head owners (the MLA latent)
 const NDBC = min(NDB, NCORES);         // owners of DIM-wide blocks
-const NT_EO = REP_UP * NCORES + (1 - REP_UP) * NDBC;    // expert outputs (combine + moe_up)
-const NT_U = REP_D2 * NCORES + (1 - REP_D2) * NDBC;     // dense hidden (w2)
-// Shared expert s lives on core (SOFF + s) % NCORES: the last cores, away from the heads.
-const SOFF = (NCORES - NSHARED % NCORES) % NCORES;
+const NT_EO = select(REP_UP, NCORES, NDBC);     // expert outputs (combine + moe_up)
+const NT_U = select(REP_D2, NCORES, NDBC);      // dense hidden (w2)
+const NT_RD = select(EXPERT_PARALLEL, NHOME, NCORES);   // the cores that route
 
-// Fetch (mode 0) or wait for (mode 1) this core's column blocks of src [k, n] into dst
-// (its t-th block at columns t*128), or all of src when rep == 1.
-fn fetch_cols(mode: i32, src: hbm bf16[k, n], dst: vmem bf16[k, nl * 128], k: i32, n: i32, nl: i32,
-              me: i32, rep: i32, s: sem) {
-    if rep == 1 {
-        if mode == 0 { start copy(src, dst[:, 0:n], s); } else { wait copy(src, dst[:, 0:n], s); }
-    } else {
-        for j in me..n / 128 step NCORES {
-            let c = (j - me) / NCORES * 128;
-            if mode == 0 {
-                start copy(src[:, j * 128 +: 128], dst[:, c +: 128], s);
-            } else {
-                wait copy(src[:, j * 128 +: 128], dst[:, c +: 128], s);
-            }
-        }
-    }
-}
+// Experts, tensor parallel: the units of a layer are its shared experts, then its
+// distinct routed experts in order of first use; unit u runs on group u % NGROUPS of
+// ESPLIT cores (a chip's cores when an expert is bigger than ESPLIT_BYTES, else one
+// core), split by columns: core c of the group makes the hidden blocks [c*NXS, ..) and
+// the output blocks [c*NOS, ..), contiguous so that each piece moves in one copy, and
+// the group's cores exchange their hidden blocks (a copy to the sibling core costs
+// ~2.2 us, worth it only when it halves a big expert's streaming). Expert parallel:
+// unit = an owner's expert, on the owner alone.
+param ESPLIT_BYTES = 8388608 in {0, 1048576, 8388608, 67108864} "bytes of an expert's weights above which it is split by columns over the cores of a chip";
+const ESPLIT = select(3 * LATENT * EINTER * 2 > ESPLIT_BYTES, CORES_PER_CHIP, 1);
+const NGROUPS = NCORES / ESPLIT;
+// (At least one block each, so that a split the assert below refuses is reported by it alone.)
+const NXS = max(1, NXB / ESPLIT);
+const NOS = max(1, NLB / ESPLIT);
+assert NXB % ESPLIT == 0 && NLB % ESPLIT == 0,
+    "an expert split over a chip's cores needs EINTER and LATENT blocks that divide evenly (raise ESPLIT_BYTES)";
+// Units a group runs in one layer, at most: tensor parallel, the shared experts and the
+// distinct routed ones dealt over the groups; expert parallel, an owner's distinct
+// experts and, at a home, the shared ones.
+const NUNITS = select(EXPERT_PARALLEL, EP_NDE + NSHARED,
+                      (NSHARED + min(BATCH * TOPK, NEXP) + NGROUPS - 1) / NGROUPS);
 
-// site = x @ w on cores 0..nt-1: replicated (each computes all of it), or split (each
-// core its blocks, then an all-gather).
-fn proj(x: vmem bf16[BATCH, k], w: vmem bf16[k, nl * 128], src: vmem f32[BATCH, nl * 128],
-        site: vmem f32[BATCH, nb * 128], k: i32, nl: i32, nb: i32, me: i32, nt: i32, rep: i32,
-        ssend: sem, rsem: sem) {
-    if rep == 1 {
-        if me < nt {
-            site = matmul(x, w);
-        }
-    } else {
-        if me < nb {
-            src = matmul(x, w);
-        }
-        region "allgather" {
-            ag_push(src, site, nl, nb, me, me, nt, ssend, rsem);
-            ag_finish(nb, me, me, nt, ssend, rsem);
-        }
-    }
-}

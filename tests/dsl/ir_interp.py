@@ -162,6 +162,8 @@ def scalar_op(op: str, args: list[int]) -> int:
         return _int32(-args[0])
     if op == "!":
         return int(not args[0])
+    if op == "select":
+        return args[1] if args[0] else args[2]
     a, b = args
     if op in ("/", "%"):
         if b == 0:

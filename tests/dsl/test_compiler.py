@@ -385,8 +385,8 @@ kernel k(p: hbm i32[8], y: hbm i32[16]) {
         }
         out[i % 16] = acc;
     }
-    out[15] = min(acc, 1000) + max(-acc, -3) + (acc / 7) % 5 + (acc >> 1) + (ps[2] > 4) + (ps[2] >= 4);
-    out[14] = -ps[3] / 4 + (7 - ps[3]) + (ps[3] <= 5) + (5 < ps[3]);
+    out[15] = min(acc, 1000) + max(-acc, -3) + (acc / 7) % 5 + (acc >> 1) + i32(ps[2] > 4) + i32(ps[2] >= 4);
+    out[14] = -ps[3] / 4 + (7 - ps[3]) + i32(ps[3] <= 5) + i32(5 < ps[3]);
     start copy(out, y, s);
     wait copy(out, y, s);
 }

@@ -105,7 +105,7 @@ def test_static_if_keeps_only_the_taken_branch(tmp_path):
         param WIDE = 0;
         kernel k() {
             vmem x: f32[8, 128];
-            if WIDE { x = x * 2.0; } else { x = x + 1.0; }
+            if WIDE == 1 { x = x * 2.0; } else { x = x + 1.0; }
         }
     """
     narrow = pretty.stmts(program(tmp_path, src).kernels["k"].body)
@@ -139,7 +139,7 @@ def test_consts_fold_with_c_semantics(tmp_path):
     p = program(tmp_path, """\
         const A = -7 / 2;
         const B = -7 % 2;
-        const C = max(3, min(10, 1 << 3)) + (5 > 2) * 100;
+        const C = max(3, min(10, 1 << 3)) + i32(5 > 2) * 100;
         const F = 0x10 | 3 ^ 1;
     """)
     assert p.consts == {"A": -3, "B": -1, "C": 108, "F": 16 | (3 ^ 1)}

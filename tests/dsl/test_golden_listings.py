@@ -1,4 +1,5 @@
-"""`mkemu asm` listings of the examples, compared with the files in golden/.
+"""`mkemu asm` listings of the examples and of the language constructs' programs
+(tests/dsl/data), compared with the files in golden/.
 
 After a deliberate change to the compiler, regenerate them with
 `pytest tests/dsl/test_golden_listings.py --update-golden` and review the diff.
@@ -14,12 +15,17 @@ import pytest
 from mkemu.cli import main
 
 EXAMPLES = Path(__file__).parents[2] / "programs" / "examples"
+CONSTRUCTS = Path(__file__).with_name("data")
 GOLDEN = Path(__file__).with_name("golden")
+# One program per language construct: booleans and select (flags), counted waits, structs,
+# generics, pipelines.
+LISTINGS = [(EXAMPLES, "vector_add"), (EXAMPLES, "rmsnorm")] + [
+    (CONSTRUCTS, name) for name in ("flags", "counted_wait", "structs", "generics", "pipeline")]
 
 
-@pytest.mark.parametrize("name", ["vector_add", "rmsnorm"])
-def test_listing_matches_golden(capsys, monkeypatch, request, name):
-    monkeypatch.chdir(EXAMPLES)  # source lines in the listing then name the file as `NAME.mk`
+@pytest.mark.parametrize("folder,name", LISTINGS, ids=[name for _, name in LISTINGS])
+def test_listing_matches_golden(capsys, monkeypatch, request, folder, name):
+    monkeypatch.chdir(folder)  # source lines in the listing then name the file as `NAME.mk`
     assert main(["asm", f"{name}.mk"]) == 0
     listing = capsys.readouterr().out
     golden = GOLDEN / f"{name}.lst"

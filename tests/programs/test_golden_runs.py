@@ -38,7 +38,7 @@ def _cases() -> list[tuple[str, tuple[str, ...]]]:
         path = f"programs/examples/{name}"
         cases.append((f"{name}-test-1", (path, "--hw", "test", "--mesh", "1")))
         cases.append((f"{name}-v7-2x2x2", (path,)))
-    for program in ("k3_megakernel", "k3_per_op"):
+    for program in ("k3_megakernel", "k3_per_op", "k3_superop"):
         path = f"programs/{program}.mk"
         for model, steps in (("k3-tiny", ("--prompt-len", "2", "--steps", "3")),
                              ("k3-mini", ("--prompt-len", "1", "--steps", "2"))):

@@ -9,7 +9,7 @@ import pytest
 
 from mkemu.cli import main
 
-PROGRAMS = ["programs/k3_megakernel.mk", "programs/k3_per_op.mk"]
+PROGRAMS = ["programs/k3_megakernel.mk", "programs/k3_per_op.mk", "programs/k3_superop.mk"]
 
 
 def run_json(capsys, *args) -> tuple[int, dict]:
@@ -20,10 +20,11 @@ def run_json(capsys, *args) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("scheme", [0, 1])
-@pytest.mark.parametrize("mesh,batch", [("1", 1), ("1", 4), ("2x2x2", 1), ("2x2x2", 4)])
+@pytest.mark.parametrize("mesh,batch", [("1", 1), ("1", 8), ("2x2x2", 1), ("2x2x2", 8)])
 def test_k3_tiny_logits_bit_exact_every_step(capsys, program, scheme, mesh, batch):
     """Tensor-parallel (SCHEME=0) and expert-parallel (SCHEME=1) sharding, one chip and
-    eight: every step's logits equal the reference's, so all of them equal each other."""
+    eight: every step's logits equal the reference's, so all of them equal each other.
+    (k3-mini on 2x2x2 at batch 1 and 8 is held by the golden runs.)"""
     code, report = run_json(capsys, program, "--model", "k3-tiny", "--mesh", mesh, "--batch", str(batch),
                             "--prompt-len", "2", "--steps", "4", "--set", f"SCHEME={scheme}")
     assert code == 0, report["mismatch"]
@@ -36,14 +37,63 @@ def test_k3_tiny_logits_bit_exact_every_step(capsys, program, scheme, mesh, batc
         assert key in report
 
 
-def test_megakernel_is_one_launch_and_per_op_many(capsys):
-    _, mega = run_json(capsys, PROGRAMS[0], "--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1",
-                       "--steps", "1")
-    _, per_op = run_json(capsys, PROGRAMS[1], "--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1",
-                         "--steps", "1")
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("scheme", [0, 1])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_k3_mini_on_one_chip_bit_exact(capsys, program, scheme, batch):
+    code, report = run_json(capsys, program, "--mesh", "1", "--batch", str(batch), "--prompt-len", "1",
+                            "--steps", "1", "--set", f"SCHEME={scheme}")
+    assert code == 0, report["mismatch"]
+    assert report["bit_exact"] is True and report["model"] == "k3-mini" and report["chips"] == 1
+
+
+# k3-full's choices (every projection split, the LM head split, reduce-scatter
+# all-reduces, experts split by columns over a chip's cores, a 4-slot weight ring), forced
+# at k3-mini so that the code k3-full runs is held to the reference's bits.
+FULL_PATHS = ("--set", "REPL_BYTES=0", "--set", "LM_ROOT_BYTES=0", "--set", "AR_BYTES=0",
+              "--set", "ESPLIT_BYTES=0", "--set", "WR_MAX=4")
+
+
+@pytest.mark.parametrize("program", [PROGRAMS[0], PROGRAMS[2]])
+@pytest.mark.parametrize("scheme", [0, 1])
+def test_k3_full_code_paths_bit_exact_at_k3_mini(capsys, program, scheme):
+    code, report = run_json(capsys, program, "--mesh", "2x2x2", "--batch", "8", "--prompt-len", "1",
+                            "--steps", "2", "--set", f"SCHEME={scheme}", *FULL_PATHS)
+    assert code == 0, report["mismatch"]
+    assert report["bit_exact"] is True
+
+
+def test_launches_per_step_megakernel_one_superop_a_tenth_of_per_op(capsys):
+    args = ("--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1", "--steps", "1")
+    mega, per_op, superop = (run_json(capsys, program, *args)[1] for program in PROGRAMS)
     assert mega["kernels_per_step"] == 1
-    assert per_op["kernels_per_step"] > 10 * mega["kernels_per_step"]
-    assert mega["tokens"] == per_op["tokens"]
+    assert superop["kernels_per_step"] == 2 * 4 + 2        # k3-tiny: 4 layers, two blocks each
+    assert per_op["kernels_per_step"] >= 10 * superop["kernels_per_step"]
+    assert mega["tokens"] == per_op["tokens"] == superop["tokens"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("batch,scheme", [(1, 0), (8, 0), (8, 1)])
+def test_k3_full_fits_the_profile_on_4x2x2(program, batch, scheme):
+    """k3-full (93 layers, 896 experts) compiles for 16 chips of tpu-v7-like: every kernel's
+    VMEM map inside the profile (the back end refuses a kernel that does not fit), the
+    megakernel's weight ring 12 x 1.75 MiB (two halves of 6) at batch 1."""
+    from mkemu.dsl.compiler import compile_program
+    from mkemu.dsl.frontend import load_program
+    from mkemu.emulator.topology import Mesh
+    from mkemu.isa.hardware import load_profile
+    from mkemu.programs.k3 import driver
+    from mkemu.session import machine_info
+
+    profile = load_profile("tpu-v7-like")
+    params = driver.params({"model": "k3-full", "batch": batch, "timing_only": True}, machine_info(profile, Mesh((4, 2, 2))))
+    params["SCHEME"] = scheme
+    checked = load_program(program, params)
+    compiled = compile_program(checked, profile)
+    assert max(k.vmem_bytes for k in compiled.kernels.values()) <= profile.vmem_bytes
+    if program.endswith("megakernel.mk") and batch == 1:
+        ring = [b for b in checked.kernels["k3_step"].buffers if b.name in ("r.w0", "r.w1")]
+        assert [(b.slots, b.shape) for b in ring] == [(6, (7168, 128))] * 2
 
 
 def test_same_run_same_bits_and_cycles(capsys):

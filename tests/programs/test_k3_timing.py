@@ -12,7 +12,7 @@ import pytest
 from mkemu.cli import main
 from mkemu.tools.trace_reader import read_trace
 
-PROGRAMS = ["programs/k3_megakernel.mk", "programs/k3_per_op.mk"]
+PROGRAMS = ["programs/k3_megakernel.mk", "programs/k3_per_op.mk", "programs/k3_superop.mk"]
 TIMING_TABLES = ("instr", "dma", "wait", "signal", "region")
 
 
@@ -35,9 +35,9 @@ def assert_same_timing(data: dict, timing: dict, data_trace, timing_trace) -> No
 
 
 TINY, MINI = ("k3-tiny", ("--prompt-len", "2", "--steps", "2")), ("k3-mini", ("--prompt-len", "1", "--steps", "2"))
-# Every program and scheme at k3-tiny; at k3-mini three of the four (the suite stays short).
+# Every program and scheme at k3-tiny; at k3-mini four of the six (the suite stays short).
 CASES = [(p, s, *TINY) for p in PROGRAMS for s in (0, 1)] + [
-    (PROGRAMS[0], 0, *MINI), (PROGRAMS[0], 1, *MINI), (PROGRAMS[1], 1, *MINI)]
+    (PROGRAMS[0], 0, *MINI), (PROGRAMS[0], 1, *MINI), (PROGRAMS[1], 1, *MINI), (PROGRAMS[2], 0, *MINI)]
 
 
 @pytest.mark.parametrize("program, scheme, model, steps", CASES)
@@ -51,8 +51,9 @@ def test_recorded_routing_gives_the_data_runs_cycles_and_trace(capsys, tmp_path,
     assert_same_timing(data, timing, tmp_path / "d.mkt", tmp_path / "t.mkt")
 
 
-def test_synthetic_routing_runs_and_says_nothing_was_computed(capsys):
-    args = ("programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "2",
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_synthetic_routing_runs_and_says_nothing_was_computed(capsys, program):
+    args = (program, "--model", "k3-tiny", "--prompt-len", "1", "--steps", "2",
             "--timing-only", "--routing-skew", "1.5")
     report = run_json(capsys, *args)
     assert report["timing_only"] is True and report["bit_exact"] is None and report["tokens"] is None

@@ -1,0 +1,229 @@
+"""Top-level declarations: the global namespace, params and consts, and buffer types.
+
+`Declarations` is the base of the checker: it owns the collected errors, the global
+scope (params, consts, fns, kernels of every loaded file), the folding of params and
+consts (with `--set` overrides and tunable-param domains), local definitions, and
+the rules that turn a written type (`vmem bf16[2][256, 128]`) into an `ir.Buffer`.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from mkemu.dsl import ast, ir
+from mkemu.dsl.builtins import BUILTINS
+from mkemu.dsl.values import POISON, Binding, DtypeVal, KernelCtx, Poison, Scope
+from mkemu.errors import SourceSpan
+from mkemu.isa.program import values_text
+
+DTYPES = ("bf16", "f32", "i32")
+# A param range is listed value by value (for `--params` and tuners): keep it small.
+MAX_PARAM_VALUES = 4096
+
+
+class Declarations:
+    """Checks a whole program (all loaded modules) and builds `ir.Program`."""
+
+    def __init__(self, modules: list[ast.Module], sources: dict[str, str], overrides: dict[str, int]):
+        self.modules = modules
+        self.sources = sources
+        self.overrides = overrides
+        self.errors: dict[tuple, tuple[SourceSpan, str, str]] = {}
+        self.globals = Scope(None)
+        self.global_decls: dict[str, object] = {}
+        self.const_values: dict[str, int | None] = {}
+        self.const_dtypes: dict[str, str] = {}   # "bool" for a const that is a truth value
+        self.param_defaults: dict[str, int | None] = {}
+        self.param_domains: dict[str, tuple[int, ...] | None] = {}
+        self.evaluating: list[str] = []
+        self.ctx: KernelCtx | None = None
+        self.inline_stack: list[tuple[str, SourceSpan]] = []
+        self.inline_counter = itertools.count(1)
+
+    # ------------------------------------------------------------ diagnostics
+    def error(self, span: SourceSpan, message: str) -> Poison:
+        key = (span.file, span.line, span.column, span.end_line, span.end_column, message)
+        if key not in self.errors:
+            context = ""
+            if self.inline_stack:
+                fn, site = self.inline_stack[-1]
+                context = f" (in fn '{fn}' inlined at {site})"
+            self.errors[key] = (span, message, context)
+        return POISON
+
+    def diagnostics(self) -> list[tuple[SourceSpan, str]]:
+        return [(span, msg + ctx) for span, msg, ctx in self.errors.values()]
+
+    # ---------------------------------------------------------------- globals
+    def collect_globals(self) -> None:
+        for module in self.modules:
+            for item in module.items:
+                name = getattr(item, "name", None)
+                if name is None or isinstance(item, ast.Import):
+                    continue
+                span = item.name_span
+                if isinstance(item, ast.FnDecl) and name in BUILTINS:
+                    self.error(span, f"'{name}' is a builtin function and cannot be redefined")
+                    continue
+                prev = self.globals.local(name)
+                if prev is not None:
+                    self.error(span, f"redefinition of '{name}' (first defined at {prev.span})")
+                    continue
+                what = {ast.ParamDecl: "param", ast.ConstDecl: "const", ast.FnDecl: "fn",
+                        ast.KernelDecl: "kernel", ast.StructDecl: "struct"}[type(item)]
+                self.globals.names[name] = Binding(item, span, what)
+                self.global_decls[name] = item
+
+    def const_value(self, name: str, decl) -> int | None:
+        if name in self.const_values:
+            return self.const_values[name]
+        if name in self.evaluating:
+            chain = " -> ".join(self.evaluating[self.evaluating.index(name):] + [name])
+            self.error(decl.name_span, f"'{name}' is defined in terms of itself: {chain}")
+            return None
+        self.evaluating.append(name)
+        saved_ctx, saved_stack = self.ctx, self.inline_stack
+        self.ctx, self.inline_stack = None, []
+        # A param's default is checked even when it is set from outside: it is what
+        # `--params` lists and what a tuner compares against.
+        v = self.expr(decl.value, self.globals)
+        is_param = isinstance(decl, ast.ParamDecl)
+        if isinstance(v, ir.Const) and (v.dtype == "i32" or not is_param):
+            value = v.value
+            self.const_dtypes[name] = v.dtype
+        else:
+            if isinstance(v, ir.Const):
+                self.error(decl.value.span, f"the value of param '{name}' must be an integer (params are set "
+                                            "from outside as integers), got a bool")
+            elif v is not POISON:
+                what = "param" if is_param else "const"
+                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer or bool")
+            value = None
+        if isinstance(decl, ast.ParamDecl):
+            self.param_defaults[name] = value
+            if name in self.overrides:
+                value = self.overrides[name]
+            if decl.domain is not None:
+                value = self.param_in_domain(name, decl, value)
+        self.ctx, self.inline_stack = saved_ctx, saved_stack
+        self.evaluating.pop()
+        self.const_values[name] = value
+        return value
+
+    def param_in_domain(self, name: str, decl: ast.ParamDecl, value: int | None) -> int | None:
+        """`value` if it is one of the param's declared values (reporting it otherwise);
+        the values are kept in `param_domains`."""
+        values = self.param_values(decl.domain)
+        self.param_domains[name] = values
+        if values is None or value is None or value in values:
+            return value
+        if name in self.overrides:
+            self.error(decl.domain.span, f"{name} = {value} (set from outside) is not one of its "
+                                         f"declared values: {values_text(values)}")
+        else:
+            self.error(decl.value.span, f"the default {value} of param '{name}' is not one of its "
+                                        f"declared values: {values_text(values)}")
+        return None
+
+    def param_values(self, domain: ast.ParamSet | ast.ParamRange) -> tuple[int, ...] | None:
+        if isinstance(domain, ast.ParamSet):
+            values = [self.const_int(e, self.globals, "a param value") for e in domain.values]
+            if None in values:
+                return None
+            for i, (v, e) in enumerate(zip(values, domain.values)):
+                if v in values[:i]:
+                    self.error(e.span, f"the value {v} is listed twice")
+                    return None
+            return tuple(values)
+        start = self.const_int(domain.start, self.globals, "the start of a param range")
+        stop = self.const_int(domain.stop, self.globals, "the end of a param range")
+        step = 1 if domain.step is None else self.const_int(domain.step, self.globals, "the step of a param range")
+        if None in (start, stop, step):
+            return None
+        if step <= 0:
+            self.error(domain.step.span, f"the step of a param range must be positive, got {step}")
+            return None
+        values = range(start, stop, step)
+        if not values:
+            self.error(domain.span, f"the range {start}..{stop} holds no value (its end is excluded, as in `for`)")
+            return None
+        if len(values) > MAX_PARAM_VALUES:
+            self.error(domain.span, f"a param takes at most {MAX_PARAM_VALUES} values; this range holds {len(values)}")
+            return None
+        return tuple(values)
+
+    # ------------------------------------------------------------ definitions
+    def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
+        prev = scope.lookup(name)
+        if prev is not None:
+            where = f" (first defined at {prev.span})" if prev.span else ""
+            self.error(span, f"redefinition of '{name}'{where}")
+            return
+        scope.names[name] = Binding(entity, span, what)
+
+    def unique(self, name: str) -> str:
+        if self.inline_stack:
+            return f"{self.inline_stack[-1][0]}#{self.ctx.inline_id}.{name}" if self.ctx else name
+        return name
+
+
+    def assertion(self, item: ast.Assert, scope: Scope) -> None:
+        v = self.const_bool(item.cond, scope, "an assert condition")
+        if v is not None and not v:
+            self.error(item.span, "assertion failed" + (f": {item.message}" if item.message else ""))
+
+    # --------------------------------------------------------------- types
+    def dims(self, exprs, scope, what: str, max_rank: int, span: SourceSpan) -> tuple[int, ...] | None:
+        if len(exprs) > max_rank:
+            self.error(span, f"{what} can have at most {max_rank} dimension(s), got {len(exprs)}")
+            return None
+        out = []
+        for e in exprs:
+            v = self.const_int(e, scope, "a dimension")
+            if v is None:
+                return None
+            if v <= 0:
+                self.error(e.span, f"dimensions must be positive, got {v}")
+                return None
+            out.append(v)
+        return tuple(out)
+
+    def dtype(self, name: str, span: SourceSpan, allowed=DTYPES) -> bool:
+        if name not in allowed:
+            self.error(span, f"unknown dtype '{name}' (expected {', '.join(allowed)})")
+            return False
+        return True
+
+    def slot_count(self, exprs, scope, span, what: str) -> int | None:
+        if len(exprs) != 1:
+            self.error(span, f"{what} takes one count in its first brackets, got {len(exprs)}")
+            return None
+        n = self.const_int(exprs[0], scope, "a count")
+        if n is not None and n <= 0:
+            self.error(exprs[0].span, f"count must be positive, got {n}")
+            return None
+        return n
+
+    def resolve_dtype(self, name: str, scope) -> str:
+        """A dtype name, or the dtype a generic stands for."""
+        b = scope.lookup(name) if scope is not None else None
+        return b.entity.dtype if b is not None and isinstance(b.entity, DtypeVal) else name
+
+    def mem_type(self, t: ast.MemType, scope, name: str, role: str) -> ir.Buffer | None:
+        dtype = self.resolve_dtype(t.dtype, scope)
+        if not self.dtype(dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
+            return None
+        max_rank = 3 if t.space == "hbm" else 2
+        shape = self.dims(t.dims, scope, f"{t.space} arrays", max_rank, t.span)
+        slots = None
+        if t.slots is not None:
+            if t.space == "hbm":
+                self.error(t.span, "HBM arrays have no slots; add a leading dimension instead")
+                return None
+            slots = self.slot_count(t.slots, scope, t.span, "a buffer array")
+            if slots is None:
+                return None
+        if shape is None:
+            return None
+        return ir.Buffer(name, t.space, dtype, shape, slots, t.span, role)
+

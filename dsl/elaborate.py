@@ -1,0 +1,291 @@
+"""Semantic checking and elaboration of a whole program: `ast` in, `ir` out.
+
+One walk over each kernel does everything: resolves names, folds compile-time
+expressions, inlines fn calls, types tile expressions, checks static bounds, and
+emits the `ir` statements. Every fn is also checked once on its own with its
+declared parameter types, so an fn that is never called is still checked. Errors
+are collected, never raised one by one (see `mkemu.dsl.values.POISON`).
+
+The checker is one class built up module by module: `declarations` (globals, params,
+types) <- `expressions` (with `builtins`) <- `statements` <- `calls` (fn inlining)
+<- `Elaborator` here (the program, kernels, stand-alone fn checks, the host block).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mkemu.dsl import ast, ir
+from mkemu.dsl.calls import Calls
+from mkemu.dsl.structs import ANY_SPACE, HBM_ONLY
+from mkemu.dsl.values import POISON, KernelCtx, Scope, StructVal, count_of, describe
+from mkemu.isa.program import ParamInfo
+
+
+class Elaborator(Calls):
+    """The program level: kernels, stand-alone fn checks, the host block."""
+
+    # -------------------------------------------------------------- program
+    def program(self, main_file: str, main_dir: Path) -> ir.Program | None:
+        self.collect_globals()
+        params, consts = {}, {}
+        for name, decl in self.global_decls.items():
+            if isinstance(decl, (ast.ParamDecl, ast.ConstDecl)):
+                v = self.const_value(name, decl)
+                if v is not None:
+                    (params if isinstance(decl, ast.ParamDecl) else consts)[name] = v
+        for module in self.modules:
+            for item in module.items:
+                if isinstance(item, ast.Assert):
+                    self.assertion(item, self.globals)
+        for decl in self.global_decls.values():
+            if isinstance(decl, ast.FnDecl) and not decl.generics:   # generic fns: at each call
+                self.check_fn_alone(decl)
+        kernels = {}
+        for name, decl in self.global_decls.items():
+            if isinstance(decl, ast.KernelDecl) and not decl.generics:   # generic kernels: at each launch
+                kernels[name] = self.kernel(decl)
+        main = next((m for m in self.modules if m.file == main_file), None)
+        host, reference = None, None
+        if main is not None:
+            hosts = [i for i in main.items if isinstance(i, ast.HostDecl)]
+            for extra in hosts[1:]:
+                self.error(extra.span, f"a program has one host block (the first is at {hosts[0].span})")
+            if hosts:
+                host = self.host(hosts[0], kernels)
+            refs = [i for i in main.items if isinstance(i, ast.Reference)]
+            for extra in refs[1:]:
+                self.error(extra.span, f"a program names one reference (the first is at {refs[0].span})")
+            if refs:
+                reference = self.reference(refs[0], main_dir)
+        return ir.Program(main_file, params, consts, kernels, host, reference, self.sources,
+                          self.param_info(params))
+
+    def param_info(self, params: dict[str, int]) -> tuple[ParamInfo, ...]:
+        """Every param that has a value, as declared (imported files' first)."""
+        return tuple(
+            ParamInfo(name, params[name], self.param_defaults[name], self.param_domains.get(name),
+                      decl.description or "", decl.span)
+            for name, decl in self.global_decls.items()
+            if isinstance(decl, ast.ParamDecl) and name in params and self.param_defaults.get(name) is not None
+        )
+
+    def reference(self, item: ast.Reference, main_dir: Path) -> ir.ReferenceFn | None:
+        path, sep, fn = item.target.rpartition(":")
+        is_module = bool(path) and not path.endswith(".py") and all(p.isidentifier() for p in path.split("."))
+        if not sep or not path or not fn.isidentifier() or not (is_module or path.endswith(".py")):
+            self.error(item.span, f"reference must be \"FILE.py:FUNCTION\" or \"package.module:FUNCTION\", "
+                                  f"got \"{item.target}\"")
+            return None
+        if is_module:
+            # Imported when the program runs (the front end imports no Python code).
+            return ir.ReferenceFn(None, fn, item.span, module=path)
+        full = (main_dir / path).resolve()
+        if not full.is_file():
+            self.error(item.span, f"reference file '{path}' not found (looked for {full})")
+            return None
+        return ir.ReferenceFn(str(full), fn, item.span)
+
+
+    # ------------------------------------------------------------- kernels
+    def kernel(self, decl: ast.KernelDecl, scope: Scope | None = None, name: str | None = None) -> ir.Kernel:
+        """Elaborate a kernel; a generic one with its generics bound in `scope`, as `name`."""
+        saved = self.ctx
+        self.ctx = KernelCtx("kernel")
+        scope = Scope(scope or self.globals)
+        params = []
+        for p in decl.params:
+            struct = self.struct_named(p.type.name) if isinstance(p.type, ast.ScalarType) else None
+            if struct is not None:
+                inst = self.struct_param(p, struct, HBM_ONLY, "kernel parameters are HBM arrays (kernels see "
+                                                              "nothing of each other's VMEM)")
+                if inst is not POISON:
+                    params.extend(inst.members.values())
+                self.define(scope, p.name, inst, p.name_span, "parameter")
+            elif isinstance(p.type, ast.ScalarType):
+                if self.dtype(p.type.name, p.type.span, ("i32", "bool")):
+                    var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
+                    params.append(var)
+                    self.define(scope, p.name, var, p.name_span, "parameter")
+            elif isinstance(p.type, ast.MemType) and p.type.space == "hbm":
+                buf = self.mem_type(p.type, scope, p.name, "param")
+                if buf is not None:
+                    params.append(buf)
+                    self.define(scope, p.name, buf, p.name_span, "parameter")
+                else:
+                    self.define(scope, p.name, POISON, p.name_span, "parameter")
+            else:
+                self.error(p.type.span, "kernel parameters are HBM arrays, i32 or bool scalars (kernels see nothing of each other's VMEM)")
+                self.define(scope, p.name, POISON, p.name_span, "parameter")
+        body = self.block(decl.body, scope)
+        self.semaphore_checks()
+        ctx, self.ctx = self.ctx, saved
+        return ir.Kernel(name or decl.name, tuple(params), tuple(ctx.buffers), tuple(ctx.sems), tuple(body),
+                         decl.span)
+
+    def semaphore_checks(self) -> None:
+        ctx = self.ctx
+        for sem, span in ctx.waits:
+            if sem not in ctx.signalled:
+                self.error(span, f"wait on semaphore '{sem.name}', but no started DMA or signal ever targets it")
+        for sem, span, what in ctx.posts:
+            if sem not in ctx.waited:
+                self.error(span, f"{what} on semaphore '{sem.name}' is never waited (every semaphore must be back to 0 when the kernel ends)")
+        for h in ctx.handles:
+            if not h.started and not h.waited:
+                self.error(h.span, f"DMA '{h.name}' is described but never started or waited")
+            elif not h.waited and h.dma.sem.sem not in ctx.waited:
+                self.error(h.span, f"DMA '{h.name}' is never waited")
+
+    def check_fn_alone(self, decl: ast.FnDecl) -> None:
+        """Check an fn body once with its declared types (if they are all static)."""
+        self.ctx = KernelCtx("fn")
+        scope = Scope(self.globals)
+        self.inline_stack = []
+        for p in decl.params:
+            if self.is_scalar_param(p):
+                if not self.dtype(p.type.name, p.type.span, ("i32", "bool")):
+                    self.define(scope, p.name, POISON, p.name_span, "parameter")
+                    continue
+                var = ir.ScalarVar(p.name, "param", p.span, p.type.name)
+                self.define(scope, p.name, var, p.name_span, "parameter")
+        for p in decl.params:
+            if self.is_scalar_param(p):
+                continue
+            entity = self.fn_param_entity(p, scope)
+            if entity is None:
+                # A type that depends on scalar parameters: checked at each call only.
+                self.ctx = None
+                return
+            self.define(scope, p.name, entity, p.name_span, "parameter")
+        before = dict(self.errors)
+        self.block(decl.body, scope)
+        if self.ctx.call_dependent:
+            # Sizes, counts or parts that come from scalar parameters: what follows from them
+            # is only known at a call, where the body is checked with the arguments.
+            self.errors = before
+        self.ctx = None
+
+    def fn_param_entity(self, p: ast.Param, scope: Scope):
+        n_before = len(self.errors)
+        if isinstance(p.type, ast.ScalarType):
+            return self.struct_param(p, self.struct_named(p.type.name), ANY_SPACE, "")
+        if isinstance(p.type, ast.SemType):
+            count = None
+            if p.type.count is not None:
+                count = self.slot_count(p.type.count, scope, p.type.span, "a semaphore array")
+                if count is None:
+                    return POISON
+            return ir.Semaphore(p.name, count, p.span)
+        if not self.static_type(p.type, scope):
+            return None
+        buf = self.mem_type(p.type, scope, p.name, "param")
+        if buf is None:
+            return POISON if len(self.errors) > n_before else None
+        return buf
+
+    def static_type(self, t: ast.MemType, scope: Scope) -> bool:
+        """Whether every dim of t folds to a constant (without reporting errors)."""
+        saved = dict(self.errors)
+        ok = True
+        for e in t.dims + (t.slots or ()):
+            if not isinstance(self.expr(e, scope), ir.Const):
+                ok = False
+        if not ok:
+            self.errors = saved
+        return ok
+
+
+    def s_Launch(self, s: ast.Launch, scope, out) -> None:
+        kernels = self.ctx.kernels
+        b = self.globals.local(s.kernel)
+        if b is None or not isinstance(b.entity, ast.KernelDecl):
+            what = f"'{s.kernel}' is a {b.what}, not a kernel" if b else f"unknown kernel '{s.kernel}'"
+            self.error(s.kernel_span, what)
+            return
+        decl = b.entity
+        kernel = kernels.get(s.kernel)
+        if len(s.args) != len(decl.params):
+            self.error(s.span, f"kernel '{s.kernel}' takes {count_of(len(decl.params), 'argument')}, got {len(s.args)}")
+            return
+        values = []
+        for a in s.args:
+            if isinstance(a, (ast.Keyword, ast.Remote)):
+                self.error(a.span, "launch arguments are host arrays or compile-time integers")
+                values.append(POISON)
+            else:
+                values.append(self.expr(a, scope))
+        if decl.generics:
+            kernel = self.generic_kernel(decl, values, s, kernels)
+        args = []
+        ok = True
+        for p, a, v in zip(decl.params, s.args, values):
+            if v is POISON:
+                ok = False
+                continue
+            struct = self.struct_named(p.type.name) if isinstance(p.type, ast.ScalarType) else None
+            if struct is not None:
+                if not isinstance(v, StructVal) or v.decl is not struct:
+                    self.error(a.span, f"argument '{p.name}' must be a host instance of struct '{struct.name}', got "
+                                       f"{self.kind_name(v)}")
+                    ok = False
+                    continue
+                args.extend(self.whole(buf, a.span) for buf in v.members.values())
+                continue
+            param = next((q for q in kernel.params if q.name == p.name), None) if kernel else None
+            if isinstance(p.type, ast.ScalarType):
+                want = "bool" if p.type.name == "bool" else "integer"
+                if not isinstance(v, ir.Const) or v.dtype != ("bool" if want == "bool" else "i32"):
+                    got = f"a compile-time {'integer' if want == 'bool' else 'bool'}" if isinstance(v, ir.Const) \
+                        else self.kind_name(v)
+                    self.error(a.span, f"argument '{p.name}' must be a compile-time {want}, got {got}")
+                    ok = False
+                    continue
+                args.append(v.value)
+                continue
+            if not isinstance(v, ir.Ref) or v.buffer.space != "hbm":
+                self.error(a.span, f"argument '{p.name}' must be a host array, got {self.kind_name(v)}")
+                ok = False
+                continue
+            if param is None or not isinstance(param, ir.Buffer):
+                ok = False
+                continue
+            if v.dtype != param.dtype or v.shape != param.shape:
+                self.error(
+                    a.span,
+                    f"argument '{p.name}' is {v.dtype}{describe(v.shape)}, kernel '{s.kernel}' expects {param.dtype}{describe(param.shape)}",
+                )
+                ok = False
+                continue
+            args.append(v)
+        if ok and kernel is not None:
+            self.ctx.launches.append(ir.Launch(kernel, tuple(args), s.span))
+
+    def generic_kernel(self, decl: ast.KernelDecl, values, s: ast.Launch, kernels: dict) -> ir.Kernel | None:
+        """The instance of a generic kernel these launch arguments infer (made once)."""
+        pairs = [(p, v, a.span) for p, v, a in zip(decl.params, values, s.args) if v is not POISON]
+        bound = Scope(self.globals)
+        if not self.infer_generics(decl, pairs, bound, f"kernel '{decl.name}'"):
+            return None
+        name = self.generic_key(decl, bound)
+        if name not in kernels:
+            kernels[name] = self.kernel(decl, bound, name)
+        return kernels[name]
+
+    def s_IoDecl(self, s: ast.IoDecl, scope, out) -> None:
+        if s.dims is None:
+            self.host_instance(s.name, s.dtype, s.kind, s.span, s.name_span, scope)
+            return
+        self.claim_host_name(s.name, s.span)
+        t = ast.MemType("hbm", s.dtype, s.dims, None, s.span)
+        buf = self.mem_type(t, scope, s.name, s.kind)
+        self.define(scope, s.name, buf if buf is not None else POISON, s.name_span, s.kind)
+        if buf is not None:
+            self.ctx.host_arrays.append(buf)
+
+    def host(self, decl: ast.HostDecl, kernels: dict) -> ir.Host:
+        self.ctx = KernelCtx("host", kernels=kernels)
+        self.block(decl.body, Scope(self.globals))
+        ctx, self.ctx = self.ctx, None
+        return ir.Host(tuple(ctx.host_arrays), tuple(ctx.launches), decl.span)
+

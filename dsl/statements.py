@@ -1,0 +1,476 @@
+"""Statements of kernel and fn bodies: declarations, assignment, DMAs, control flow.
+
+`Statements` elaborates a block statement by statement into `ir` statements, within
+the current kernel's `KernelCtx` (its buffers and semaphores, the ranges of loop
+variables, and the bookkeeping behind the semaphore checks: which semaphores are
+posted and waited, which described DMAs are used). Host-only statements are in
+`mkemu.dsl.elaborate`, fn calls in `mkemu.dsl.calls`.
+"""
+
+from __future__ import annotations
+
+from mkemu.dsl import ast, ir
+from mkemu.dsl.expressions import Expressions
+from mkemu.dsl.folding import broadcast, linear
+from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+
+
+class Statements(Expressions):
+    """Statement-level elaboration of kernel and fn bodies."""
+
+    # ---------------------------------------------------------------- blocks
+    def block(self, block: ast.Block, parent: Scope) -> list:
+        scope = Scope(parent)
+        out: list = []
+        for stmt in block.stmts:
+            self.stmt(stmt, scope, out)
+        return out
+
+    def stmt(self, s, scope: Scope, out: list) -> None:
+        host = self.ctx.mode == "host"
+        if host and not isinstance(s, (ast.Launch, ast.IoDecl, ast.For, ast.If, ast.Assert, ast.Let, ast.BufferDecl)):
+            self.error(s.span, "only input/output/hbm declarations, launch, for, if, let and assert are allowed in the host block")
+            return
+        if not host and isinstance(s, (ast.Launch, ast.IoDecl)):
+            self.error(s.span, f"'{'launch' if isinstance(s, ast.Launch) else s.kind}' is only allowed in the host block")
+            return
+        method = getattr(self, "s_" + type(s).__name__)
+        method(s, scope, out)
+
+    def s_Assert(self, s: ast.Assert, scope, out) -> None:
+        self.assertion(s, scope)
+
+    def s_BufferDecl(self, s: ast.BufferDecl, scope, out) -> None:
+        host = self.ctx.mode == "host"
+        if host and s.space != "hbm":
+            self.error(s.span, "the host block declares HBM arrays only (input, output, hbm)")
+            return
+        if not host and s.space == "hbm":
+            self.error(s.span, "kernels cannot allocate HBM; pass an HBM array as a parameter")
+            return
+        t = ast.MemType(s.space, s.dtype, s.dims, s.slots, s.span)
+        buf = self.mem_type(t, scope, self.unique(s.name), "scratch" if host else "local")
+        self.define(scope, s.name, buf if buf is not None else POISON, s.name_span, "buffer")
+        if buf is not None:
+            (self.ctx.host_arrays if host else self.ctx.buffers).append(buf)
+
+    def s_SemDecl(self, s: ast.SemDecl, scope, out) -> None:
+        count = None
+        if s.count is not None:
+            count = self.slot_count(s.count, scope, s.span, "a semaphore array")
+            if count is None:
+                self.define(scope, s.name, POISON, s.name_span, "semaphore")
+                return
+        sem = ir.Semaphore(self.unique(s.name), count, s.span)
+        self.ctx.sems.append(sem)
+        self.define(scope, s.name, sem, s.name_span, "semaphore")
+
+    def s_VarDecl(self, s: ast.VarDecl, scope, out) -> None:
+        if s.dims is None:
+            if not self.dtype(s.dtype, s.span, ("i32", "bool")):
+                self.define(scope, s.name, POISON, s.name_span, "variable")
+                return
+            var = ir.ScalarVar(self.unique(s.name), "var", s.span, s.dtype)
+            init = ir.Const(0, s.span, s.dtype)
+            if s.init is not None:
+                value = self.expr(s.init, scope)
+                init = (self.as_bool(value, s.init.span, "a bool initial value") if s.dtype == "bool"
+                        else self.as_scalar(value, s.init.span, "an integer initial value"))
+            self.define(scope, s.name, var, s.name_span, "variable")
+            if init is not POISON:
+                out.append(ir.SetScalar(var, init, s.span))
+            return
+        dtype = self.resolve_dtype(s.dtype, scope)
+        t = ast.MemType("var", dtype, s.dims, None, s.span)
+        if not self.dtype(dtype, s.span):
+            self.define(scope, s.name, POISON, s.name_span, "variable")
+            return
+        shape = self.dims(s.dims, scope, "a tile var", 2, s.span)
+        if shape is None:
+            self.define(scope, s.name, POISON, s.name_span, "variable")
+            return
+        buf = ir.Buffer(self.unique(s.name), "var", dtype, shape, None, t.span, "local")
+        self.ctx.buffers.append(buf)
+        self.define(scope, s.name, buf, s.name_span, "variable")
+        if s.init is not None:
+            ref = ir.Ref(buf, None, tuple(ir.Const(0, s.span) for _ in shape), shape, s.name_span)
+            self.store(ref, "=", self.expr(s.init, scope), s.init.span, s.span, out)
+
+    def s_Let(self, s: ast.Let, scope, out) -> None:
+        v = self.expr(s.value, scope)
+        entity = self.bind_value(v, s.name, s.value.span, s.span, out)
+        self.define(scope, s.name, entity, s.name_span, "let binding")
+
+    def bind_value(self, v, name: str, value_span, span, out):
+        match v:
+            case Poison():
+                return POISON
+            case ir.Const():
+                return ConstVal(v.value, v.dtype)
+            case ir.FloatConst():
+                return FloatVal(v.value)
+            case ir.SemRef():
+                return v
+            case ir.Dma() | DmaChoice():
+                h = DmaHandle(name, v, span)
+                self.ctx.handles.append(h)
+                return h
+            case DmaHandle():
+                return v
+        s = self.scalarish(v)
+        if s is not None:
+            if self.ctx.mode == "host":
+                return self.error(value_span, "host lets must be compile-time integers")
+            var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(s))
+            r = self._interval(s)
+            if r is not None:
+                self.ctx.ranges[var] = r
+            out.append(ir.LetScalar(var, s, span))
+            return var
+        if isinstance(v, ir.Ref):
+            return v
+        if isinstance(v, ir.TILE_NODES):
+            if self.ctx.mode == "host":
+                return self.error(value_span, "host lets must be compile-time integers")
+            tv = ir.TileValue(self.unique(name), v.dtype, v.shape, span)
+            out.append(ir.LetTile(tv, v, span))
+            return tv
+        return self.error(value_span, f"cannot bind {self.kind_name(v)} with let")
+
+    # -- assignment
+    def s_Assign(self, s: ast.Assign, scope, out) -> None:
+        target = self.expr(s.target, scope)
+        value = self.expr(s.value, scope)
+        if target is POISON:
+            return
+        op = None if s.op == "=" else s.op[0]
+        if isinstance(target, ir.ScalarRead):
+            var = target.var
+            if var.kind != "var":
+                kinds = {"param": "a parameter", "let": "a let binding", "loop": "a loop variable"}
+                self.error(s.target.span, f"cannot assign to '{var.name}': it is {kinds[var.kind]} (declare it with var)")
+                return
+            if value is POISON:
+                return
+            if var.dtype == "bool":
+                if op is not None:
+                    self.error(s.span, f"'{s.op}' is not defined on bool variables; assign a bool with '='")
+                    return
+                v = self.as_bool(value, s.value.span, "a bool value")
+            else:
+                v = self.as_scalar(value, s.value.span, "an integer value")
+            if v is POISON:
+                return
+            if op is not None:
+                v = self.scalar_binary(op, target, v, s.span)
+                if v is POISON:
+                    return
+            out.append(ir.SetScalar(var, v, s.span))
+            return
+        if isinstance(target, ir.Ref):
+            self.store(target, s.op, value, s.value.span, s.span, out, s.target.span)
+            return
+        what = self.kind_name(target)
+        if isinstance(target, ir.Const):
+            what = "a constant"
+        elif isinstance(target, ir.ValueRead):
+            what = f"the let-bound tile '{target.value.name}' (declare it with var to update it)"
+        self.error(s.target.span, f"cannot assign to {what}")
+
+    def store(self, ref: ir.Ref, op_text: str, value, value_span, span, out, target_span=None) -> None:
+        target_span = target_span or ref.span
+        buf = ref.buffer
+        if buf.slots is not None and ref.slot is None:
+            self.error(target_span, f"buffer array '{buf.name}' needs a slot index: {buf.name}[slot]")
+            return
+        if buf.space == "hbm":
+            self.error(target_span, f"HBM array '{buf.name}' can only be written by a DMA (copy)")
+            return
+        op = None if op_text == "=" else op_text[0]
+        if buf.space == "smem":
+            if ref.shape:
+                self.error(target_span, f"SMEM buffer '{buf.name}' holds scalars; index one element to store")
+                return
+            if value is POISON:
+                return
+            v = self.as_scalar(value, value_span, "an integer value for SMEM")
+            if v is POISON:
+                return
+            if op is not None:
+                v = self.scalar_binary(op, ir.SmemLoad(ref, ref.span), v, span)
+            out.append(ir.StoreSmem(ref, v, span))
+            return
+        if value is POISON:
+            return
+        if len(ref.shape) > 2:
+            self.error(target_span, "a tile store needs at most 2 dimensions")
+            return
+        cur = ir.Load(ref, ref.dtype, ref.tile_shape, ref.span)
+        if op is not None:
+            if buf.dtype == "bf16":
+                self.error(span, f"'{op_text}' is not defined on bf16 buffers; compute in f32 and store bf16(...)")
+                return
+            check = self.binary(op, cur, value, span)
+            if check is POISON:
+                return
+        t = self.as_tile(value, value_span)
+        if t is POISON:
+            return
+        if isinstance(t, (ir.Const, ir.FloatConst)):
+            if buf.dtype == "bf16" and isinstance(t, ir.FloatConst):
+                t = ir.Convert(ir.Literal(t.value, "f32", (1, 1), t.span), "bf16", (1, 1), t.span)
+            else:
+                t = self.weak_to_tile(t, buf.dtype, value_span)
+                if t is POISON:
+                    return
+        if t.dtype != buf.dtype:
+            hint = {"bf16": "round explicitly with bf16(...)", "i32": "convert explicitly with i32(...)",
+                    "f32": "convert explicitly with f32(...)"}[buf.dtype]
+            what = "a mask" if t.dtype == "bool" else t.dtype
+            self.error(span, f"dtype mismatch: storing {what} into {buf.dtype} buffer '{buf.name}'; {hint}")
+            return
+        full = broadcast(ref.tile_shape, t.shape)
+        if full != ref.tile_shape:
+            self.error(span, f"shape mismatch: storing {tile_desc(t)} into {describe(ref.tile_shape)} view of '{buf.name}'")
+            return
+        out.append(ir.StoreTile(ref, t, op, span))
+
+    # -- expression statements: fn calls, signal, barrier
+    def s_ExprStmt(self, s: ast.ExprStmt, scope, out) -> None:
+        e = s.expr
+        if not isinstance(e, ast.Call):
+            v = self.expr(e, scope)
+            if v is not POISON:
+                self.error(s.span, "this expression does nothing; assign it or call a function")
+            return
+        b = self.globals.local(e.func)
+        if b is not None and isinstance(b.entity, ast.FnDecl):
+            self.inline(b.entity, e, scope, out)
+        elif e.func == "signal":
+            self.signal(e, scope, out)
+        elif e.func == "barrier":
+            self.barrier(e, scope, out)
+        elif e.func == "copy":
+            v = self.expr(e, scope)
+            if v is not POISON:
+                self.error(s.span, "copy() only describes a DMA: write `start copy(...)`")
+        else:
+            v = self.expr(e, scope)
+            if v is not POISON:
+                self.error(s.span, f"the result of {e.func}() is unused")
+
+    def signal(self, e: ast.Call, scope, out) -> None:
+        if e.keywords or len(e.args) != 2:
+            self.error(e.span, f"signal() takes 2 arguments (signal(sem, amount) or signal(sem @ core, amount)), got {len(e.args)}")
+            return
+        first = e.args[0]
+        target = None
+        if isinstance(first, ast.Remote):
+            target = self.as_scalar(self.expr(first.target, scope), first.target.span, "a core id")
+            first = first.value
+        sem = self.sem_arg(first, scope)
+        amount = self.as_scalar(self.expr(e.args[1], scope), e.args[1].span, "an integer amount")
+        if POISON in (sem, amount, target):
+            return
+        self.post(sem.sem, e.span, "signal")
+        out.append(ir.Signal(sem, amount, target, e.span))
+
+    def barrier(self, e: ast.Call, scope, out) -> None:
+        if e.keywords or len(e.args) > 1:
+            self.error(e.span, f"barrier() takes 0 or 1 argument (a mesh axis), got {len(e.args)}")
+            return
+        axis = None
+        if e.args:
+            axis = self.const_int(e.args[0], scope, "the barrier axis")
+            if axis is None:
+                return
+            if axis not in (0, 1, 2):
+                self.error(e.args[0].span, f"mesh axis must be 0, 1 or 2, got {axis}")
+                return
+        out.append(ir.Barrier(axis, e.span))
+
+    def post(self, sem: ir.Semaphore, span, what: str) -> None:
+        self.ctx.signalled.add(sem)
+        self.ctx.posts.append((sem, span, what))
+
+    # -- DMA
+    def dma_of(self, node, scope):
+        v = self.expr(node, scope)
+        if v is POISON:
+            return None, None
+        if isinstance(v, DmaCount):
+            self.error(node.span, "start issues one copy; a count of copies (n * copy(...)) is for wait")
+            return None, None
+        if isinstance(v, DmaHandle):
+            return v.dma, v
+        if isinstance(v, (ir.Dma, DmaChoice)):
+            return v, None
+        self.error(node.span, f"expected a DMA (a copy(...) or a name bound to one), got {self.kind_name(v)}")
+        return None, None
+
+    def s_Start(self, s: ast.Start, scope, out) -> None:
+        dma, handle = self.dma_of(s.dma, scope)
+        if dma is None:
+            return
+        if handle is not None:
+            handle.started = True
+        self.post(dma.sem.sem, s.span, "DMA started")
+        if dma.recv_sem is not None:
+            self.post(dma.recv_sem.sem, s.span, "remote DMA started (receive side)")
+        out.append(self.start_of(dma, s.span))
+
+    def start_of(self, dma, span):
+        """The statement that starts a copy: a branch for a choice of copies."""
+        if isinstance(dma, DmaChoice):
+            return ir.If(dma.cond, (self.start_of(dma.a, span),), (self.start_of(dma.b, span),), span)
+        return ir.DmaStart(dma, span)
+
+    def s_Wait(self, s: ast.Wait, scope, out) -> None:
+        v = self.expr(s.dma, scope)
+        count = None
+        if isinstance(v, DmaCount):
+            count, dma, handle = v.count, v.dma, v.handle
+        elif isinstance(v, DmaHandle):
+            dma, handle = v.dma, v
+        elif isinstance(v, (ir.Dma, DmaChoice)):
+            dma, handle = v, None
+        else:
+            if v is not POISON:
+                self.error(s.dma.span, f"expected a DMA (a copy(...), a name bound to one, or n * copy(...)), "
+                                       f"got {self.kind_name(v)}")
+            return
+        if s.recv and dma.target is None:
+            self.error(s.span, "'wait recv' is for remote copies (copy(src, dst @ core, send, recv))")
+            return
+        if handle is not None:
+            handle.waited = True
+        side = "recv" if s.recv else ("send" if dma.target is not None else "local")
+        sem = dma.recv_sem if s.recv else dma.sem
+        self.ctx.waited.add(sem.sem)
+        self.ctx.waits.append((sem.sem, s.span))
+        if count is None:
+            out.append(ir.DmaWait(dma.first if isinstance(dma, DmaChoice) else dma, side, s.span))
+        else:
+            amount = self.scalar_binary("*", count, ir.Const(dma.size_bytes, s.span), s.span)
+            out.append(ir.SemWait(sem, amount, s.span))
+
+    def s_WaitSem(self, s: ast.WaitSem, scope, out) -> None:
+        sem = self.sem_arg(s.sem, scope)
+        amount = self.as_scalar(self.expr(s.amount, scope), s.amount.span, "an integer amount")
+        if sem is POISON or amount is POISON:
+            return
+        self.ctx.waited.add(sem.sem)
+        self.ctx.waits.append((sem.sem, s.span))
+        out.append(ir.SemWait(sem, amount, s.span))
+
+    # -- control flow
+    def s_For(self, s: ast.For, scope, out) -> None:
+        start = self.as_scalar(self.expr(s.start, scope), s.start.span, "an integer loop bound")
+        stop = self.as_scalar(self.expr(s.stop, scope), s.stop.span, "an integer loop bound")
+        step = 1
+        if s.step is not None:
+            step = self.const_int(s.step, scope, "the loop step")
+            if step is not None and step <= 0:
+                self.error(s.step.span, f"the loop step must be positive, got {step}")
+                step = None
+        if self.ctx.mode == "host":
+            if POISON in (start, stop) or step is None:
+                return
+            if not isinstance(start, ir.Const) or not isinstance(stop, ir.Const):
+                self.error(s.span, "host loops need compile-time bounds")
+                return
+            for i in range(start.value, stop.value, step):
+                inner = Scope(scope)
+                self.define(inner, s.var, ConstVal(i), s.var_span, "loop variable")
+                for st in s.body.stmts:
+                    self.stmt(st, inner, out)
+            return
+        var = ir.ScalarVar(self.unique(s.var), "loop", s.var_span)
+        inner = Scope(scope)
+        self.define(inner, s.var, var, s.var_span, "loop variable")
+        if isinstance(start, ir.Const) and isinstance(stop, ir.Const) and step:
+            if stop.value > start.value:
+                last = start.value + (stop.value - 1 - start.value) // step * step
+                self.ctx.ranges[var] = (start.value, last, frozenset([var]))
+        body = []
+        for st in s.body.stmts:
+            self.stmt(st, inner, body)
+        if POISON not in (start, stop) and step is not None:
+            out.append(ir.For(var, start, stop, step, tuple(body), s.span))
+
+    def s_If(self, s: ast.If, scope, out) -> None:
+        cond = self.as_bool(self.expr(s.cond, scope), s.cond.span, "a scalar condition")
+        branches = [s.then, s.orelse]
+
+        def run(branch):
+            body: list = []
+            if isinstance(branch, ast.Block):
+                body = self.block(branch, scope)
+            elif isinstance(branch, ast.If):
+                self.s_If(branch, scope, body)
+            return body
+
+        if isinstance(cond, ir.Const):
+            out.extend(run(branches[0] if cond.value else branches[1]))
+            return
+        if self.ctx.mode == "host":
+            if cond is not POISON:
+                self.error(s.cond.span, "host if needs a compile-time condition")
+            return
+        saved = dict(self.ctx.ranges)
+        if cond is not POISON:
+            self.narrow(cond)
+        then = run(branches[0])
+        self.ctx.ranges = saved
+        orelse = run(branches[1])
+        if cond is not POISON:
+            out.append(ir.If(cond, tuple(then), tuple(orelse), s.span))
+
+    def narrow(self, cond) -> None:
+        """Narrow loop-variable ranges inside `if` by `v + c < N`-style conditions."""
+        if isinstance(cond, ir.ScalarOp) and cond.op == "&&":
+            self.narrow(cond.args[0])
+            self.narrow(cond.args[1])
+            return
+        if not (isinstance(cond, ir.ScalarOp) and cond.op in ("<", "<=", ">", ">=", "!=")):
+            return
+        diff = linear(ir.ScalarOp("-", cond.args, cond.span))  # lhs - rhs
+        terms = {k: v for k, v in diff.items() if k != 1}
+        if len(terms) != 1:
+            return
+        (key, coef), = terms.items()
+        var = next((v for v in self.ctx.ranges if key == ("v", id(v))), None)
+        if var is None or coef not in (1, -1):
+            return
+        lo, hi, deps = self.ctx.ranges[var]
+        c = diff.get(1, 0)
+        op = cond.op
+        if coef == -1:  # -v + c op 0  <=>  v - c flipped-op 0
+            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!="}[op]
+            c = -c
+        bound = -c  # v op bound
+        if op == "<":
+            hi = min(hi, bound - 1)
+        elif op == "<=":
+            hi = min(hi, bound)
+        elif op == ">":
+            lo = max(lo, bound + 1)
+        elif op == ">=":
+            lo = max(lo, bound)
+        elif bound == hi:
+            hi -= 1
+        elif bound == lo:
+            lo += 1
+        if lo <= hi:
+            self.ctx.ranges[var] = (lo, hi, deps)
+        else:  # the branch never runs: nothing to check against
+            self.ctx.ranges.pop(var)
+
+    def s_Region(self, s: ast.Region, scope, out) -> None:
+        index = None
+        if s.index is not None:
+            index = self.as_scalar(self.expr(s.index, scope), s.index.span, "an integer region index")
+        body = self.block(s.body, scope)
+        if index is not POISON:
+            out.append(ir.Region(s.name, index, tuple(body), s.span))
+

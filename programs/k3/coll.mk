@@ -1,0 +1,32 @@
+// The collective buffers of the megakernel and the super-operators: where other cores'
+// pushes land (written by DMAs only, read after their semaphore counted every byte),
+// one set per slot g = 0 .. GROT-1 (the megakernel rotates them by layer parity, GROT =
+// 2, with a barrier every second layer; a super-operator is one layer, GROT = 1).
+import "reduce.mk";
+import "stream.mk";
+
+struct Coll {
+    g_a: vmem f32[GROT * PPH][BATCH, ACOLS];     // attention parts (head h in slot g*PPH + h)
+    g_att: vmem f32[GROT][BATCH, DIM];           // the attention sum, gathered (reduce-scatter form)
+    g_lat: vmem f32[GROT][BATCH, QRANK + KVRANK];   // the MLA latent, gathered (split form)
+    g_rl: vmem f32[GROT][BATCH, EPAD + LATENT];  // [router logits | moe_down], gathered (split form)
+    g_eo: vmem f32[GROT * PPE][BATCH, ECOLS];    // MoE parts, tensor parallel (routed slot j, then shared TOPK + s)
+    g_z: vmem f32[GROT][BATCH, LATENT];          // the MoE sum, gathered (reduce-scatter form)
+    g_f: vmem f32[GROT][BATCH, DIM];             // the FFN output, gathered
+    g_u: vmem f32[BATCH, DENSE_INTER];           // the dense hidden, gathered (split form)
+    g_lm: vmem f32[BATCH, select(LM_ROOT, VOCAB, 128)];   // the logits, on core 0 (LM_ROOT)
+    r_o: sem[GROT];
+    r_att: sem[GROT];
+    r_lat: sem[GROT];
+    r_rl: sem[GROT];
+    r_eo: sem[GROT];
+    r_z: sem[GROT];
+    r_f: sem[GROT];
+    r_u: sem;
+    r_lm: sem;
+}
+
+// The attention sum of slot g (either form of the all-reduce).
+fn attn_sum(c: Coll, g: i32, net: Net, me: i32) {
+    ar_sum(c.g_a, g * PPH, LGH, HEADS * BATCH, c.g_att[g], NDB, RS_A, me, NCORES, c.r_o[g], c.r_att[g], net);
+}
