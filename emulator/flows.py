@@ -335,19 +335,24 @@ class FlowNetwork:
         resource id or start order.
         """
         resources = self._resources
-        seen_res: dict[int, None] = {}
-        seen_flows: dict[int, _Flow] = {}
+        comp_res: list[_Resource] = []
+        comp_flows: list[_Flow] = []
+        seen_res: set[int] = set()
+        seen_flows: set[int] = set()
         stack = list(seeds)
         while stack:
             r = stack.pop()
             if r in seen_res:
                 continue
-            seen_res[r] = None
-            for seq, flow in resources[r].flows.items():
+            seen_res.add(r)
+            res = resources[r]
+            comp_res.append(res)
+            for seq, flow in res.flows.items():
                 if seq not in seen_flows:
-                    seen_flows[seq] = flow
+                    seen_flows.add(seq)
+                    comp_flows.append(flow)
                     stack.extend(flow.resources)
-        return [resources[r] for r in seen_res], list(seen_flows.values())
+        return comp_res, comp_flows
 
     def _rebalance(self, seeds: Sequence[int], t: float) -> None:
         """Recompute max-min fair rates of everything connected to `seeds`, at time t."""
@@ -369,10 +374,10 @@ class FlowNetwork:
             for flow in lingering:
                 self._end(flow, t)
                 seeds += flow.resources
-        for res in comp_res:
+        for res, res_left in zip(comp_res, left):
             res.settled_bytes += res.sum_rate * (t - res.t_ref)
             res.t_ref = t
-            res.sum_rate = res.capacity - left[res.rid] if res.flows else 0.0
+            res.sum_rate = res.capacity - res_left if res.flows else 0.0
         for flow, rate in zip(comp_flows, rates):
             if rate != flow.rate:
                 self._set_rate(flow, rate, t)
@@ -387,54 +392,106 @@ class FlowNetwork:
         self._heap = live
 
 
-def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[float], dict[int, float]]:
+def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[float], list[float]]:
     """Max-min fair rates of `flows` (same order), which use only `resources`.
 
-    Also returns the capacity left on each resource (by id). Progressive filling
-    with a heap of each resource's saturation level (capacity left / unfrozen flows
-    crossing it). Freezing flows at a level no higher than a resource's saturation
-    level never lowers that level, so the heap needs no decrease-key: an entry is
-    stale when it no longer equals the level recomputed from `left` and `count`.
-    Ties go to the lower resource id, then start order. Cost O(D log D) for D
-    flow-resource incidences.
+    Also returns the capacity left on each resource (same order as `resources`).
+    Progressive filling: each round takes the lowest saturation level (capacity left /
+    unfrozen flows crossing it) over the resources, or the lowest unreached flow cap if
+    that is no higher, and freezes the flows there at that level. Ties go to the lower
+    resource id, then start order. Components are small (a core's engine, the links of
+    a route), so a linear scan per round beats a heap; every float is computed in the
+    same order as before, so the rates are identical to the last bit.
     """
-    if len(resources) == 1 and all(flow.cap is None for flow in flows):
+    nres = len(resources)
+    if not flows:
+        return [], [res.capacity for res in resources]
+    if nres == 1 and all(flow.cap is None for flow in flows):
         # One resource (a core's DMA engine with its descriptors): an equal split, the
         # same floats the general loop below computes.
         res = resources[0]
-        if not res.flows:
-            return [], {res.rid: res.capacity}
         level = res.capacity / len(res.flows)
         left = res.capacity
         for _ in range(len(res.flows)):
             left -= level
-        return [level] * len(flows), {res.rid: left}
+        return [level] * len(flows), [left]
+    if len(flows) == 1:
+        # One flow: the tightest of its resources' capacities and its cap.
+        flow = flows[0]
+        level = min((res.capacity for res in resources if res.flows), default=math.inf)
+        if flow.cap is not None and flow.cap <= level:
+            level = flow.cap
+        return [level], [res.capacity - level if res.flows else res.capacity for res in resources]
+    local = {res.rid: i for i, res in enumerate(resources)}
+    rids = [res.rid for res in resources]
+    left = [res.capacity for res in resources]
+    count = [len(res.flows) for res in resources]
     position = {flow.seq: i for i, flow in enumerate(flows)}
     rates: list[float | None] = [None] * len(flows)
-    left: dict[int, float] = {}
-    count: dict[int, int] = {}
-    heap: list[tuple[float, int]] = []
-    for res in resources:
-        n = len(res.flows)
-        left[res.rid] = res.capacity
-        count[res.rid] = n
-        if n:
-            heap.append((res.capacity / n, res.rid))
-    heapq.heapify(heap)
-    by_rid = {res.rid: res for res in resources}
     caps = sorted((flow.cap, flow.seq, i) for i, flow in enumerate(flows) if flow.cap is not None)
     cap_i = 0
     todo = len(flows)
     inf = math.inf
-    heappop, heappush = heapq.heappop, heapq.heappush
+    if nres > _SCAN_MAX:
+        return _water_fill_heap(resources, flows, local, left, count, position, rates, caps), left
+    order = sorted(range(nres), key=rids.__getitem__)   # scan in id order: ties go to the lower id
 
     while todo:
         while cap_i < len(caps) and rates[caps[cap_i][2]] is not None:
             cap_i += 1
+        res_level = inf
+        best = -1
+        for i in order:
+            n = count[i]
+            if n:
+                level = max(left[i], 0.0) / n
+                if level < res_level:
+                    res_level, best = level, i
+        cap_level = caps[cap_i][0] if cap_i < len(caps) else inf
+        if cap_level <= res_level:
+            i = caps[cap_i][2]
+            frozen = [flows[i]]
+            rates[i] = cap_level
+            level = cap_level
+        else:
+            level = res_level
+            frozen = []
+            for seq, flow in resources[best].flows.items():
+                i = position[seq]
+                if rates[i] is None:
+                    rates[i] = level
+                    frozen.append(flow)
+        todo -= len(frozen)
+        for flow in frozen:
+            for r in flow.resources:
+                i = local[r]
+                left[i] -= level
+                count[i] -= 1
+    return rates, left
+
+
+#: Components with more resources than this find each round's lowest level with a heap.
+_SCAN_MAX = 12
+
+
+def _water_fill_heap(resources, flows, local, left, count, position, rates, caps) -> list[float]:
+    """`_water_fill`'s rounds for a large component: the resources' saturation levels in a
+    heap (no decrease-key: freezing flows at a level no higher than a resource's level
+    never lowers it, so an entry is stale when it no longer equals the level recomputed
+    from `left` and `count`). Same rounds, same floats as the scan. Updates `left`."""
+    heap = [(res.capacity / count[i], res.rid, i) for i, res in enumerate(resources) if count[i]]
+    heapq.heapify(heap)
+    heappop, heappush = heapq.heappop, heapq.heappush
+    cap_i = 0
+    todo = len(flows)
+    inf = math.inf
+    while todo:
+        while cap_i < len(caps) and rates[caps[cap_i][2]] is not None:
+            cap_i += 1
         while heap:
-            level, r = heap[0]
-            n = count[r]
-            if n and level == max(left[r], 0.0) / n:
+            level, _, i = heap[0]
+            n = count[i]
+            if n and level == max(left[i], 0.0) / n:
                 break
             heappop(heap)
         cap_level = caps[cap_i][0] if cap_i < len(caps) else inf
@@ -445,9 +502,9 @@ def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[fl
             rates[i] = cap_level
             level = cap_level
         else:
-            level, r = heappop(heap)
+            level, _, best = heappop(heap)
             frozen = []
-            for seq, flow in by_rid[r].flows.items():
+            for seq, flow in resources[best].flows.items():
                 i = position[seq]
                 if rates[i] is None:
                     rates[i] = level
@@ -456,10 +513,11 @@ def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[fl
         touched: dict[int, None] = {}
         for flow in frozen:
             for r in flow.resources:
-                left[r] -= level
-                count[r] -= 1
-                touched[r] = None
-        for r in touched:
-            if count[r]:
-                heappush(heap, (max(left[r], 0.0) / count[r], r))
-    return rates, left
+                i = local[r]
+                left[i] -= level
+                count[i] -= 1
+                touched[i] = None
+        for i in touched:
+            if count[i]:
+                heappush(heap, (max(left[i], 0.0) / count[i], resources[i].rid, i))
+    return rates
