@@ -284,3 +284,53 @@ host {
     assert text.splitlines()[0] == (
         "prog.mk:4:14: error: an mxfp4 launch argument is a whole host array ('w' stores every matrix's values "
         "before all the scales, so a part of it is no array); pass it whole and index it in the kernel"), text
+
+
+STRUCTS = """
+param K = 128;
+param N = 512;
+const TN = 256;
+struct Expert { w: hbm mxfp4[K, N]; }
+struct Ring { slots: vmem mxfp4[2][K, TN]; sems: sem[2]; }
+assert vmem_bytes(Ring) == 2 * (K * 128 + K / 32 * 256), "value rows, then scale rows twice as long";
+
+fn load<T, R, C>(src: hbm T[R, C], dst: vmem T[R, C], s: sem) {
+    start copy(src, dst, s);
+    wait copy(src, dst, s);
+}
+
+kernel k(ex: Expert, x: hbm bf16[8, K], y: hbm f32[8, N], y2: hbm f32[8, TN]) {
+    vmem xv: bf16[8, K];
+    vmem one: mxfp4[K, TN];
+    vmem y2v: f32[8, TN];
+    sem s;
+    let r = Ring();
+    load(x, xv, s);
+    pipeline j in 0..N / TN {
+        input wt = ex.w[:, j * TN +: TN] via r.slots, r.sems;
+        output yt = y[:, j * TN +: TN];
+        yt = matmul(xv, wt);
+    }
+    load(ex.w[:, TN +: TN], one, s);                 // a generic fn with T = mxfp4
+    y2v = matmul(xv, one) * 2.0;
+    start copy(y2v, y2, s);
+    wait copy(y2v, y2, s);
+}
+host {
+    input ex: Expert;
+    input x: bf16[8, K];
+    output y: f32[8, N];
+    output y2: f32[8, TN];
+    launch k(ex, x, y, y2);
+}
+"""
+
+
+def test_struct_members_shared_slots_and_generics_of_mxfp4():
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((128, 512)).astype(np.float32)
+    x = nx.bf16_round(rng.standard_normal((8, 128)).astype(np.float32))
+    run = mkemu.compile_source(STRUCTS, "structs_mx.mk", hw="test", mesh="1")(w=w, x=x)
+    W = held(w)
+    same(mm(x, W), run.outputs["y@0"])
+    same(mm(x, W[:, 256:]) * np.float32(2.0), run.outputs["y2@0"])
