@@ -248,6 +248,8 @@ class Builtins:
         if isinstance(v, (ir.Dma, DmaChoice)):
             return ir.Const(v.size_bytes, span)
         if isinstance(v, ir.Ref) and (v.buffer.slots is None or v.slot is not None):
+            if not self.c.mx_view(v, self.node.args[0].span):
+                return POISON
             return ir.Const(v.size_bytes, span)
         if isinstance(v, ir.Ref):
             return self.c.error(self.node.args[0].span, f"buffer array '{v.buffer.name}' needs a slot index: "
@@ -323,6 +325,8 @@ class Builtins:
         vals = self.args(2)
         if vals is None:
             return POISON
+        if isinstance(vals[1], ir.Ref) and vals[1].dtype == "mxfp4":
+            return self.mx_matmul(*vals)
         a = self.tile(vals[0], self.node.args[0])
         b = self.tile(vals[1], self.node.args[1])
         if a is POISON or b is POISON:
@@ -337,6 +341,31 @@ class Builtins:
                 self.node.span, f"shape mismatch: matmul {describe(a.shape)} x {describe(b.shape)} (inner dimensions differ)"
             )
         return ir.Matmul(a, b, "f32", (a.shape[0], b.shape[1]), self.node.span)
+
+    def mx_matmul(self, x, w: ir.Ref):
+        """matmul(x, w) with w a VMEM view of MXFP4 weights: the matrix unit decodes them
+        exactly (docs/numerics.md), x is bf16 as for bf16 weights."""
+        c, node = self.c, self.node
+        span = node.args[1].span
+        if w.buffer.space != "vmem":
+            return c.error(span, f"matmul reads mxfp4 weights from VMEM: copy the tile of '{w.buffer.name}' into a "
+                                 "vmem mxfp4 buffer first")
+        if w.buffer.slots is not None and w.slot is None:
+            return c.error(span, f"buffer array '{w.buffer.name}' needs a slot index: {w.buffer.name}[slot]")
+        if not c.mx_view(w, span):
+            return POISON
+        a = self.tile(x, node.args[0])
+        if a is POISON:
+            return POISON
+        if a.dtype != "bf16":
+            hint = "; round it with bf16(...)" if a.dtype == "f32" else ""
+            return c.error(node.span, f"dtype mismatch: matmul with mxfp4 weights takes a bf16 left operand, got "
+                                      f"{a.dtype}{hint}")
+        b = ir.Load(w, "mxfp4", w.tile_shape, w.span)
+        if a.shape[1] != b.shape[0]:
+            return c.error(node.span, f"shape mismatch: matmul {describe(a.shape)} x {describe(b.shape)} (inner "
+                                      "dimensions differ)")
+        return ir.Matmul(a, b, "f32", (a.shape[0], b.shape[1]), node.span)
 
     def b_transpose(self):
         t = self.one_tile()

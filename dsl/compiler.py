@@ -126,6 +126,9 @@ def _host(program: ir.Program):
         for arg in launch.args:
             if isinstance(arg, ir.Ref):
                 addr = where[arg.buffer.name].offset_bytes
+                if arg.dtype == "mxfp4":     # a whole array (checked by the front end)
+                    args += _address_words(addr)
+                    continue
                 for off, stride in zip(arg.offsets, layout.buffer_strides(arg.buffer)):
                     if not isinstance(off, ir.Const):
                         raise CompileError(arg.span, "a launch argument needs static offsets")
@@ -230,13 +233,14 @@ class KernelCompiler(TileLowering):
         descs = []
         for stmt in walk_stmts(k.body):
             if isinstance(stmt, ir.DmaStart):
-                try:
-                    d = layout.dma_descriptor(stmt.dma.src, stmt.dma.dst)
-                except layout.DmaShapeError as exc:
-                    raise CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}") from None
-                if d not in self.desc_addr:
-                    self.desc_addr[d] = smem + 28 * len(descs)
-                    descs.append(d)
+                for src, dst, part in dma_parts(stmt.dma):
+                    try:
+                        d = layout.dma_descriptor(src, dst, part)
+                    except layout.DmaShapeError as exc:
+                        raise CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}") from None
+                    if d not in self.desc_addr:
+                        self.desc_addr[d] = smem + 28 * len(descs)
+                        descs.append(d)
         smem += 28 * len(descs)
         self.descs = descs
         self.desc_base = 4 * self.arg_words
@@ -576,10 +580,12 @@ class KernelCompiler(TileLowering):
 
     # -- addresses -----------------------------------------------------------
 
-    def ref_address(self, ref: ir.Ref) -> tuple[int | None, int]:
+    def ref_address(self, ref: ir.Ref, part: str | None = None) -> tuple[int | None, int]:
         """The byte address of a view's first element: (register or None, constant). An
-        HBM address is 64 bits (a parameter's address plus offsets, in `.d` arithmetic)."""
+        HBM address is 64 bits (a parameter's address plus offsets, in `.d` arithmetic).
+        For an MXFP4 view, of the first byte of `part` (values or scales) of it."""
         buf = ref.buffer
+        strides = layout.buffer_strides(buf) if part is None else layout.part_strides(buf, part)
         reg, const = None, 0
         wide = buf.space == "hbm"
         if wide:
@@ -591,10 +597,13 @@ class KernelCompiler(TileLowering):
             const = self.smem_addr[buf]
         else:
             const = self.vmem_addr[buf]
+        if part is not None:
+            const += layout.part_base(buf, part)
+            ref = layout.part_ref(ref, part)
         terms: list = []
         if ref.slot is not None:
             const += _affine(ref.slot, layout.slot_stride(buf), terms)
-        for expr, stride in zip(ref.offsets, layout.buffer_strides(buf)):
+        for expr, stride in zip(ref.offsets, strides):
             const += _affine(expr, stride, terms)
         d = ".d" if wide else ""
         for expr, stride in terms:
@@ -630,18 +639,31 @@ class KernelCompiler(TileLowering):
                        "immediate; index a smaller view")
         return stride
 
-    def addr_reg(self, ref: ir.Ref) -> int:
-        reg, const = self.ref_address(ref)
+    def addr_reg(self, ref: ir.Ref, part: str | None = None) -> int:
+        reg, const = self.ref_address(ref, part)
         if reg is None:
             return self.imm_reg(const)
         if const:
             self.emit("addi.d" if ref.buffer.space == "hbm" else "addi", sd=reg, sa=reg, imm=const)
         return reg
 
-    def extent(self, buf: ir.Buffer) -> Extent:
+    def extent(self, buf: ir.Buffer, part: str | None = None) -> Extent:
         """The bytes a named buffer owns, for run-time bounds checks: VMEM up to the end
         of its last row (rows are padded to 128 lanes, slots to whole tiles), SMEM and
-        HBM exactly."""
+        HBM exactly. An MXFP4 buffer's `part`: in HBM just that part (so an index past
+        the values faults rather than reading scales), in VMEM the whole buffer (each slot
+        holds both parts)."""
+        if part is not None:
+            shape, strides = layout.part_shape(buf.shape, part), layout.part_strides(buf, part)
+            dtype = f"mxfp4 {part}"
+            if buf.space == "hbm":
+                return Extent(buf.name, "hbm", layout.part_base(buf, part), layout.part_size(buf, part), shape,
+                              strides, dtype, self.param_word.get(buf))
+            size = layout.slot_stride(buf) * ((buf.slots or 1) - 1) + layout.part_base(buf, "scales") \
+                + layout.part_size(buf, "scales")
+            if buf.slots:
+                shape, strides = (buf.slots,) + shape, (layout.slot_stride(buf),) + strides
+            return Extent(buf.name, "vmem", self.vmem_addr[buf], size, shape, strides, dtype)
         shape, strides = tuple(buf.shape), layout.buffer_strides(buf)
         space, param = _space(buf), None
         if space == "hbm":
@@ -710,15 +732,20 @@ class KernelCompiler(TileLowering):
         self.store_tile(s.ref, s.value, s.op)
 
     def stmt_DmaStart(self, s: ir.DmaStart) -> None:
-        dma = s.dma
-        desc = self.desc_addr[layout.dma_descriptor(dma.src, dma.dst)]
-        src = self.addr_reg(dma.src)
-        dst = self.addr_reg(dma.dst)
+        for src, dst, part in dma_parts(s.dma):
+            self.dma_start(s.dma, src, dst, part)
+
+    def dma_start(self, dma: ir.Dma, src_ref: ir.Ref, dst_ref: ir.Ref, part: str | None) -> None:
+        """One dma.start: of the whole copy, or of one part of an MXFP4 copy (both on the
+        copy's semaphore, which so counts the bytes of both)."""
+        desc = self.desc_addr[layout.dma_descriptor(src_ref, dst_ref, part)]
+        src = self.addr_reg(src_ref, part)
+        dst = self.addr_reg(dst_ref, part)
         d = self.imm_reg(desc)
         sem = self.sem_reg(dma.sem)
         dsp = SPACES.index(_space(dma.dst.buffer))
         ssp = SPACES.index(_space(dma.src.buffer))
-        extents = (self.extent(dma.src.buffer), self.extent(dma.dst.buffer))
+        extents = (self.extent(dma.src.buffer, part), self.extent(dma.dst.buffer, part))
         if dma.target is None:
             self.emit("dma.start", dsp=dsp, dst=dst, ssp=ssp, src=src, desc=d, sem=sem, extents=extents)
         else:
@@ -910,6 +937,13 @@ class KernelCompiler(TileLowering):
         for buf, addr in self.smem_addr.items():
             end = max(end, addr + layout.slot_stride(buf) * (buf.slots or 1))
         return end
+
+
+def dma_parts(dma: ir.Dma) -> tuple[tuple[ir.Ref, ir.Ref, str | None], ...]:
+    """The DMAs one copy is: itself, or for MXFP4 its values and then its scales."""
+    if dma.src.dtype != "mxfp4":
+        return ((dma.src, dma.dst, None),)
+    return tuple((dma.src, dma.dst, part) for part in layout.MX_PARTS)
 
 
 def _affine(expr, scale: int, terms: list) -> int:

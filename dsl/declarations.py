@@ -12,11 +12,14 @@ import itertools
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS
+from mkemu.dsl.layout import MX_BLOCK
 from mkemu.dsl.values import POISON, Binding, DtypeVal, KernelCtx, Poison, Scope
 from mkemu.errors import SourceSpan
 from mkemu.isa.program import values_text
 
 DTYPES = ("bf16", "f32", "i32")
+# MXFP4 is a storage dtype: HBM arrays and VMEM buffers of matrix-unit weights.
+MX_SPACES = ("hbm", "vmem")
 # A param range is listed value by value (for `--params` and tuners): keep it small.
 MAX_PARAM_VALUES = 4096
 
@@ -194,6 +197,23 @@ class Declarations:
             return False
         return True
 
+    def mx_shape(self, shape: tuple[int, ...], t: ast.MemType) -> bool:
+        """An MXFP4 array is [..., K, N]: N even (two values a byte), K a multiple of 32
+        (the rows sharing one scale)."""
+        if len(shape) < 2:
+            self.error(t.span, f"an mxfp4 array has at least 2 dimensions [K, N] (weights, blocked along K), "
+                               f"got {len(shape)}")
+            return False
+        if shape[-1] % 2:
+            self.error(t.dims[-1].span, f"the last dimension of an mxfp4 array must be even (two 4-bit values a "
+                                        f"byte), got {shape[-1]}")
+            return False
+        if shape[-2] % MX_BLOCK:
+            self.error(t.dims[-2].span, f"the second-to-last dimension of an mxfp4 array must be a multiple of "
+                                        f"{MX_BLOCK} (the rows sharing one scale), got {shape[-2]}")
+            return False
+        return True
+
     def slot_count(self, exprs, scope, span, what: str) -> int | None:
         if len(exprs) != 1:
             self.error(span, f"{what} takes one count in its first brackets, got {len(exprs)}")
@@ -211,10 +231,16 @@ class Declarations:
 
     def mem_type(self, t: ast.MemType, scope, name: str, role: str) -> ir.Buffer | None:
         dtype = self.resolve_dtype(t.dtype, scope)
-        if not self.dtype(dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
+        if dtype == "mxfp4" and t.space not in MX_SPACES:
+            self.error(t.span, f"mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in "
+                               f"{'a var' if t.space == 'var' else t.space}")
+            return None
+        if dtype != "mxfp4" and not self.dtype(dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
             return None
         max_rank = 3 if t.space == "hbm" else 2
         shape = self.dims(t.dims, scope, f"{t.space} arrays", max_rank, t.span)
+        if shape is not None and dtype == "mxfp4" and not self.mx_shape(shape, t):
+            return None
         slots = None
         if t.slots is not None:
             if t.space == "hbm":

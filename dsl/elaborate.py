@@ -250,6 +250,12 @@ class Elaborator(Calls):
             if param is None or not isinstance(param, ir.Buffer):
                 ok = False
                 continue
+            if v.dtype == "mxfp4" and v.shape != v.buffer.shape:
+                self.error(a.span, f"an mxfp4 launch argument is a whole host array ('{v.buffer.name}' stores "
+                                   "every matrix's values before all the scales, so a part of it is no array); "
+                                   "pass it whole and index it in the kernel")
+                ok = False
+                continue
             if v.dtype != param.dtype or v.shape != param.shape:
                 self.error(
                     a.span,

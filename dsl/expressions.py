@@ -16,6 +16,7 @@ from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, Builtins
 from mkemu.dsl.declarations import Declarations
 from mkemu.dsl.folding import broadcast, fold_int, linear
+from mkemu.dsl.layout import MX_BLOCK, divisible
 from mkemu.dsl.values import (
     POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, ViewChoice, describe,
     tile_desc,
@@ -195,6 +196,8 @@ class Expressions(Declarations):
             buf = v.buffer
             if buf.slots is not None and v.slot is None:
                 return self.error(span, f"buffer array '{buf.name}' needs a slot index: {buf.name}[slot]")
+            if buf.dtype == "mxfp4":
+                return self.error(span, mx_only(buf.name))
             if buf.space == "hbm":
                 return self.error(span, f"HBM array '{buf.name}' cannot be used in a tile expression; copy it into VMEM first")
             if buf.space == "smem":
@@ -607,6 +610,12 @@ class Expressions(Declarations):
                 ok = False
         if not ok or POISON in (sem, recv, target):
             return POISON
+        for v, a in ((src, node.args[0]), (dst, dst_node)):
+            if not all(self.mx_view(leaf, a.span) for leaf in view_leaves(v)):
+                return POISON
+        if src.dtype == "mxfp4" and target is not None:
+            return self.error(node.span, "a remote copy of mxfp4 is not supported (copy its tile to a core that "
+                                         "holds it in HBM instead)")
         if isinstance(src, ViewChoice) or isinstance(dst, ViewChoice):
             return self.copy_choice(src, dst, sem, target, recv, node.span)
         if src.dtype != dst.dtype:
@@ -632,6 +641,36 @@ class Expressions(Declarations):
             return self.error(span, f"shape mismatch: copy from {describe(src.shape)} to {describe(dst.shape)}")
         return ir.Dma(src, dst, sem, target, recv, src.size_bytes, span)
 
+    def mx_view(self, v, span: SourceSpan) -> bool:
+        """Whether a view is one the DMAs and the matrix unit take (anything not MXFP4 is):
+        an MXFP4 view keeps its last two dimensions, its rows `k0 +: K` whole scale
+        blocks (k0 and K multiples of 32) and its columns `n0 +: N` whole bytes (n0 and N
+        even). An offset that is not a compile-time constant must be a multiple by its
+        form (`32 * i`, `K * t` with K a multiple of 32, sums of such): nothing is checked
+        at run time, so nothing can be misaligned then."""
+        if not isinstance(v, ir.Ref) or v.dtype != "mxfp4":
+            return True
+        name = v.buffer.name
+        (k0, n0), (rows, cols) = v.offsets[-2:], v.sizes[-2:]
+        if rows is None or cols is None:
+            self.error(span, f"a view of mxfp4 '{name}' keeps its last two dimensions (rows k0 +: K, "
+                             "columns n0 +: N): index only the leading ones")
+            return False
+        for off, length, q, what, why in ((k0, rows, MX_BLOCK, "rows", "the rows sharing one scale"),
+                                          (n0, cols, 2, "columns", "two 4-bit values a byte")):
+            if length % q:
+                self.error(span, f"a view of mxfp4 '{name}' takes its {what} in blocks of {q} ({why}), "
+                                 f"got {length}")
+                return False
+            if not divisible(off, q):
+                shown = (f"starts at {off.value}" if isinstance(off, ir.Const)
+                         else f"starts at an offset not known to be a multiple of {q}; write it as "
+                              f"{q} * i (or a multiple of {q} times a variable)")
+                self.error(span, f"a view of mxfp4 '{name}' must start its {what} at a multiple of {q} "
+                                 f"({why}); it {shown}")
+                return False
+        return True
+
     def sem_arg(self, a, scope):
         v = self.expr(a, scope)
         if v is POISON:
@@ -641,6 +680,18 @@ class Expressions(Declarations):
         if v.sem.count is not None and v.index is None:
             return self.error(a.span, f"semaphore array '{v.sem.name}' needs an index: {v.sem.name}[i]")
         return v
+
+
+def mx_only(name: str) -> str:
+    return (f"'{name}' is mxfp4 (matrix-unit weights): it can only be copied or be the right operand "
+            f"of matmul(x, {name}); it is not a tile")
+
+
+def view_leaves(v):
+    """The views of a run-time choice of views (or the view itself)."""
+    if isinstance(v, ViewChoice):
+        return view_leaves(v.a) + view_leaves(v.b)
+    return (v,)
 
 
 def _squeeze(shape) -> tuple[int, ...]:

@@ -14,6 +14,10 @@ Scalars are int32; a scalar that the language types as a bool (a comparison, `&&
 `||`, `!`, `true`, a `bool` variable or parameter) holds 0 or 1 and says so in its
 `dtype` (`scalar_dtype(e)`); the back end treats both alike. Tile dtypes are `bf16`, `f32`, `i32` and `bool` (masks); a `bf16`
 tile holds bf16-exact values (the registers hold f32). Tiles are always 2-D.
+
+Buffers may also hold `mxfp4` (4-bit weights with a scale per 32 rows, HBM and VMEM
+only): such a view is only ever copied (a `Dma` of both its parts) or the right
+operand of a `Matmul` (a `Load` of dtype mxfp4 that no other node reads).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import math
 import attrs
 
 from mkemu.errors import SourceSpan
-from mkemu.isa.program import ParamInfo
+from mkemu.isa.program import ParamInfo, storage_bytes
 
 DTYPE_BYTES = {"bf16": 2, "f32": 4, "i32": 4}
 
@@ -49,7 +53,7 @@ class Buffer:
 
     @property
     def slot_bytes(self) -> int:
-        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+        return data_bytes(self.dtype, self.shape)
 
     @property
     def size_bytes(self) -> int:
@@ -203,11 +207,19 @@ class Ref:
 
     @property
     def size_bytes(self) -> int:
-        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+        """The bytes a copy of the view moves (MXFP4: its values and its scales)."""
+        return data_bytes(self.dtype, self.shape)
 
     @property
     def tile_shape(self) -> tuple[int, int]:
         return tile_shape(self.shape)
+
+
+def data_bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    """The bytes of an array of `dtype` and `shape`, dense (MXFP4: values and scales)."""
+    if dtype == "mxfp4":
+        return storage_bytes(dtype, (1, 1, *shape)[-max(2, len(shape)):])
+    return math.prod(shape) * DTYPE_BYTES[dtype]
 
 
 def tile_shape(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -308,7 +320,8 @@ class Reduce:
 
 @attrs.frozen
 class Matmul:
-    """lhs [M, K] x rhs [K, N] -> f32 [M, N]; operands both bf16 or both f32."""
+    """lhs [M, K] x rhs [K, N] -> f32 [M, N]; operands both bf16 or both f32, or a bf16
+    lhs and an mxfp4 rhs (a `Load` of a VMEM view)."""
 
     lhs: "TileExpr"
     rhs: "TileExpr"

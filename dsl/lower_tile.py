@@ -796,10 +796,12 @@ class TileLowering:
         N = node.shape[1]
         transposed = isinstance(rhs, ir.Transpose)
         base = rhs.arg if transposed else rhs
-        w = None
-        if isinstance(base, (ir.Load, ir.ValueRead, ir.TileSlice, TempRead)):
+        w = mx = None
+        if isinstance(base, ir.Load) and base.dtype == "mxfp4":
+            mx = self.mx_weights(base.ref)
+        elif isinstance(base, (ir.Load, ir.ValueRead, ir.TileSlice, TempRead)):
             w = self.view_of(base)
-        if w is None or w.dtype != "bf16":
+        if mx is None and (w is None or w.dtype != "bf16"):
             # The matrix unit rounds its operands to bf16 anyway: a bf16 copy is exact.
             w = self.materialize(base, "bf16")
         if transposed and K % 128:
@@ -809,14 +811,30 @@ class TileLowering:
         D, A, U = p.mxu_dim, p.mxu_accumulators, p.mxus_per_core
         nrb = -(-M // 8)
         stride = self.tmp()
-        self.emit("li", sd=stride, imm=w.pitch)
+        self.emit("li", sd=stride, imm=w.pitch if mx is None else mx.pitch)
         shape_reg = self.tmp()
+        sc_reg = self.tmp() if mx is not None else None
         n_blocks = list(range(0, N, D))
         loaded_shape = None
 
         def load_weights(x: int, n0: int, k0: int) -> None:
             nonlocal loaded_shape
             kr, nc = min(D, K - k0), min(D, N - n0)
+            if mx is not None:
+                # Values of rows k0.. from byte n0/2 of each row; their scales from the
+                # scale row of block k0/32, byte n0 (D is a multiple of 32).
+                shape = (kr << 16) | layout.round_up(nc, 128)
+                if shape != loaded_shape:
+                    self.emit("li", sd=shape_reg, imm=shape)
+                    loaded_shape = shape
+                sc = mx.scales_off + k0 // layout.MX_BLOCK * 2 * mx.pitch + n0
+                if mx.scales_reg is None:
+                    self.emit("li", sd=sc_reg, imm=sc)
+                else:
+                    self.emit("addi", sd=sc_reg, sa=mx.scales_reg, imm=sc)
+                self.emit("mxu.ldw.mx", x=x, off=mx.values_off + k0 * mx.pitch + n0 // 2,
+                          sa=mx.values_reg or 0, stride=stride, shape=shape_reg, sc=sc_reg, extents=mx.extents)
+                return
             if transposed:
                 shape = (nc << 16) | layout.round_up(kr, 128)
                 off = w.off + n0 * w.pitch + k0 * 2
@@ -897,6 +915,31 @@ class TileLowering:
                         self.end_block()
         self.release(stride)
         self.release(shape_reg)
+        self.release(sc_reg)
+
+    def mx_weights(self, ref: ir.Ref) -> "MxWeights":
+        """Where the parts of an MXFP4 VMEM view are (docs/language.md, "Back end rules")."""
+        if self.profile.mxu_dim % layout.MX_BLOCK:
+            self.error(f"mxfp4 weights need a matrix unit of a multiple of {layout.MX_BLOCK} rows "
+                       f"(profile '{self.profile.name}' has {self.profile.mxu_dim})", ref.span)
+        values_reg, values_off = self.ref_address(ref, "values")
+        scales_reg, scales_off = self.ref_address(ref, "scales")
+        return MxWeights(values_reg, values_off, scales_reg, scales_off,
+                         layout.part_strides(ref.buffer, "values")[0],
+                         (self.extent(ref.buffer, "values"), self.extent(ref.buffer, "scales")))
+
+
+@attrs.frozen
+class MxWeights:
+    """An MXFP4 weight view in VMEM: its values and scales at s[reg] + off (reg None:
+    0), value rows `pitch` bytes apart (scale rows twice that)."""
+
+    values_reg: int | None
+    values_off: int
+    scales_reg: int | None
+    scales_off: int
+    pitch: int
+    extents: tuple
 
 
 @attrs.frozen

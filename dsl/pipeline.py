@@ -37,6 +37,7 @@ pipeline serves both: called once with `prefetch` and later with `primed`.
 from __future__ import annotations
 
 from mkemu.dsl import ast, ir
+from mkemu.dsl.expressions import view_leaves
 from mkemu.dsl.generics import Generics
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, Scope, ViewChoice, describe
 
@@ -154,7 +155,7 @@ class Pipe:
         if v is POISON:
             return None
         if isinstance(v, ViewChoice):   # a tile from one of several arrays: checked by select
-            return v
+            return v if all(self.c.mx_view(leaf, st.view.span) for leaf in view_leaves(v)) else None
         if not isinstance(v, ir.Ref) or (v.buffer.slots is not None and v.slot is None):
             self.c.error(st.view.span, f"a pipeline stream is a view of a buffer (tile t of an array), got "
                                        f"{self.c.kind_name(v)}")
@@ -167,7 +168,7 @@ class Pipe:
             self.c.error(st.view.span, f"a pipeline tile has at most 2 dimensions, got {describe(v.shape)} "
                                        "(index the leading ones)")
             return None
-        return v
+        return v if self.c.mx_view(v, st.view.span) else None
 
     def slots_for(self, st: ast.PipeStream, tile: ir.Ref):
         """(buffer array, semaphore array) of a stream: its `via`, or fresh ones."""

@@ -82,6 +82,10 @@ class Statements(Expressions):
             return
         dtype = self.resolve_dtype(s.dtype, scope)
         t = ast.MemType("var", dtype, s.dims, None, s.span)
+        if dtype == "mxfp4":
+            self.error(s.span, "mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in a var")
+            self.define(scope, s.name, POISON, s.name_span, "variable")
+            return
         if not self.dtype(dtype, s.span):
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
@@ -185,6 +189,9 @@ class Statements(Expressions):
             return
         if buf.space == "hbm":
             self.error(target_span, f"HBM array '{buf.name}' can only be written by a DMA (copy)")
+            return
+        if buf.dtype == "mxfp4":
+            self.error(target_span, f"'{buf.name}' is mxfp4 (matrix-unit weights): only a DMA (copy) writes it")
             return
         op = None if op_text == "=" else op_text[0]
         if buf.space == "smem":

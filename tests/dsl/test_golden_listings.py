@@ -18,9 +18,9 @@ EXAMPLES = Path(__file__).parents[2] / "programs" / "examples"
 CONSTRUCTS = Path(__file__).with_name("data")
 GOLDEN = Path(__file__).with_name("golden")
 # One program per language construct: booleans and select (flags), counted waits, structs,
-# generics, pipelines.
+# generics, pipelines, MXFP4 weights.
 LISTINGS = [(EXAMPLES, "vector_add"), (EXAMPLES, "rmsnorm")] + [
-    (CONSTRUCTS, name) for name in ("flags", "counted_wait", "structs", "generics", "pipeline")]
+    (CONSTRUCTS, name) for name in ("flags", "counted_wait", "structs", "generics", "pipeline", "mxfp4")]
 
 
 @pytest.mark.parametrize("folder,name", LISTINGS, ids=[name for _, name in LISTINGS])
