@@ -4,7 +4,8 @@ side with `--no-check races` and with `--no-check races --no-check semaphores`.
     python bench/check_overhead.py [--reps N] [--json OUT] [-- extra run options]
 
 Each variant runs `mkemu run k3_megakernel --json` in a fresh process, the variants
-interleaved (on, races off, both off, on, ...) so machine load hits them alike; the
+interleaved (on, races off, both off, then the reverse, ...) so machine load hits them
+alike; the
 figure is the median over the repetitions of the report's `wall_s` (the emulation, not
 the interpreter start-up) and of the process's whole wall time. Emulated cycles must be
 identical in every variant: a check never charges a cycle. Prints a markdown table and
@@ -48,9 +49,12 @@ def main() -> None:
 
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     cycles: dict[str, set] = {name: set() for name in VARIANTS}
-    for _ in range(args.reps):
-        for name, flags in VARIANTS.items():
-            report, wall = run_once([*flags, *args.extra])
+    for rep in range(args.reps):
+        # Every other repetition runs the variants in reverse, so a drift in the machine's
+        # load over the run does not favour the ones that happen to run later.
+        order = list(VARIANTS) if rep % 2 == 0 else list(reversed(VARIANTS))
+        for name in order:
+            report, wall = run_once([*VARIANTS[name], *args.extra])
             samples[name].append((report["wall_s"], wall))
             cycles[name].add(tuple(report["cycles_per_step"]))
     if len({c for s in cycles.values() for c in s}) != 1:
