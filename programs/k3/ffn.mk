@@ -39,8 +39,6 @@ struct FfnBufs {
     dp: smem i32[BATCH * TOPK];                  // (row, slot) -> its distinct expert
     seen: smem i32[NEXP];
     nd: smem i32[1];                             // how many distinct routed experts
-    ul: smem i32[select(HOMED, NUNITS, 1)];      // homed: this group's units (shared, then its distinct experts)
-    un: smem i32[1];                             // ... how many
     dr: vmem bf16[NDR][DENSE_INTER, 128];        // the dense FFN's w2 blocks (their ring)
     drs: sem[NDR];
     r_u: sem[2];                                 // unit hidden blocks arriving, by unit parity
@@ -221,14 +219,6 @@ fn unit_row(fi: i32, u: i32, f: FfnBufs, out: smem i32[1]) {
 // this unit's are done. The first unit's w1|w3 tiles were started before routing when it
 // is a shared expert (its weights do not depend on the routing).
 fn moe_units(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
-    if HOMED {
-        moe_units_homed(w, fi, me, f, r, c, g, net);
-    } else {
-        moe_units_dealt(w, fi, me, f, r, c, g, net);
-    }
-}
-
-fn moe_units_dealt(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     smem gx: i32[1];
     smem gn: i32[1];
     let grp = me / ESPLIT;
@@ -262,18 +252,18 @@ fn moe_units_dealt(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll
 // Expert homes (shard.mk, HOMED): a routed expert runs on its home group, the group of core
 // e % NCORES, the only one whose chip holds its weights. This group's units are its shared
 // experts (grp, grp + NGROUPS, ...), then the distinct routed experts it is home to, in
-// order of first use: f.ul[0 .. f.un[0]) as unit numbers (NSHARED + distinct index). The
+// order of first use: ul[0 .. un[0]) as unit numbers (NSHARED + distinct index). The
 // parts and their sum are those of the dealt units: only who computes a unit moves.
-fn home_units(grp: i32, f: FfnBufs) {
-    f.un[0] = 0;
+fn home_units(grp: i32, f: FfnBufs, ul: smem i32[NUNITS], un: smem i32[1]) {
+    un[0] = 0;
     for u in grp..NSHARED step NGROUPS {
-        f.ul[f.un[0]] = u;
-        f.un[0] = f.un[0] + 1;
+        ul[un[0]] = u;
+        un[0] = un[0] + 1;
     }
     for i in 0..f.nd[0] {
         if f.dl[i] % NCORES / ESPLIT == grp {
-            f.ul[f.un[0]] = NSHARED + i;
-            f.un[0] = f.un[0] + 1;
+            ul[un[0]] = NSHARED + i;
+            un[0] = un[0] + 1;
         }
     }
 }
@@ -281,18 +271,20 @@ fn home_units(grp: i32, f: FfnBufs) {
 fn moe_units_homed(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     smem gx: i32[1];
     smem gn: i32[1];
+    smem ul: i32[NUNITS];
+    smem un: i32[1];
     let grp = me / ESPLIT;
     let cc = me % ESPLIT;
-    home_units(grp, f);
-    let nu = f.un[0];
+    home_units(grp, f, ul, un);
+    let nu = un[0];
     if nu > 0 {
-        if f.ul[0] >= NSHARED {      // (a shared first unit was started before routing)
-            unit_row(fi, f.ul[0], f, gx);
+        if ul[0] >= NSHARED {      // (a shared first unit was started before routing)
+            unit_row(fi, ul[0], f, gx);
             unit_a(prefetch, w, false, gx[0], ESPLIT, cc, f, r);
         }
     }
     for k in 0..nu {
-        let u = f.ul[k];
+        let u = ul[k];
         let shared = u < NSHARED;
         unit_row(fi, u, f, gx);
         unit_b(prefetch, w, shared, gx[0], ESPLIT, cc, k, f, r);
@@ -300,8 +292,8 @@ fn moe_units_homed(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll
             unit_a(primed, w, shared, gx[0], ESPLIT, cc, f, r);
         }
         if k + 1 < nu {
-            unit_row(fi, f.ul[k + 1], f, gn);
-            unit_a(prefetch, w, f.ul[k + 1] < NSHARED, gn[0], ESPLIT, cc, f, r);
+            unit_row(fi, ul[k + 1], f, gn);
+            unit_a(prefetch, w, ul[k + 1] < NSHARED, gn[0], ESPLIT, cc, f, r);
         }
         unit_hidden(ESPLIT, cc, grp * ESPLIT, k, me, f, net);
         region "experts" {
@@ -409,7 +401,11 @@ fn moe_front(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBu
     region "router" {
         distinct(f);
     }
-    moe_units(w, fi, me, f, r, c, g, net);
+    if HOMED {
+        moe_units_homed(w, fi, me, f, r, c, g, net);
+    } else {
+        moe_units(w, fi, me, f, r, c, g, net);
+    }
 }
 
 // The rest of the tensor-parallel MoE: the sum of the parts, moe_up; the layer's output

@@ -351,7 +351,7 @@ kernel attn_part(o: hbm f32[BATCH, W], wo: hbm bf16[W, DIM], parts: hbm f32[HEAD
 }
 
 // attn_part for a sharded KDA wo (shard.mk, KSH): head h's rows at its local block.
-kernel head_part(o: hbm f32[BATCH, W], wo: hbm bf16[KWL, DIM], parts: hbm f32[HEADS * BATCH, DIM]) {
+kernel head_part<NW>(o: hbm f32[BATCH, W], wo: hbm bf16[NW, DIM], parts: hbm f32[HEADS * BATCH, DIM]) {
     vmem ov: f32[BATCH, HD];
     sem s;
     let me = global_core(chip_id(), core_id());
