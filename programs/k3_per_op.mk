@@ -116,18 +116,31 @@ host {
             launch attn_part(a_o, w.mla_wo[mi], a_parts);
         } else {
             let ai = l - l / 4;
-            launch proj(xn, w.kda_wq[ai], a_q);
-            launch proj(xn, w.kda_wk[ai], a_k);
-            launch proj(xn, w.kda_wv[ai], a_v);
-            launch proj(xn, w.kda_wg[ai], a_g);
-            launch proj(xn, w.kda_wb[ai], a_beta);
-            launch proj(xn, w.kda_wog[ai], a_og);
+            if KSH {        // each chip holds its heads' columns (shard.mk)
+                launch head_proj(xn, w.kda_wq[ai], a_q);
+                launch head_proj(xn, w.kda_wk[ai], a_k);
+                launch head_proj(xn, w.kda_wv[ai], a_v);
+                launch head_proj(xn, w.kda_wg[ai], a_g);
+                launch proj(xn, w.kda_wb[ai], a_beta);
+                launch head_proj(xn, w.kda_wog[ai], a_og);
+            } else {
+                launch proj(xn, w.kda_wq[ai], a_q);
+                launch proj(xn, w.kda_wk[ai], a_k);
+                launch proj(xn, w.kda_wv[ai], a_v);
+                launch proj(xn, w.kda_wg[ai], a_g);
+                launch proj(xn, w.kda_wb[ai], a_beta);
+                launch proj(xn, w.kda_wog[ai], a_og);
+            }
             launch gather(a_beta);
             launch kda_conv(a_q, a_k, a_v, w, st, ai, a_qn, a_kn, a_vn);
             launch kda_gate(a_g, a_beta, w, ai, a_gd, a_bs);
             launch kda_update_state(a_qn, a_kn, a_vn, a_gd, a_bs, st, ai, a_core);
             launch kda_output(a_core, a_og, w, ai, a_o);
-            launch attn_part(a_o, w.kda_wo[ai], a_parts);
+            if KSH {
+                launch head_part(a_o, w.kda_wo[ai], a_parts);
+            } else {
+                launch attn_part(a_o, w.kda_wo[ai], a_parts);
+            }
         }
         launch allreduce_attn(a_parts, a_attn);
         launch residual(h, a_attn, o.dbg_attn[l]);

@@ -48,17 +48,22 @@ struct AttnBufs {
 // ------------------------------------------------------------------------------ KDA
 
 // This core's x-projection tiles: tile 0 the beta block (all heads), tile 1 + 5t + n block
-// n (q, k, v, g, og) of task t's head. pr gets block n of task t at (5t + n)*128, beta at
-// 5*NTL*128.
+// n (q, k, v, g, og) of task t's head (its block in this chip's arrays: shard.mk, KSH). pr
+// gets block n of task t at (5t + n)*128, beta at 5*NTL*128.
 fn kda_x(part: i32, w: K3Weights, ai: i32, me: i32, xb: vmem bf16[BATCH, DIM], a: AttnBufs, r: Rings) {
     let nt = (max(NKT - me, 0) + NCORES - 1) / NCORES;
     pipeline c in 0..select(me < NKT, 5 * nt + 1, 0) part part {
         input wt = select(c == 0, w.kda_wb[ai, :, 0:HD],
-                   select((c - 1) % 5 == 0, w.kda_wq[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
-                   select((c - 1) % 5 == 1, w.kda_wk[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
-                   select((c - 1) % 5 == 2, w.kda_wv[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
-                   select((c - 1) % 5 == 3, w.kda_wg[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD],
-                                            w.kda_wog[ai, :, (me + (c - 1) / 5 * NCORES) % HEADS * HD +: HD])))))
+                   select((c - 1) % 5 == 0, w.kda_wq[ai, :, select(KSH, (c - 1) / 5 * CORES_PER_CHIP + me % CORES_PER_CHIP,
+                                                                        (me + (c - 1) / 5 * NCORES) % HEADS) * HD +: HD],
+                   select((c - 1) % 5 == 1, w.kda_wk[ai, :, select(KSH, (c - 1) / 5 * CORES_PER_CHIP + me % CORES_PER_CHIP,
+                                                                        (me + (c - 1) / 5 * NCORES) % HEADS) * HD +: HD],
+                   select((c - 1) % 5 == 2, w.kda_wv[ai, :, select(KSH, (c - 1) / 5 * CORES_PER_CHIP + me % CORES_PER_CHIP,
+                                                                        (me + (c - 1) / 5 * NCORES) % HEADS) * HD +: HD],
+                   select((c - 1) % 5 == 3, w.kda_wg[ai, :, select(KSH, (c - 1) / 5 * CORES_PER_CHIP + me % CORES_PER_CHIP,
+                                                                        (me + (c - 1) / 5 * NCORES) % HEADS) * HD +: HD],
+                                            w.kda_wog[ai, :, select(KSH, (c - 1) / 5 * CORES_PER_CHIP + me % CORES_PER_CHIP,
+                                                                         (me + (c - 1) / 5 * NCORES) % HEADS) * HD +: HD])))))
                    via r.w0, r.s0;
         a.pr[:, select(c == 0, 5 * NTL, c - 1) * HD +: HD] = matmul(xb, wt);
     }
@@ -69,7 +74,8 @@ fn kda_x(part: i32, w: K3Weights, ai: i32, me: i32, xb: vmem bf16[BATCH, DIM], a
 fn kda_wo(part: i32, w: K3Weights, ai: i32, me: i32, a: AttnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     let nt = (max(NKT - me, 0) + NCORES - 1) / NCORES;
     pipeline t in 0..nt part part {
-        input wo = w.kda_wo[ai, (me + t * NCORES) % HEADS * HD +: HD, :] via a.hr, a.hrs;
+        input wo = w.kda_wo[ai, select(KSH, t * CORES_PER_CHIP + me % CORES_PER_CHIP, (me + t * NCORES) % HEADS) * HD +: HD, :]
+                   via a.hr, a.hrs;
         let task = me + t * NCORES;
         a.a_src[t][0:RB, :] = matmul(bf16(a.oh[t][0:RB, :]), wo);
         ar_send(a.a_src[t][0:RB, :], c.g_a, g * PPH + task % HEADS, task / HEADS * RB, 0, NDB, RS_A, me,

@@ -2,7 +2,7 @@
 
 `mkemu run programs/k3_megakernel.mk` hands the run to `drive`: it generates the
 model's weights from the seed, writes them (and the layer plan) into every chip's
-HBM, feeds a prompt token by token and then generates greedily, running the
+HBM (or, where the program declares one chip's share, each chip its own: homes.py), feeds a prompt token by token and then generates greedily, running the
 program's launch sequence once per decode step. After each step the program's
 logits must equal the numpy reference's bit for bit; on a mismatch, the per-layer
 debug outputs (`dbg_attn`, `dbg_ffn`) name the first layer and operator that differ.
@@ -25,6 +25,7 @@ from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
+from . import homes
 from . import timing
 from .config import param_counts
 from .weights import MAX_GENERATED_PARAMS, generate_weight_bits
@@ -108,7 +109,7 @@ def drive(session, options: dict) -> dict:
                               f"(weights are named as in programs/k3/weights.py)", key=name)
     for name, array in weights.items():
         if name in buffers:
-            session.write(name, array)
+            _write_weight(session, name, array, buffers[name][1])
     session.write("layer_plan", _layer_plan(cfg))
     record = timing.RoutingRecord(cfg.name, batch, session.info.cores) if opts.get("record_routing") else None
 
@@ -164,6 +165,18 @@ def drive(session, options: dict) -> dict:
         _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
         report["dump"] = str(opts["dump"])
     return report
+
+
+def _write_weight(session, name: str, array, declared: tuple[int, ...]) -> None:
+    """The whole tensor into every chip's HBM, or each chip its share when the program
+    declares one (expert homes, KDA head shards: programs/k3/homes.py)."""
+    info = session.info
+    shards = homes.chip_shards(name, array, declared, info.chips, info.cores_per_chip)
+    if shards is None:
+        session.write(name, array)
+        return
+    for chip, shard in enumerate(shards):
+        session.write(name, shard, chip)
 
 
 def drive_timing_only(session, opts: dict, cfg) -> dict:

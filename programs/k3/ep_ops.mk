@@ -179,9 +179,9 @@ fn op_ep_experts(ep_x: hbm f32[CORES_PER_CHIP * EP_INBOX, LATENT], ep_tag: hbm i
         wait(r_in, nin * EP_ROW);
         for i in 0..nd {
             f.xlb = bf16(xr[i]);
-            unit_a(whole, w, false, fi * NEXP + de[i], 1, 0, f, r);
+            unit_a(whole, w, false, fi * NEL + select(HOMED, de[i] / NCORES * CORES_PER_CHIP + de[i] % CORES_PER_CHIP, de[i]), 1, 0, f, r);
             unit_hidden(1, 0, me, i, me, f, net);
-            unit_b(whole, w, false, fi * NEXP + de[i], 1, 0, i, f, r);
+            unit_b(whole, w, false, fi * NEL + select(HOMED, de[i] / NCORES * CORES_PER_CHIP + de[i] % CORES_PER_CHIP, de[i]), 1, 0, i, f, r);
             for m in 0..nr[i] {
                 let rr = rt[i, m];
                 let home = rr % BATCH % NCORES;

@@ -205,8 +205,12 @@ fn unit_parts(shared: bool, u: i32, i: i32, k: i32, me: i32, f: FfnBufs, c: Coll
 }
 
 // Unit u's row in the stacked expert arrays: shared expert u, or routed expert dl[u - NSHARED].
+// (A routed expert's row is its local index on its home chip when the experts are homed.)
 fn unit_row(fi: i32, u: i32, f: FfnBufs, out: smem i32[1]) {
-    out[0] = select(u < NSHARED, fi * NSHARED + u, fi * NEXP + f.dl[max(u - NSHARED, 0)]);
+    out[0] = select(u < NSHARED, fi * NSHARED + u,
+                    fi * NEL + select(HOMED, f.dl[max(u - NSHARED, 0)] / NCORES * CORES_PER_CHIP
+                                             + f.dl[max(u - NSHARED, 0)] % CORES_PER_CHIP,
+                                      f.dl[max(u - NSHARED, 0)]));
 }
 
 // This group's units of MoE layer fi, one after the other, each split over the group's
@@ -242,6 +246,60 @@ fn moe_units(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i
             unit_parts(shared, u, u - NSHARED, k, me, f, c, g, net);
         }
         k += 1;
+    }
+}
+
+// Expert homes (shard.mk, HOMED): a routed expert runs on its home group, the group of core
+// e % NCORES, the only one whose chip holds its weights. This group's units are its shared
+// experts (grp, grp + NGROUPS, ...), then the distinct routed experts it is home to, in
+// order of first use: ul[0 .. un[0]) as unit numbers (NSHARED + distinct index). The
+// parts and their sum are those of the dealt units: only who computes a unit moves.
+fn home_units(grp: i32, f: FfnBufs, ul: smem i32[NUNITS], un: smem i32[1]) {
+    un[0] = 0;
+    for u in grp..NSHARED step NGROUPS {
+        ul[un[0]] = u;
+        un[0] = un[0] + 1;
+    }
+    for i in 0..f.nd[0] {
+        if f.dl[i] % NCORES / ESPLIT == grp {
+            ul[un[0]] = NSHARED + i;
+            un[0] = un[0] + 1;
+        }
+    }
+}
+
+fn moe_units_homed(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
+    smem gx: i32[1];
+    smem gn: i32[1];
+    smem ul: i32[NUNITS];
+    smem un: i32[1];
+    let grp = me / ESPLIT;
+    let cc = me % ESPLIT;
+    home_units(grp, f, ul, un);
+    let nu = un[0];
+    if nu > 0 {
+        if ul[0] >= NSHARED {      // (a shared first unit was started before routing)
+            unit_row(fi, ul[0], f, gx);
+            unit_a(prefetch, w, false, gx[0], ESPLIT, cc, f, r);
+        }
+    }
+    for k in 0..nu {
+        let u = ul[k];
+        let shared = u < NSHARED;
+        unit_row(fi, u, f, gx);
+        unit_b(prefetch, w, shared, gx[0], ESPLIT, cc, k, f, r);
+        region "experts" {
+            unit_a(primed, w, shared, gx[0], ESPLIT, cc, f, r);
+        }
+        if k + 1 < nu {
+            unit_row(fi, ul[k + 1], f, gn);
+            unit_a(prefetch, w, ul[k + 1] < NSHARED, gn[0], ESPLIT, cc, f, r);
+        }
+        unit_hidden(ESPLIT, cc, grp * ESPLIT, k, me, f, net);
+        region "experts" {
+            unit_b(primed, w, shared, gx[0], ESPLIT, cc, k, f, r);
+            unit_parts(shared, u, u - NSHARED, k, me, f, c, g, net);
+        }
     }
 }
 
@@ -343,7 +401,11 @@ fn moe_front(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBu
     region "router" {
         distinct(f);
     }
-    moe_units(w, fi, me, f, r, c, g, net);
+    if HOMED {
+        moe_units_homed(w, fi, me, f, r, c, g, net);
+    } else {
+        moe_units(w, fi, me, f, r, c, g, net);
+    }
 }
 
 // The rest of the tensor-parallel MoE: the sum of the parts, moe_up; the layer's output

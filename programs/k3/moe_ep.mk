@@ -2,7 +2,7 @@
 // docs/k3_programs.md, "Schemes").
 //
 // Placement is static: expert e of every layer is owned by core e % NCORES, and only its
-// owner reads its weights. Batch row b has a home core, b % NCORES, which routes it and
+// owner reads its weights (with expert homes, shard.mk, only its owner's chip holds them). Batch row b has a home core, b % NCORES, which routes it and
 // dispatches it: for each of its TOPK choices the row's latent input goes to the owner of
 // the chosen expert, with a tag naming the expert, the slot and the row. An owner learns
 // its work only from what arrives (an all-to-all with counts: every home sends every core
@@ -166,9 +166,13 @@ fn owner_experts(w: K3Weights, fi: i32, me: i32, g: i32, f: FfnBufs, r: Rings, c
     }
 }
 
-// Unit k's row in the stacked expert arrays: distinct routed expert k (k < nd), else shared expert k - nd.
+// Unit k's row in the stacked expert arrays: distinct routed expert k (k < nd; its local
+// index on this chip when the experts are homed, shard.mk), else shared expert k - nd.
 fn ep_unit_row(fi: i32, k: i32, nd: i32, f: FfnBufs, out: smem i32[1]) {
-    out[0] = select(k < nd, fi * NEXP + f.dl[min(k, BATCH * TOPK - 1)], fi * NSHARED + k - nd);
+    out[0] = select(k < nd, fi * NEL + select(HOMED, f.dl[min(k, BATCH * TOPK - 1)] / NCORES * CORES_PER_CHIP
+                                                     + f.dl[min(k, BATCH * TOPK - 1)] % CORES_PER_CHIP,
+                                              f.dl[min(k, BATCH * TOPK - 1)]),
+                    fi * NSHARED + k - nd);
 }
 
 // The layer up to its experts, on every core: route and dispatch (homes), the experts

@@ -58,6 +58,26 @@ kernel lm_proj<K, N>(x: hbm f32[BATCH, K], w: hbm bf16[K, N], y: hbm f32[BATCH, 
     region "lm_head" { op_proj(x, w, y); }
 }
 
+// A KDA per-head projection from this chip's shard (shard.mk, KSH: w holds the KSL head
+// blocks of the chip's cores): y's block h, on core h % NCORES, from w's block
+// h / NCORES * CORES_PER_CHIP + h % CORES_PER_CHIP.
+kernel head_proj<K, NS>(x: hbm f32[BATCH, K], w: hbm bf16[K, NS], y: hbm f32[BATCH, W]) {
+    vmem xv: f32[BATCH, K];
+    vmem xb: bf16[BATCH, K];
+    sem s;
+    let me = global_core(chip_id(), core_id());
+    if me < HEADS {
+        start copy(x, xv, s);
+        wait copy(x, xv, s);
+        xb = bf16(xv);
+        pipeline h in me..HEADS step NCORES {
+            input wt = w[:, (h / NCORES * CORES_PER_CHIP + h % CORES_PER_CHIP) * HD +: HD];
+            output yt = y[:, h * HD +: HD];
+            yt = matmul(xb, wt);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------- gathers
 
 // Blocks of nb owned by the cores of chip `chip` (block j on core j % NCORES).
@@ -330,6 +350,20 @@ kernel attn_part(o: hbm f32[BATCH, W], wo: hbm bf16[W, DIM], parts: hbm f32[HEAD
     }
 }
 
+// attn_part for a sharded KDA wo (shard.mk, KSH): head h's rows at its local block.
+kernel head_part<NW>(o: hbm f32[BATCH, W], wo: hbm bf16[NW, DIM], parts: hbm f32[HEADS * BATCH, DIM]) {
+    vmem ov: f32[BATCH, HD];
+    sem s;
+    let me = global_core(chip_id(), core_id());
+    pipeline h in me..HEADS step NCORES {
+        input wt = wo[(h / NCORES * CORES_PER_CHIP + h % CORES_PER_CHIP) * HD +: HD, :];
+        output pt = parts[h * BATCH +: BATCH, :];
+        start copy(o[:, h * HD +: HD], ov, s);
+        wait copy(o[:, h * HD +: HD], ov, s);
+        pt = matmul(bf16(ov), wt);
+    }
+}
+
 // -------------------------------------------------------------------------- MLA
 
 // On each head owner, for its own copy of the cache (K3State): cq = rmsnorm(x wdq, qnorm);
@@ -486,7 +520,8 @@ fn op_expert(w: K3Weights, shared: bool, gx: i32, f: FfnBufs, r: Rings, net: Net
 }
 
 // Routed-expert slot j: row b's chosen expert on row b, times its router weight (the
-// MoE all-reduce's part j, row b at r = j*BATCH + b, computed on core r % NCORES).
+// MoE all-reduce's part j, row b at r = j*BATCH + b, computed on core r % NCORES; with
+// expert homes on the expert's home core, below).
 kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH * TOPK], topw: hbm f32[BATCH, TOPK], w: K3Weights,
               eo: hbm f32[NROWS_EO, LATENT], fi: i32, j: i32) {
     vmem xv: f32[BATCH, LATENT];
@@ -497,23 +532,81 @@ kernel expert(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH * TOPK], topw: hbm
     let net = Net();
     sem s;
     let me = global_core(chip_id(), core_id());
-    region "experts" {
-        for rr in j * BATCH..(j + 1) * BATCH {
-            if rr % NCORES == me {
-                let b = rr - j * BATCH;
-                start copy(topi, ti, s);
-                start copy(xl, xv, s);
-                start copy(topw, wv, s);
-                wait copy(topi, ti, s);
-                wait copy(xl, xv, s);
-                wait copy(topw, wv, s);
-                f.xlb = bf16(xv);
-                op_expert(w, false, fi * NEXP + ti[b * TOPK + j], f, r, net);
-                f.ey[0][b:b + 1, :] = wv[b:b + 1, j:j + 1] * f.ey[0][b:b + 1, :];
-                start copy(f.ey[0][b:b + 1, :], eo[rr +: 1, :], s);
-                wait copy(f.ey[0][b:b + 1, :], eo[rr +: 1, :], s);
+    if HOMED {
+        op_expert_homed(xl, topi, topw, w, eo, fi, j, xv, wv, ti, f, r, net);
+    } else {
+        region "experts" {
+            for rr in j * BATCH..(j + 1) * BATCH {
+                if rr % NCORES == me {
+                    let b = rr - j * BATCH;
+                    start copy(topi, ti, s);
+                    start copy(xl, xv, s);
+                    start copy(topw, wv, s);
+                    wait copy(topi, ti, s);
+                    wait copy(xl, xv, s);
+                    wait copy(topw, wv, s);
+                    f.xlb = bf16(xv);
+                    op_expert(w, false, fi * NEXP + ti[b * TOPK + j], f, r, net);
+                    f.ey[0][b:b + 1, :] = wv[b:b + 1, j:j + 1] * f.ey[0][b:b + 1, :];
+                    start copy(f.ey[0][b:b + 1, :], eo[rr +: 1, :], s);
+                    wait copy(f.ey[0][b:b + 1, :], eo[rr +: 1, :], s);
+                }
             }
         }
+    }
+}
+
+// Expert homes (shard.mk, HOMED): row b's expert e runs on its home core, e % NCORES (only
+// that core's chip holds its weights), and the weighted row goes to row r = j*BATCH + b of
+// eo in the HBM of core r % NCORES's chip, where allreduce_moe takes it from.
+fn op_expert_homed(xl: hbm f32[BATCH, LATENT], topi: hbm i32[BATCH * TOPK], topw: hbm f32[BATCH, TOPK],
+                   w: K3Weights, eo: hbm f32[NROWS_EO, LATENT], fi: i32, j: i32, xv: vmem f32[BATCH, LATENT],
+                   wv: vmem f32[BATCH, TOPK], ti: smem i32[BATCH * TOPK], f: FfnBufs, r: Rings, net: Net) {
+    vmem eb: f32[BATCH, LATENT];       // this core's result rows (the sources of their copies)
+    sem s;
+    sem ssend;
+    sem r_res;
+    var sent: i32 = 0;
+    var nin: i32 = 0;
+    var loaded: i32 = 0;
+    let me = global_core(chip_id(), core_id());
+    region "experts" {
+        start copy(topi, ti, s);
+        wait copy(topi, ti, s);
+        for b in 0..BATCH {
+            let e = ti[b * TOPK + j];
+            if e % NCORES == me {
+                if loaded == 0 {
+                    start copy(xl, xv, s);
+                    start copy(topw, wv, s);
+                    wait copy(xl, xv, s);
+                    wait copy(topw, wv, s);
+                    f.xlb = bf16(xv);
+                    loaded = 1;
+                }
+                op_expert(w, false, fi * NEL + e / NCORES * CORES_PER_CHIP + e % CORES_PER_CHIP, f, r, net);
+                eb[b:b + 1, :] = wv[b:b + 1, j:j + 1] * f.ey[0][b:b + 1, :];
+            }
+        }
+        for b in 0..BATCH {
+            let rr = j * BATCH + b;
+            let o = rr % NCORES;
+            if ti[b * TOPK + j] % NCORES == me {
+                if o == me {
+                    start copy(eb[b:b + 1, :], eo[rr +: 1, :], r_res);
+                } else {
+                    start copy(eb[b:b + 1, :], eo[rr +: 1, :] @ o, ssend, r_res);
+                    sent += EP_ROW;
+                }
+            }
+            if o == me {
+                nin += 1;
+            }
+        }
+    }
+    region "alltoall" {
+        wait(r_res, nin * EP_ROW);
+        wait(ssend, sent);
     }
 }
 

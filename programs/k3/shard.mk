@@ -59,8 +59,9 @@ const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
 // KDA_ROW_SPLIT = 0 keeps RG = 1). Task (g, h), number g*HEADS + h, runs head h for rows
 // g*RB .. g*RB + RB - 1 on core (g*HEADS + h) % NCORES: every operator after the
 // projections is row-wise, so the rows are independent.
+// (Not when the KDA projections are sharded per chip, below: a chip holds its heads' columns.)
 param KDA_ROW_SPLIT = 1 in {0, 1} "1: split a KDA head's batch rows over idle cores, 0: keep them together";
-const RGCAP = select(KDA_ROW_SPLIT == 1, max(1, NCORES / HEADS), 1);
+const RGCAP = select(KDA_ROW_SPLIT == 1 && !KSH, max(1, NCORES / HEADS), 1);
 const RG = max(max(max(1, select(BATCH % 2 == 0 && 2 <= RGCAP, 2, 1)),
                    max(select(BATCH % 3 == 0 && 3 <= RGCAP, 3, 1), select(BATCH % 4 == 0 && 4 <= RGCAP, 4, 1))),
                max(max(select(BATCH % 5 == 0 && 5 <= RGCAP, 5, 1), select(BATCH % 6 == 0 && 6 <= RGCAP, 6, 1)),
@@ -95,7 +96,8 @@ const NT_U = select(REP_D2, NCORES, NDBC);      // dense hidden (w2)
 const NT_RD = select(EXPERT_PARALLEL, NHOME, NCORES);   // the cores that route
 
 // Experts, tensor parallel: the units of a layer are its shared experts, then its
-// distinct routed experts in order of first use; unit u runs on group u % NGROUPS of
+// distinct routed experts in order of first use; unit u runs on group u % NGROUPS (or,
+// with expert homes, a routed expert on its home group: HOMED below) of
 // ESPLIT cores (a chip's cores when an expert is bigger than ESPLIT_BYTES, else one
 // core), split by columns: core c of the group makes the hidden blocks [c*NXS, ..) and
 // the output blocks [c*NOS, ..), contiguous so that each piece moves in one copy, and
@@ -113,6 +115,42 @@ assert NXB % ESPLIT == 0 && NLB % ESPLIT == 0,
 // Units a group runs in one layer, at most: tensor parallel, the shared experts and the
 // distinct routed ones dealt over the groups; expert parallel, an owner's distinct
 // experts and, at a home, the shared ones.
+// Homed (below), a group runs its shared experts and the distinct experts it is home to.
 const NUNITS = select(EXPERT_PARALLEL, EP_NDE + NSHARED,
-                      (NSHARED + min(BATCH * TOPK, NEXP) + NGROUPS - 1) / NGROUPS);
+                      select(HOMED, (NSHARED + NGROUPS - 1) / NGROUPS + min(BATCH * TOPK, EPG),
+                             (NSHARED + min(BATCH * TOPK, NEXP) + NGROUPS - 1) / NGROUPS));
 
+
+// ------------------------------------------------------------------ per-chip HBM homes
+//
+// Every chip's HBM holds the same arrays, but an array may hold only what that chip's
+// cores read (the driver writes each chip its own shard). Two kinds of weight are too big
+// to replicate at k3-full (docs/k3_programs.md, "The HBM map"); both use the same local
+// numbering: thing x (an expert, a head) lives on core x % NCORES, so on chip
+// (x % NCORES) / CORES_PER_CHIP, at the chip's local index
+//     x / NCORES * CORES_PER_CHIP + x % CORES_PER_CHIP
+// (x's round over the mesh, then its core on the chip).
+//
+// Expert homes: when the routed experts of all MoE layers are bigger than HOME_BYTES,
+// routed expert e lives only on its home chip, the chip of core e % NCORES: moe_w1/w3/w2
+// hold EPC experts per layer (row fi*EPC + local index; slots past NEXP are padding).
+// Expert parallel, core e % NCORES owns it anyway; tensor parallel, the group of core
+// e % NCORES runs it (group (e % NCORES) / ESPLIT, inside the chip). The shared experts
+// stay on every chip.
+param HOME_BYTES = 17179869184 in {0, 17179869184} "bytes of the routed experts (all layers) above which each lives only on its home chip";
+const EXPERT_BYTES = NMOE * NEXP * 3 * LATENT * EINTER * 2;
+const EPC = (NEXP + NCORES - 1) / NCORES * CORES_PER_CHIP;   // experts a chip is home to, per layer
+const HOMED = EXPERT_BYTES > HOME_BYTES && EPC < NEXP;
+const NEL = select(HOMED, EPC, NEXP);                        // expert rows per layer in a chip's arrays
+// Experts a tensor-parallel group is home to, per layer.
+const EPG = (NEXP + NCORES - 1) / NCORES * ESPLIT;
+
+// KDA head shards: when the KDA per-head projections (q, k, v, g, og and wo, all layers)
+// are bigger than KDA_SHARD_BYTES, each chip holds only its heads' columns of
+// kda_wq/wk/wv/wg/wog and rows of kda_wo: head h at local block h / NCORES * CORES_PER_CHIP
+// + h % CORES_PER_CHIP, KSL blocks per layer. A KDA task is then a whole head (RG = 1), so
+// task t of core me is head me + t*NCORES at local block t*CORES_PER_CHIP + me % CORES_PER_CHIP.
+param KDA_SHARD_BYTES = 17179869184 in {0, 17179869184} "bytes of the KDA heads' projections (all layers) above which each chip holds only its heads' columns";
+const KSL = (HEADS + NCORES - 1) / NCORES * CORES_PER_CHIP;
+const KSH = NKDA * 6 * DIM * W * 2 > KDA_SHARD_BYTES && KSL < HEADS;
+const KWL = select(KSH, KSL, HEADS) * HD;                    // columns of a chip's kda_wq.. (rows of kda_wo)

@@ -8,25 +8,30 @@
 // Tensors with more than three axes are stored flattened over their leading axes (HBM
 // arrays have at most three): mla_wuk/wuv [NMLA*HEADS, ...], the experts
 // [NMOE*NEXP, ...] and [NMOE*NSHARED, ...] (same bytes, row-major).
+//
+// A chip's arrays may hold only its share (shard.mk, "per-chip HBM homes"): the routed
+// experts [NMOE*NEL, ...] (NEL = NEXP, or the EPC experts the chip is home to) and the KDA
+// head projections [.., KWL] (KWL = W, or the KSL head blocks of the chip's cores).
 import "model.mk";
+import "shard.mk";
 
 struct K3Weights {
     embed: hbm bf16[VOCAB, DIM];
     attn_norm: hbm bf16[NLAYERS, DIM];
     ffn_norm: hbm bf16[NLAYERS, DIM];
-    kda_wq: hbm bf16[NKDA, DIM, W];
-    kda_wk: hbm bf16[NKDA, DIM, W];
-    kda_wv: hbm bf16[NKDA, DIM, W];
+    kda_wq: hbm bf16[NKDA, DIM, KWL];
+    kda_wk: hbm bf16[NKDA, DIM, KWL];
+    kda_wv: hbm bf16[NKDA, DIM, KWL];
     kda_conv_q: hbm bf16[NKDA, CONVK, W];
     kda_conv_k: hbm bf16[NKDA, CONVK, W];
     kda_conv_v: hbm bf16[NKDA, CONVK, W];
-    kda_wg: hbm bf16[NKDA, DIM, W];
+    kda_wg: hbm bf16[NKDA, DIM, KWL];
     kda_a_log: hbm bf16[NKDA, W];
     kda_dt_bias: hbm bf16[NKDA, W];
     kda_wb: hbm bf16[NKDA, DIM, 128];
     kda_onorm: hbm bf16[NKDA, HD];
-    kda_wog: hbm bf16[NKDA, DIM, W];
-    kda_wo: hbm bf16[NKDA, W, DIM];
+    kda_wog: hbm bf16[NKDA, DIM, KWL];
+    kda_wo: hbm bf16[NKDA, KWL, DIM];
     mla_wdq: hbm bf16[NMLA, DIM, QRANK];
     mla_qnorm: hbm bf16[NMLA, QRANK];
     mla_wuq: hbm bf16[NMLA, QRANK, W];
@@ -42,9 +47,9 @@ struct K3Weights {
     moe_router: hbm bf16[NMOE, DIM, NEXP];
     moe_bias: hbm bf16[NMOE, NEXP];
     moe_down: hbm bf16[NMOE, DIM, LATENT];
-    moe_w1: hbm bf16[NMOE * NEXP, LATENT, EINTER];
-    moe_w3: hbm bf16[NMOE * NEXP, LATENT, EINTER];
-    moe_w2: hbm bf16[NMOE * NEXP, EINTER, LATENT];
+    moe_w1: hbm bf16[NMOE * NEL, LATENT, EINTER];
+    moe_w3: hbm bf16[NMOE * NEL, LATENT, EINTER];
+    moe_w2: hbm bf16[NMOE * NEL, EINTER, LATENT];
     moe_shared_w1: hbm bf16[NMOE * NSHARED, LATENT, EINTER];
     moe_shared_w3: hbm bf16[NMOE * NSHARED, LATENT, EINTER];
     moe_shared_w2: hbm bf16[NMOE * NSHARED, EINTER, LATENT];

@@ -48,13 +48,14 @@ def test_k3_mini_on_one_chip_bit_exact(capsys, program, scheme, batch):
 
 
 # k3-full's choices (every projection split, the LM head split, reduce-scatter
-# all-reduces, experts split by columns over a chip's cores, a 4-slot weight ring), forced
+# all-reduces, experts split by columns over a chip's cores, a 4-slot weight ring, each
+# expert on its home chip only, each chip holding only its KDA heads' columns), forced
 # at k3-mini so that the code k3-full runs is held to the reference's bits.
 FULL_PATHS = ("--set", "REPL_BYTES=0", "--set", "LM_ROOT_BYTES=0", "--set", "AR_BYTES=0",
-              "--set", "ESPLIT_BYTES=0", "--set", "WR_MAX=4")
+              "--set", "ESPLIT_BYTES=0", "--set", "WR_MAX=4", "--set", "HOME_BYTES=0", "--set", "KDA_SHARD_BYTES=0")
 
 
-@pytest.mark.parametrize("program", [PROGRAMS[0], PROGRAMS[2]])
+@pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("scheme", [0, 1])
 def test_k3_full_code_paths_bit_exact_at_k3_mini(capsys, program, scheme):
     code, report = run_json(capsys, program, "--mesh", "2x2x2", "--batch", "8", "--prompt-len", "1",
@@ -94,6 +95,52 @@ def test_k3_full_fits_the_profile_on_4x2x2(program, batch, scheme):
     if program.endswith("megakernel.mk") and batch == 1:
         ring = [b for b in checked.kernels["k3_step"].buffers if b.name in ("r.w0", "r.w1")]
         assert [(b.slots, b.shape) for b in ring] == [(6, (7168, 128))] * 2
+
+
+# The routed-expert arrays, bf16 in the programs until the language has an mxfp4 dtype: the
+# HBM need with them in MXFP4 (what k3-full stores) is laid out by the same function the
+# compiler uses, with only their dtype changed.
+EXPERT_ARRAYS = ("moe_w1", "moe_w3", "moe_w2")
+
+
+def hbm_need_bytes(buffers, expert_dtype: str) -> int:
+    """What the emulator's out-of-memory check compares with the profile (Program.hbm_bytes)
+    for these buffers, with the routed experts stored as `expert_dtype`."""
+    from mkemu.isa.program import Program, layout_buffers
+
+    specs = [(b.name, expert_dtype if b.name in EXPERT_ARRAYS else b.dtype, b.shape, b.kind) for b in buffers]
+    return Program(kernels={}, launches=(), buffers=layout_buffers(specs)).hbm_bytes
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("scheme", [0, 1])
+def test_k3_full_fits_hbm_on_4x2x2(program, batch, scheme):
+    """k3-full on 16 chips of tpu-v7-like: each chip's HBM holds its 56 experts per layer
+    (expert homes) and its 6 of 96 KDA heads' projection columns (head shards), the rest
+    whole; with MXFP4 experts the program's HBM need fits the chip's 192 GiB."""
+    from mkemu.dsl.compiler import compile_program
+    from mkemu.dsl.frontend import load_program
+    from mkemu.emulator.topology import Mesh
+    from mkemu.isa.hardware import load_profile
+    from mkemu.programs.k3 import driver
+
+    from mkemu.session import machine_info
+
+    profile = load_profile("tpu-v7-like")
+    params = driver.params({"model": "k3-full", "batch": batch, "timing_only": True},
+                           machine_info(profile, Mesh((4, 2, 2))))
+    params["SCHEME"] = scheme
+    compiled = compile_program(load_program(program, params), profile)
+    shapes = {b.name: b.shape for b in compiled.buffers}
+    assert shapes["moe_w1"] == (92 * 56, 3584, 3072)           # 896 experts / 32 cores * 2 cores a chip
+    assert shapes["kda_wq"] == (69, 7168, 6 * 128) and shapes["kda_wo"] == (69, 6 * 128, 7168)
+    assert shapes["embed"] == (163840, 7168)                   # everything else whole on every chip
+    bf16, mxfp4 = hbm_need_bytes(compiled.buffers, "bf16"), hbm_need_bytes(compiled.buffers, "mxfp4")
+    assert bf16 == compiled.hbm_bytes
+    print(f"{program} batch {batch} scheme {scheme}: HBM need per chip {bf16 / 2**30:.2f} GiB with bf16 "
+          f"experts, {mxfp4 / 2**30:.2f} GiB with MXFP4 experts, of {profile.hbm_bytes / 2**30:.0f} GiB")
+    assert mxfp4 <= profile.hbm_bytes
 
 
 def test_same_run_same_bits_and_cycles(capsys):
