@@ -59,6 +59,7 @@ class Dma:
     src_range: tuple[int, int] = (0, 0)
     begun_at: int | None = None
     done_at: int | None = None
+    knowledge: frozenset = frozenset()   # DMAs its issuer knew had landed when it issued it
 
 
 

@@ -4,7 +4,9 @@ A DMA is *in flight for* a core from the cycle it is issued until that core know
 has landed. A core knows a DMA has landed when it waits on a semaphore the DMA
 counted (the issuer's byte count, or the receiver's), or learns it from a core that
 knew: a semaphore signal carries what the signaller knew to the core whose wait it
-satisfies, a barrier shares what every member knew. Nothing else orders anything
+satisfies, a DMA carries what its issuer knew when it issued it to whoever waits on
+its semaphores (so the news travels along chains of pushes, as in a ring), a barrier
+shares what every member knew. Nothing else orders anything
 (not how long ago a DMA was issued, not the order the emulator happens to run cores
 in).
 
@@ -87,12 +89,18 @@ class Safety:
                     self._check_run_ahead(owner, entry, space)
                 owner.add_in_flight(entry, space)
         self.live[dma.seq] = 2
+        if known:
+            dma.knowledge = frozenset(known)
 
     def landed(self, dma) -> None:
-        """A DMA's bytes are in place: the semaphores it raises now carry that."""
-        self.sem_known.setdefault((dma.src_core.gid, dma.sem), set()).add(dma.seq)
+        """A DMA's bytes are in place: the semaphores it raises now carry that, and what
+        its issuer knew when it issued it."""
+        live = self.live
+        carried = [dma.seq, *(s for s in dma.knowledge if s in live)]
+        self.sem_known.setdefault((dma.src_core.gid, dma.sem), set()).update(carried)
         if dma.rsem is not None:
-            self.sem_known.setdefault((dma.dst_core.gid, dma.rsem), set()).add(dma.seq)
+            self.sem_known.setdefault((dma.dst_core.gid, dma.rsem), set()).update(carried)
+        dma.knowledge = frozenset()
 
     # -- synchronisation -----------------------------------------------------------
 

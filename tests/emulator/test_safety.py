@@ -272,3 +272,65 @@ def test_random_correct_schedules_run_clean_and_a_missing_wait_is_caught(case):
         except EmulatorFault as fault:
             caught.append(fault.kind)
     assert "race" in caught
+
+
+# Knowledge travels along a chain of pushes: A pushes its `buf` to B, B (after waiting
+# for it) pushes on to C, C (after waiting for that) pushes into A's `buf`. C never
+# heard from A directly, but B's push carries B's knowledge that A's push had landed,
+# so C's write cannot meet A's read. With CHAIN = 0, C pushes without waiting: a race.
+CHAIN = """
+param CHAIN = 1 in {0, 1};
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem buf: f32[8, 256];
+    vmem inbox: f32[8, 256];
+    sem s;
+    sem send;
+    sem recv;
+    let me = global_core(chip_id(), core_id());
+    let a = global_core(0, 0);
+    let b = global_core(0, 1);
+    let c = global_core(1, 0);
+    start copy(x, buf, s);
+    wait copy(x, buf, s);
+    let ab = copy(buf, inbox @ b, send, recv);
+    let bc = copy(inbox, inbox @ c, send, recv);
+    let ca = copy(inbox, buf @ a, send, recv);
+    if me == a {
+        start ab;
+        wait recv ca;
+        wait ab;
+        start copy(buf, y, s);
+        wait copy(buf, y, s);
+    }
+    if me == b {
+        wait recv ab;
+        start bc;
+        wait bc;
+    }
+    if me == c {
+        if CHAIN == 1 {
+            wait recv bc;
+        }
+        start ca;
+        wait ca;
+        if CHAIN == 0 {
+            wait recv bc;
+        }
+    }
+}
+host {
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", ["normal", "late", "shuffle"])
+def test_knowledge_travels_along_a_chain_of_pushes(schedule):
+    ran = run(CHAIN, mesh="2x1x1", schedule=schedule, CHAIN=1)
+    assert np.array_equal(ran.output("y", 0), X)
+
+
+def test_the_chain_cut_short_is_a_race():
+    race_of(CHAIN, mesh="2x1x1", CHAIN=0)
