@@ -95,11 +95,12 @@ class Safety:
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that, and what
         its issuer knew when it issued it."""
-        live = self.live
-        carried = [dma.seq, *(s for s in dma.knowledge if s in live)]
-        self.sem_known.setdefault((dma.src_core.gid, dma.sem), set()).update(carried)
-        if dma.rsem is not None:
-            self.sem_known.setdefault((dma.dst_core.gid, dma.rsem), set()).update(carried)
+        # (What the semaphores carry is pruned to the DMAs still listed when it grows.)
+        for gid, sem in ((dma.src_core.gid, dma.sem), (dma.dst_core.gid, dma.rsem)):
+            if sem is not None:
+                carried = self.sem_known.setdefault((gid, sem), set())
+                carried.add(dma.seq)
+                carried |= dma.knowledge
         dma.knowledge = frozenset()
 
     # -- synchronisation -----------------------------------------------------------
