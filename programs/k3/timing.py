@@ -90,7 +90,7 @@ class RoutingRecord:
 
 def budget(report: dict, cfg, per_step: list[dict], cores: int, clock_hz: float) -> dict:
     """A step's time split like the published budget: per layer (us, averaged over
-    cores and steps) and the fixed rest of the step."""
+    cores and steps) and the fixed rest of the step (outside the layers)."""
     n = len(per_step)
 
     def us(cycles: float) -> float:
@@ -106,7 +106,11 @@ def budget(report: dict, cfg, per_step: list[dict], cores: int, clock_hz: float)
         "attention": us(sum(own.get(r, 0) - waits.get(r, 0) for r in ATTENTION_REGIONS)),
         "routing": us(own.get("router", 0) - waits.get("router", 0)),
     }
-    in_layers = report["region_us_per_core"].get("layer", 0.0)
+    regions = report["region_us_per_core"]
+    # The megakernel marks its layers; a program launched per operator or per block
+    # (per-op, super-op) has no layer region: there a layer is the step but the LM
+    # head, its launches and the waits between kernels included.
+    in_layers = regions["layer"] if "layer" in regions else report["us_per_step"] - regions.get("lm_head", 0.0)
     layer["other"] = max(in_layers - sum(layer.values()), 0.0)
     per_layer = {k: v / cfg.n_layers for k, v in layer.items()}
     return {"per_layer_us": per_layer, "layer_us": in_layers / cfg.n_layers,
