@@ -18,6 +18,8 @@ from mkemu.errors import SourceSpan
 from mkemu.isa.program import values_text
 
 DTYPES = ("bf16", "f32", "i32")
+# Every dtype name, as a const may name one (`const ET = select(MX == 1, mxfp4, bf16);`).
+ALL_DTYPES = DTYPES + ("mxfp4",)
 # MXFP4 is a storage dtype: HBM arrays and VMEM buffers of matrix-unit weights.
 MX_SPACES = ("hbm", "vmem")
 # A param range is listed value by value (for `--params` and tuners): keep it small.
@@ -36,6 +38,7 @@ class Declarations:
         self.global_decls: dict[str, object] = {}
         self.const_values: dict[str, int | None] = {}
         self.const_dtypes: dict[str, str] = {}   # "bool" for a const that is a truth value
+        self.dtype_consts: dict[str, str | None] = {}   # consts that name a dtype (None: in error)
         self.param_defaults: dict[str, int | None] = {}
         self.param_domains: dict[str, tuple[int, ...] | None] = {}
         self.evaluating: list[str] = []
@@ -87,6 +90,17 @@ class Declarations:
         self.evaluating.append(name)
         saved_ctx, saved_stack = self.ctx, self.inline_stack
         self.ctx, self.inline_stack = None, []
+        if self.is_dtype_form(decl.value):
+            if isinstance(decl, ast.ParamDecl):
+                self.error(decl.value.span, f"param '{name}' must be an integer (params are set from outside as "
+                                            f"integers); name a dtype with a const chosen by a param: "
+                                            f"const T = select(P == 1, mxfp4, bf16);")
+            else:
+                self.dtype_consts[name] = self.dtype_value(decl.value, self.globals)
+            self.ctx, self.inline_stack = saved_ctx, saved_stack
+            self.evaluating.pop()
+            self.const_values[name] = None
+            return None
         # A param's default is checked even when it is set from outside: it is what
         # `--params` lists and what a tuner compares against.
         v = self.expr(decl.value, self.globals)
@@ -224,13 +238,61 @@ class Declarations:
             return None
         return n
 
-    def resolve_dtype(self, name: str, scope) -> str:
-        """A dtype name, or the dtype a generic stands for."""
+    def resolve_dtype(self, name: str, scope) -> str | None:
+        """A dtype name, the dtype a generic stands for, or the dtype a const names (None
+        when that const is in error, already reported)."""
         b = scope.lookup(name) if scope is not None else None
-        return b.entity.dtype if b is not None and isinstance(b.entity, DtypeVal) else name
+        if b is not None and isinstance(b.entity, DtypeVal):
+            return b.entity.dtype
+        if b is not None and isinstance(b.entity, ast.ConstDecl) and self.is_dtype_form(b.entity.value):
+            self.const_value(name, b.entity)
+            return self.dtype_consts.get(name)
+        return name
+
+    # -- dtype consts: `const ET = select(EXPERT_MX == 1, mxfp4, bf16);` names a dtype, used
+    # in type positions (`moe_w1: hbm ET[L, K, N];`) so that a param can choose a buffer's
+    # dtype (a struct member's included), which generics cannot: they are inferred from
+    # arguments.
+    def is_dtype_form(self, node, seen: frozenset = frozenset()) -> bool:
+        """Whether a const's value is written as a dtype: a dtype name, a const that names
+        one, or select(cond, a, b) whose a or b is one (checked by `dtype_value`)."""
+        if isinstance(node, ast.Name):
+            b = self.globals.local(node.name)
+            if b is None:
+                return node.name in ALL_DTYPES
+            if isinstance(b.entity, ast.ConstDecl) and node.name not in seen:
+                return self.is_dtype_form(b.entity.value, seen | {node.name})
+            return False
+        if isinstance(node, ast.Call) and node.func == "select" and len(node.args) == 3 and not node.keywords:
+            return any(self.is_dtype_form(a, seen) for a in node.args[1:])
+        return False
+
+    def dtype_value(self, node, scope) -> str | None:
+        """The dtype a dtype form names (None after an error at its span)."""
+        if isinstance(node, ast.Call):
+            cond = self.expr(node.args[0], scope)
+            for choice in node.args[1:]:
+                if not self.is_dtype_form(choice):
+                    self.error(choice.span, f"both choices of a dtype select(...) must be dtypes "
+                                            f"({', '.join(ALL_DTYPES)}) or consts that name one")
+                    return None
+            if cond is POISON:
+                return None
+            if not isinstance(cond, ir.Const) or cond.dtype != "bool":
+                self.error(node.args[0].span, "a dtype select(...) needs a compile-time bool condition "
+                                              "(e.g. P == 1)")
+                return None
+            return self.dtype_value(node.args[1] if cond.value else node.args[2], scope)
+        b = self.globals.local(node.name)
+        if b is None:
+            return node.name
+        self.const_value(node.name, b.entity)
+        return self.dtype_consts.get(node.name)
 
     def mem_type(self, t: ast.MemType, scope, name: str, role: str) -> ir.Buffer | None:
         dtype = self.resolve_dtype(t.dtype, scope)
+        if dtype is None:
+            return None
         if dtype == "mxfp4" and t.space not in MX_SPACES:
             self.error(t.span, f"mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in "
                                f"{'a var' if t.space == 'var' else t.space}")

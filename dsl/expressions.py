@@ -102,6 +102,9 @@ class Expressions(Declarations):
         match e:
             case ast.ParamDecl() | ast.ConstDecl():
                 v = self.const_value(node.name, e)
+                if node.name in self.dtype_consts:
+                    return self.error(node.span, f"'{node.name}' names a dtype ({self.dtype_consts[node.name]}), not "
+                                                 f"a value: use it as the dtype of a buffer ({node.name}[...])")
                 return POISON if v is None else ir.Const(v, node.span, self.const_dtypes.get(node.name, "i32"))
             case ConstVal():
                 return ir.Const(e.value, node.span, e.dtype)
@@ -382,6 +385,10 @@ class Expressions(Declarations):
             return self.error(node.span, f"'.{node.name}': only a struct instance has members, got "
                                          f"{self.kind_name(base)}")
         entity = base.members.get(node.name)
+        if entity is None and any(m.name == node.name for m in base.decl.members):
+            return self.error(node.name_span, f"member '{node.name}' of struct '{base.decl.name}' has a count of 0 "
+                                              f"here: it is absent (only code that a compile-time condition "
+                                              f"leaves out may name it)")
         if entity is None:
             known = ", ".join(base.members)
             return self.error(node.name_span, f"struct '{base.decl.name}' has no member '{node.name}' "

@@ -59,6 +59,8 @@ class Structs(Statements):
             if space not in spaces:   # one error per instance, at its first misplaced member
                 what = "a semaphore" if space == "sem" else f"in {space}"
                 return self.error(site, f"member '{m.name}' of struct '{decl.name}' is {what}: {where}")
+            if self.absent_member(m.type, space):
+                continue
             if space == "sem":
                 count = None
                 if m.type.count is not None:
@@ -74,6 +76,16 @@ class Structs(Statements):
                     continue
                 members[m.name] = buf
         return StructVal(decl, members) if ok else POISON
+
+    def absent_member(self, t, space: str) -> bool:
+        """A member whose slot or semaphore count is 0 (`x: vmem T[N][..]` with N = 0) is
+        absent: the instance has no buffer and no semaphores for it, so a struct can hold
+        buffers that a compile-time choice needs or not (e.g. a ring for MXFP4 experts)
+        without moving anything else."""
+        counts = t.count if space == "sem" else (t.slots if space in ("vmem", "smem") else None)
+        if not counts or len(counts) != 1:
+            return False
+        return self.const_int(counts[0], self.globals, "a count") == 0
 
     def local_instance(self, s: ast.Let, decl: ast.StructDecl, scope) -> None:
         """`let b = S();` in a kernel or fn body: fresh buffers and semaphores."""

@@ -67,16 +67,18 @@ class Session:
         return {b.name: (b.dtype, b.shape, b.kind) for b in self.program.buffers}
 
     def write(self, name: str, array, chip: int | None = None) -> None:
-        """Write an HBM buffer (bf16 buffers take float arrays of bf16 values) on one or every chip."""
+        """Write an HBM buffer (bf16 buffers take float arrays of bf16 values, MXFP4 ones float arrays
+        that are quantised) on one or every chip."""
         buf = self._buffer(name)
-        data = to_storage(np.asarray(array), buf.dtype)
-        if data.shape != buf.shape and data.size == int(np.prod(buf.shape)):
+        values = np.asarray(array)
+        if values.shape != buf.shape and values.size == int(np.prod(buf.shape)):
             # Stacked tensors may be declared with leading dimensions merged (e.g.
             # [layers, heads, a, b] as [layers*heads, a, b]): same bytes, row-major.
-            data = data.reshape(buf.shape)
-        if data.shape != buf.shape:
-            raise ConfigError(f"buffer {name}: got shape {data.shape}, the program declares {buf.shape}",
+            values = values.reshape(buf.shape)
+        if values.shape != buf.shape:
+            raise ConfigError(f"buffer {name}: got shape {values.shape}, the program declares {buf.shape}",
                               key=name)
+        data = to_storage(values, buf.dtype)   # (MXFP4: its bytes, values then scales)
         if chip is None:
             self._machine.write_buffer_all(name, data)
         else:

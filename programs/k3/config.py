@@ -43,6 +43,9 @@ MAX_BATCH = 8
 # MXFP4 (4-bit e2m1 values, one 8-bit scale per 32) as the original stores experts.
 MXFP4_BYTES_PER_PARAM = (4 * 32 + 8) / 32 / 8
 BF16_BYTES = 2
+# Storage dtypes of the routed experts, and MXFP4's scale block (rows of K sharing a scale).
+EXPERT_DTYPES = ("bf16", "mxfp4")
+MX_BLOCK = 32
 F32_BYTES = 4
 
 _INT_FIELDS = (
@@ -81,6 +84,9 @@ class ModelConfig:
     vocab: int
     eps: float
     max_seq: int
+    # Storage of the routed experts (moe_w1, moe_w3, moe_w2): "bf16", or "mxfp4" (4.25 bits a
+    # weight, the original's format; the weights are then MXFP4 values, weights.py).
+    expert_dtype: str = "bf16"
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -159,6 +165,13 @@ def _validate(cfg: ModelConfig) -> None:
         _fail(f"top_k {cfg.top_k} is more than n_experts {cfg.n_experts}", "top_k")
     if isinstance(cfg.n_shared, int) and cfg.n_shared < 0:
         _fail("must be at least 0", "n_shared")
+    if cfg.expert_dtype not in EXPERT_DTYPES:
+        _fail(f"expected one of {', '.join(repr(d) for d in EXPERT_DTYPES)}, got {cfg.expert_dtype!r}", "expert_dtype")
+    if cfg.expert_dtype == "mxfp4":
+        for key in ("latent_dim", "expert_inter"):   # each is the K of a routed-expert matmul
+            if getattr(cfg, key) % MX_BLOCK:
+                _fail(f"MXFP4 experts need a multiple of {MX_BLOCK} (a scale block runs along K), "
+                      f"got {getattr(cfg, key)}", key)
     eps = cfg.eps
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps <= 0:
         _fail(f"expected a positive finite number, got {eps!r}", "eps")

@@ -54,6 +54,7 @@ def params(options: dict, info) -> dict[str, int]:
         "TOPK": cfg.top_k, "NSHARED": cfg.n_shared, "LATENT": cfg.latent_dim,
         "EINTER": cfg.expert_inter, "VOCAB": cfg.vocab, "MAXSEQ": cfg.max_seq,
         "BATCH": opts["batch"], "NCORES": info.cores, "CORES_PER_CHIP": info.cores_per_chip,
+        "EXPERT_MX": int(cfg.expert_dtype == "mxfp4"),
     }
 
 
@@ -101,8 +102,12 @@ def drive(session, options: dict) -> dict:
     batch, prompt_len = opts["batch"], opts["prompt_len"]
     n_steps = _steps(opts, cfg)
     seed = opts.get("seed", 0)
-    weights = generate_weight_bits(cfg, seed)
     buffers = session.buffers()
+    # The routed experts are MXFP4 values when the program stores them as MXFP4 (the
+    # model's expert_dtype, or --set EXPERT_MX=1): the reference then computes with exactly
+    # what the matrix unit decodes.
+    expert_dtype = "mxfp4" if buffers.get("moe_w1", ("bf16",))[0] == "mxfp4" else "bf16"
+    weights = generate_weight_bits(cfg, seed, expert_dtype)
     for name, (dtype, shape, kind) in buffers.items():
         if kind in ("input", "inout") and name not in weights and name not in ("layer_plan", "tokens", "pos"):
             raise ConfigError(f"the program wants an input {name!r} that the K3 driver does not provide "

@@ -127,16 +127,34 @@ fn distinct(f: FfnBufs) {
 // Stage A of a unit (shared expert or routed, its row gx of the stacked arrays), split
 // over G cores (this one is cc): the w1 and w3 blocks of this core's hidden blocks
 // [cc*NXB/G, (cc+1)*NXB/G) in turn, their products with the latent input into f.a13.
+// MXFP4 routed experts (EXPERT_MX) stream through their own slots (r.x0), the shared
+// experts through r.w0 as with bf16 experts.
 fn unit_a(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, f: FfnBufs, r: Rings) {
     let jb0 = cc * (NXB / G);
     let nb = NXB / G;
-    pipeline k in 0..2 * nb part part {
-        input wt = select(k % 2 == 0,
-                          select(shared, w.moe_shared_w1[gx, :, (jb0 + k / 2) * HD +: HD],
-                                         w.moe_w1[gx, :, (jb0 + k / 2) * HD +: HD]),
-                          select(shared, w.moe_shared_w3[gx, :, (jb0 + k / 2) * HD +: HD],
-                                         w.moe_w3[gx, :, (jb0 + k / 2) * HD +: HD])) via r.w0, r.s0;
-        f.a13[:, k * HD +: HD] = matmul(f.xlb, wt);
+    if EXPERT_MX == 1 {
+        if shared {
+            pipeline k in 0..2 * nb part part {
+                input wt = select(k % 2 == 0, w.moe_shared_w1[gx, :, (jb0 + k / 2) * HD +: HD],
+                                              w.moe_shared_w3[gx, :, (jb0 + k / 2) * HD +: HD]) via r.w0, r.s0;
+                f.a13[:, k * HD +: HD] = matmul(f.xlb, wt);
+            }
+        } else {
+            pipeline k in 0..2 * nb part part {
+                input wt = select(k % 2 == 0, w.moe_w1[gx, :, (jb0 + k / 2) * HD +: HD],
+                                              w.moe_w3[gx, :, (jb0 + k / 2) * HD +: HD]) via r.x0, r.sx0;
+                f.a13[:, k * HD +: HD] = matmul(f.xlb, wt);
+            }
+        }
+    } else {
+        pipeline k in 0..2 * nb part part {
+            input wt = select(k % 2 == 0,
+                              select(shared, w.moe_shared_w1[gx, :, (jb0 + k / 2) * HD +: HD],
+                                             w.moe_w1[gx, :, (jb0 + k / 2) * HD +: HD]),
+                              select(shared, w.moe_shared_w3[gx, :, (jb0 + k / 2) * HD +: HD],
+                                             w.moe_w3[gx, :, (jb0 + k / 2) * HD +: HD])) via r.w0, r.s0;
+            f.a13[:, k * HD +: HD] = matmul(f.xlb, wt);
+        }
     }
 }
 
@@ -179,10 +197,24 @@ fn unit_exchange(G: i32, cc: i32, c0: i32, k: i32, me: i32, f: FfnBufs, net: Net
 fn unit_b(part: i32, w: K3Weights, shared: bool, gx: i32, G: i32, cc: i32, k: i32, f: FfnBufs, r: Rings) {
     let jo0 = cc * (NLB / G);
     let no = NLB / G;
-    pipeline t in 0..no part part {
-        input wt = select(shared, w.moe_shared_w2[gx, :, (jo0 + t) * HD +: HD], w.moe_w2[gx, :, (jo0 + t) * HD +: HD])
-                   via r.w1, r.s1;
-        f.ey[k][:, (jo0 + t) * HD +: HD] = matmul(f.ub[:, 0:EINTER], wt);
+    if EXPERT_MX == 1 {
+        if shared {
+            pipeline t in 0..no part part {
+                input wt = w.moe_shared_w2[gx, :, (jo0 + t) * HD +: HD] via r.w1, r.s1;
+                f.ey[k][:, (jo0 + t) * HD +: HD] = matmul(f.ub[:, 0:EINTER], wt);
+            }
+        } else {
+            pipeline t in 0..no part part {
+                input wt = w.moe_w2[gx, :, (jo0 + t) * HD +: HD] via r.x1, r.sx1;
+                f.ey[k][:, (jo0 + t) * HD +: HD] = matmul(f.ub[:, 0:EINTER], wt);
+            }
+        }
+    } else {
+        pipeline t in 0..no part part {
+            input wt = select(shared, w.moe_shared_w2[gx, :, (jo0 + t) * HD +: HD], w.moe_w2[gx, :, (jo0 + t) * HD +: HD])
+                       via r.w1, r.s1;
+            f.ey[k][:, (jo0 + t) * HD +: HD] = matmul(f.ub[:, 0:EINTER], wt);
+        }
     }
 }
 

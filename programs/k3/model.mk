@@ -29,6 +29,17 @@ param BATCH = 1;
 param NCORES = 16;            // cores in the mesh (chips x cores per chip)
 param CORES_PER_CHIP = 2;
 
+// ------------------------------------------------------------------- expert storage
+// The routed experts' storage dtype (moe_w1, moe_w3, moe_w2), set by the driver from the
+// model's `expert_dtype`: bf16, or MXFP4 (4.25 bits a weight, docs/numerics.md; the
+// original K3 checkpoint's format), which the matrix unit decodes as it loads a tile
+// (mxu.ldw.mx). The shared experts and every other weight stay bf16.
+param EXPERT_MX = 0 in {0, 1} "routed experts stored as 0: bf16, 1: MXFP4 (set by the driver from expert_dtype)";
+const ET = select(EXPERT_MX == 1, mxfp4, bf16);
+const EBYTES32 = select(EXPERT_MX == 1, 17, 64);     // bytes of 32 routed-expert weights
+assert EXPERT_MX == 0 || LATENT % 32 == 0 && EINTER % 32 == 0,
+    "MXFP4 experts need LATENT and EINTER multiples of 32 (a scale block runs along K)";
+
 const HD = 128;               // head dim = one KDA state tile = one column block
 const W = HEADS * HD;         // attention width
 const CONVK = 4;              // short-conv kernel

@@ -138,7 +138,7 @@ const NUNITS = select(EXPERT_PARALLEL, EP_NDE + NSHARED,
 // e % NCORES runs it (group (e % NCORES) / ESPLIT, inside the chip). The shared experts
 // stay on every chip.
 param HOME_BYTES = 17179869184 in {0, 17179869184} "bytes of the routed experts (all layers) above which each lives only on its home chip";
-const EXPERT_BYTES = NMOE * NEXP * 3 * LATENT * EINTER * 2;
+const EXPERT_BYTES = NMOE * NEXP * 3 * LATENT * EINTER / 32 * EBYTES32;
 const EPC = (NEXP + NCORES - 1) / NCORES * CORES_PER_CHIP;   // experts a chip is home to, per layer
 const HOMED = EXPERT_BYTES > HOME_BYTES && EPC < NEXP;
 const NEL = select(HOMED, EPC, NEXP);                        // expert rows per layer in a chip's arrays

@@ -27,16 +27,33 @@ import "shard.mk";
 param WR_MAX = 12 in {4, 6, 8, 12} "most slots of the weight ring (the published ring: 12)";
 const RK = max(max(DIM, QRANK), max(LATENT, EINTER));     // rows of a weight-ring slot: the largest K
 const SLOT_WR = RK * 256;                                  // bytes of one slot
+// Bytes of one MXFP4 expert slot [RKX, 128] (none with bf16 experts): RKX value rows of 64
+// bytes, RKX / 32 scale rows of 128, rounded up to 512.
+const SLOT_X = select(EXPERT_MX == 1, (max(LATENT, EINTER) * 68 + 511) / 512 * 512, 0);
 const NDR = select(DENSE_INTER * 256 <= 4194304, 2, 1);   // dense w2 slots (k3-full: one of 8.25 MiB)
 
 // A kernel's weight ring (`let r = Rings();`): the slots of each half and a semaphore per slot.
 const NW1 = NWR / 2;
 const NW0 = NWR - NW1;
+//
+// MXFP4 routed experts (EXPERT_MX = 1) have their own slots, x0 (w1|w3) and x1 (w2), as
+// many as the bf16 ring has, of [RKX, 128] MXFP4 (the VMEM layout of an MXFP4 tile differs
+// from bf16's: value rows, then scale rows); the shared experts keep using w0 and w1. With
+// bf16 experts x0 and x1 have no slots: absent, so the bf16 layout is the same as without
+// them.
+const RKX = max(LATENT, EINTER);                           // rows of an expert slot: the largest K
+const NXR = select(EXPERT_MX == 1, NWR, 0);
+const NX1 = NXR / 2;
+const NX0 = NXR - NX1;
 struct Rings {
     w0: vmem bf16[NW0][RK, 128];
     s0: sem[NW0];
     w1: vmem bf16[NW1][RK, 128];
     s1: sem[NW1];
+    x0: vmem mxfp4[NX0][RKX, 128];
+    sx0: sem[NX0];
+    x1: vmem mxfp4[NX1][RKX, 128];
+    sx1: sem[NX1];
 }
 
 // Start (mode prefetch) or wait for (mode primed) a copy of any dtype and shape: a fetch

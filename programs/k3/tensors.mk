@@ -12,6 +12,9 @@
 // A chip's arrays may hold only its share (shard.mk, "per-chip HBM homes"): the routed
 // experts [NMOE*NEL, ...] (NEL = NEXP, or the EPC experts the chip is home to) and the KDA
 // head projections [.., KWL] (KWL = W, or the KSL head blocks of the chip's cores).
+//
+// The routed experts are stored as ET (model.mk: bf16, or MXFP4 with EXPERT_MX = 1); the
+// shared experts and every other weight are bf16.
 import "model.mk";
 import "shard.mk";
 
@@ -47,9 +50,9 @@ struct K3Weights {
     moe_router: hbm bf16[NMOE, DIM, NEXP];
     moe_bias: hbm bf16[NMOE, NEXP];
     moe_down: hbm bf16[NMOE, DIM, LATENT];
-    moe_w1: hbm bf16[NMOE * NEL, LATENT, EINTER];
-    moe_w3: hbm bf16[NMOE * NEL, LATENT, EINTER];
-    moe_w2: hbm bf16[NMOE * NEL, EINTER, LATENT];
+    moe_w1: hbm ET[NMOE * NEL, LATENT, EINTER];
+    moe_w3: hbm ET[NMOE * NEL, LATENT, EINTER];
+    moe_w2: hbm ET[NMOE * NEL, EINTER, LATENT];
     moe_shared_w1: hbm bf16[NMOE * NSHARED, LATENT, EINTER];
     moe_shared_w3: hbm bf16[NMOE * NSHARED, LATENT, EINTER];
     moe_shared_w2: hbm bf16[NMOE * NSHARED, EINTER, LATENT];

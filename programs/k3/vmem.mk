@@ -15,6 +15,7 @@ const ROWB = select(BATCH > 1, (BATCH + 7) / 8 * 8, 1) * DIM;
 const MAP_KERNEL = ROWB * (4 + 4 + 2 + 2) + 2 * (NLAYERS + 7) / 8 * 8 * DIM * 2;
 const MAP_FIXED = vmem_bytes(AttnBufs) + vmem_bytes(FfnBufs) + vmem_bytes(Coll) + vmem_bytes(EpBufs) + MAP_KERNEL;
 // The weight ring takes what is left: WR_MAX slots at most, 4 at least (2 per half, to overlap).
-const NWR = max(4, min(WR_MAX, (VMEM_BUDGET - MAP_FIXED) / SLOT_WR));
-assert MAP_FIXED + NWR * SLOT_WR <= VMEM_BUDGET,
+// (MXFP4 experts: each slot comes with an expert slot, SLOT_X, stream.mk.)
+const NWR = max(4, min(WR_MAX, (VMEM_BUDGET - MAP_FIXED) / (SLOT_WR + SLOT_X)));
+assert MAP_FIXED + NWR * (SLOT_WR + SLOT_X) <= VMEM_BUDGET,
     "the K3 VMEM map does not fit VMEM_BUDGET even with a 4-slot weight ring (mkemu asm --stats lists the buffers)";

@@ -4,7 +4,11 @@ Tensor i of the spec table is drawn from its own generator,
 `np.random.default_rng([seed, i])`, so one tensor can be regenerated alone and the
 same seed gives the same bits on every machine (numpy's PCG64 and its float32
 normal sampler are platform-independent). Every value is rounded to bf16 and held
-as float32, so any tensor may be stored as bf16 without loss. The scales keep
+as float32, so any tensor may be stored as bf16 without loss. With MXFP4 experts
+(`expert_dtype = "mxfp4"`) the routed experts are then quantised to MXFP4 and decoded
+back (`mxfp4_exact`: blocks of 32 along K, the second-to-last axis), so they hold
+exactly what the matrix unit decodes from their MXFP4 storage, still bf16 values, and
+the reference computes with those. The scales keep
 activations and logits in a sensible range over many decode steps (tested in
 tests/programs/test_k3_reference.py); the rules are in docs/k3.md.
 """
@@ -22,14 +26,28 @@ from mkemu.isa import numerics
 
 from .config import ModelConfig, TensorSpec, param_counts, tensor_specs
 
-__all__ = ["MAX_GENERATED_PARAMS", "Bf16Tensor", "check_weights", "generate_weight_bits", "generate_weights"]
+__all__ = ["MAX_GENERATED_PARAMS", "Bf16Tensor", "check_weights", "generate_weight_bits", "generate_weights",
+           "mxfp4_exact"]
 
 # Above this many elements (4 GiB of float32) weights are not generated: such a
 # config (k3-full) is for timing-only runs.
 MAX_GENERATED_PARAMS = 1 << 30
 
 
-def _draw(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator) -> np.ndarray:
+def mxfp4_exact(x: np.ndarray) -> np.ndarray:
+    """The MXFP4 values nearest `x` [..., K, N] (numerics.mxfp4_encode, blocks of 32 along
+    K), decoded: storing them as MXFP4 is lossless, and each is a bf16 value."""
+    mats = np.asarray(x, np.float32).reshape(-1, *x.shape[-2:])
+    out = np.stack([numerics.mxfp4_decode(*numerics.mxfp4_encode(m)) for m in mats])
+    return out.reshape(x.shape)
+
+
+def _draw(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator, expert_dtype: str) -> np.ndarray:
+    x = _draw_bf16(spec, cfg, rng)
+    return mxfp4_exact(x) if spec.routed and expert_dtype == "mxfp4" else x
+
+
+def _draw_bf16(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator) -> np.ndarray:
     normal = lambda: rng.standard_normal(spec.shape, dtype=np.float32)  # noqa: E731
     if spec.init == "embed":
         x = normal()
@@ -57,11 +75,13 @@ def _draw(spec: TensorSpec, cfg: ModelConfig, rng: np.random.Generator) -> np.nd
     return numerics.bf16_round(np.asarray(x, dtype=np.float32))
 
 
-def generate_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """All weights of `cfg` as {name: float32 array of bf16 values}, in spec order."""
+def generate_weights(cfg: ModelConfig, seed: int = 0, expert_dtype: str | None = None) -> dict[str, np.ndarray]:
+    """All weights of `cfg` as {name: float32 array of bf16 values}, in spec order; the
+    routed experts MXFP4 values when `expert_dtype` (default: the config's) is "mxfp4"."""
     _check_request(cfg, seed)
+    expert_dtype = expert_dtype or cfg.expert_dtype
     return {
-        spec.name: _draw(spec, cfg, np.random.default_rng([seed, i]))
+        spec.name: _draw(spec, cfg, np.random.default_rng([seed, i]), expert_dtype)
         for i, spec in enumerate(tensor_specs(cfg))
     }
 
@@ -76,7 +96,7 @@ def _check_request(cfg: ModelConfig, seed: int) -> None:
             "weights are generated for; it is for timing-only runs", key="model")
 
 
-def generate_weight_bits(cfg: ModelConfig, seed: int = 0) -> dict[str, "Bf16Tensor"]:
+def generate_weight_bits(cfg: ModelConfig, seed: int = 0, expert_dtype: str | None = None) -> dict[str, "Bf16Tensor"]:
     """The same weights as `generate_weights`, held as bf16 bits: half the memory.
 
     Each tensor is drawn, rounded and converted on its own, so the float32 copies of
@@ -84,9 +104,10 @@ def generate_weight_bits(cfg: ModelConfig, seed: int = 0) -> dict[str, "Bf16Tens
     arrays of exactly the values `generate_weights` gives."""
     _check_request(cfg, seed)
     specs = tensor_specs(cfg)
+    expert_dtype = expert_dtype or cfg.expert_dtype
 
     def bits(i: int) -> np.ndarray:
-        return numerics.f32_to_bf16_bits(_draw(specs[i], cfg, np.random.default_rng([seed, i])))
+        return numerics.f32_to_bf16_bits(_draw(specs[i], cfg, np.random.default_rng([seed, i]), expert_dtype))
 
     # Every tensor has its own generator, so drawing them on threads (numpy's samplers
     # release the GIL) gives the same bits in any order.

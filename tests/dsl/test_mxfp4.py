@@ -334,3 +334,87 @@ def test_struct_members_shared_slots_and_generics_of_mxfp4():
     W = held(w)
     same(mm(x, W), run.outputs["y@0"])
     same(mm(x, W[:, 256:]) * np.float32(2.0), run.outputs["y2@0"])
+
+
+# A param chooses the dtype of weights (a struct member's included) through a dtype
+# const, and a ring that only MXFP4 weights need is an absent member (count 0) with
+# bf16 weights: the program's bf16 form has exactly the buffers it had without it.
+CHOSEN = """\
+param MX = 0 in {0, 1} "weights stored as MXFP4";
+const WT = select(MX == 1, mxfp4, bf16);
+const NX = select(MX == 1, 2, 0);
+param K = 128;
+param N = 256;
+struct Ws { w: hbm WT[K, N]; }
+struct Ring {
+    b: vmem bf16[2][K, 128];
+    bs: sem[2];
+    x: vmem mxfp4[NX][K, 128];
+    xs: sem[NX];
+}
+assert vmem_bytes(Ring) == 2 * K * 256 + NX * (K * 64 + K / 32 * 128), "an absent member takes no VMEM";
+kernel k(ws: Ws, x: hbm bf16[8, K], y: hbm f32[8, N]) {
+    vmem xv: bf16[8, K];
+    sem s;
+    let r = Ring();
+    start copy(x, xv, s);
+    wait copy(x, xv, s);
+    if MX == 1 {
+        pipeline j in 0..N / 128 {
+            input wt = ws.w[:, j * 128 +: 128] via r.x, r.xs;
+            output yt = y[:, j * 128 +: 128];
+            yt = matmul(xv, wt);
+        }
+    } else {
+        pipeline j in 0..N / 128 {
+            input wt = ws.w[:, j * 128 +: 128] via r.b, r.bs;
+            output yt = y[:, j * 128 +: 128];
+            yt = matmul(xv, wt);
+        }
+    }
+}
+host {
+    input ws: Ws;
+    input x: bf16[8, K];
+    output y: f32[8, N];
+    launch k(ws, x, y);
+}
+"""
+
+
+@pytest.mark.parametrize("mx", [0, 1])
+def test_a_dtype_const_chooses_a_member_dtype_and_absent_members_take_nothing(mx):
+    rng = np.random.default_rng(3)
+    w = nx.bf16_round(rng.standard_normal((128, 256)).astype(np.float32))
+    x = nx.bf16_round(rng.standard_normal((8, 128)).astype(np.float32))
+    run = mkemu.compile_source(CHOSEN, "chosen.mk", hw="test", mesh="1", params={"MX": mx})(w=w, x=x)
+    same(mm(x, held(w) if mx else w), run.outputs["y@0"])
+
+
+DTYPE_CONST_ERRORS = {
+    'a param names a dtype': ('param T = mxfp4;\n',
+        "prog.mk:1:11: error: param 'T' must be an integer (params are set from outside as integers); name a dtype "
+        "with a const chosen by a param: const T = select(P == 1, mxfp4, bf16);\n"
+        "  param T = mxfp4;\n"
+        "            ^^^^^"),
+    'a choice that is not a dtype': ('const T = select(true, mxfp4, 3);\nkernel k(w: hbm T[32, 2]) { }\n',
+        "prog.mk:1:31: error: both choices of a dtype select(...) must be dtypes (bf16, f32, i32, mxfp4) or consts "
+        "that name one\n"
+        "  const T = select(true, mxfp4, 3);\n"
+        "                                ^"),
+    'a dtype used as a value': ('const T = bf16;\nconst N = T + 1;\n',
+        "prog.mk:2:11: error: 'T' names a dtype (bf16), not a value: use it as the dtype of a buffer (T[...])\n"
+        "  const N = T + 1;\n"
+        "            ^"),
+    'an absent member named': ('struct R { x: vmem bf16[0][8, 128]; }\nkernel k() { let r = R(); r.x[0] = 0.0; }\n',
+        "prog.mk:2:29: error: member 'x' of struct 'R' has a count of 0 here: it is absent (only code that a "
+        "compile-time condition leaves out may name it)\n"
+        "  kernel k() { let r = R(); r.x[0] = 0.0; }\n"
+        "                              ^"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DTYPE_CONST_ERRORS))
+def test_dtype_consts_and_absent_members_errors(case, tmp_path, monkeypatch):
+    source, expected = DTYPE_CONST_ERRORS[case]
+    assert errors(source, tmp_path, monkeypatch) == expected

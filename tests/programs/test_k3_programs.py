@@ -97,18 +97,13 @@ def test_k3_full_fits_the_profile_on_4x2x2(program, batch, scheme):
         assert [(b.slots, b.shape) for b in ring] == [(6, (7168, 128))] * 2
 
 
-# The routed-expert arrays, bf16 in the programs until the language has an mxfp4 dtype: the
-# HBM need with them in MXFP4 (what k3-full stores) is laid out by the same function the
-# compiler uses, with only their dtype changed.
-EXPERT_ARRAYS = ("moe_w1", "moe_w3", "moe_w2")
-
-
 def hbm_need_bytes(buffers, expert_dtype: str) -> int:
     """What the emulator's out-of-memory check compares with the profile (Program.hbm_bytes)
-    for these buffers, with the routed experts stored as `expert_dtype`."""
+    for these buffers, with the routed experts stored as `expert_dtype` instead."""
     from mkemu.isa.program import Program, layout_buffers
 
-    specs = [(b.name, expert_dtype if b.name in EXPERT_ARRAYS else b.dtype, b.shape, b.kind) for b in buffers]
+    specs = [(b.name, expert_dtype if b.name in ("moe_w1", "moe_w3", "moe_w2") else b.dtype, b.shape, b.kind)
+             for b in buffers]
     return Program(kernels={}, launches=(), buffers=layout_buffers(specs)).hbm_bytes
 
 
@@ -117,8 +112,9 @@ def hbm_need_bytes(buffers, expert_dtype: str) -> int:
 @pytest.mark.parametrize("scheme", [0, 1])
 def test_k3_full_fits_hbm_on_4x2x2(program, batch, scheme):
     """k3-full on 16 chips of tpu-v7-like: each chip's HBM holds its 56 experts per layer
-    (expert homes) and its 6 of 96 KDA heads' projection columns (head shards), the rest
-    whole; with MXFP4 experts the program's HBM need fits the chip's 192 GiB."""
+    (expert homes), stored as MXFP4 (k3-full's expert_dtype), and its 6 of 96 KDA heads'
+    projection columns (head shards), the rest whole: the program's HBM need fits the
+    chip's 192 GiB (with bf16 experts it would not)."""
     from mkemu.dsl.compiler import compile_program
     from mkemu.dsl.frontend import load_program
     from mkemu.emulator.topology import Mesh
@@ -132,15 +128,70 @@ def test_k3_full_fits_hbm_on_4x2x2(program, batch, scheme):
                            machine_info(profile, Mesh((4, 2, 2))))
     params["SCHEME"] = scheme
     compiled = compile_program(load_program(program, params), profile)
-    shapes = {b.name: b.shape for b in compiled.buffers}
-    assert shapes["moe_w1"] == (92 * 56, 3584, 3072)           # 896 experts / 32 cores * 2 cores a chip
-    assert shapes["kda_wq"] == (69, 7168, 6 * 128) and shapes["kda_wo"] == (69, 6 * 128, 7168)
-    assert shapes["embed"] == (163840, 7168)                   # everything else whole on every chip
-    bf16, mxfp4 = hbm_need_bytes(compiled.buffers, "bf16"), hbm_need_bytes(compiled.buffers, "mxfp4")
-    assert bf16 == compiled.hbm_bytes
-    print(f"{program} batch {batch} scheme {scheme}: HBM need per chip {bf16 / 2**30:.2f} GiB with bf16 "
-          f"experts, {mxfp4 / 2**30:.2f} GiB with MXFP4 experts, of {profile.hbm_bytes / 2**30:.0f} GiB")
-    assert mxfp4 <= profile.hbm_bytes
+    arrays = {b.name: (b.dtype, b.shape) for b in compiled.buffers}
+    assert arrays["moe_w1"] == ("mxfp4", (92 * 56, 3584, 3072))   # 896 experts / 32 cores * 2 cores a chip
+    assert arrays["moe_shared_w1"][0] == "bf16"
+    assert arrays["kda_wq"][1] == (69, 7168, 6 * 128) and arrays["kda_wo"][1] == (69, 6 * 128, 7168)
+    assert arrays["embed"][1] == (163840, 7168)                    # everything else whole on every chip
+    bf16 = hbm_need_bytes(compiled.buffers, "bf16")
+    print(f"{program} batch {batch} scheme {scheme}: HBM need per chip {compiled.hbm_bytes / 2**30:.2f} GiB "
+          f"with MXFP4 experts ({bf16 / 2**30:.2f} GiB with bf16), of {profile.hbm_bytes / 2**30:.0f} GiB")
+    assert compiled.hbm_bytes <= profile.hbm_bytes < bf16
+
+
+# MXFP4 routed experts (expert_dtype = "mxfp4", or --set EXPERT_MX=1): the weights are
+# MXFP4 values, the programs stream them as MXFP4 and multiply with mxu.ldw.mx, and every
+# step's logits are still the reference's bits.
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("scheme", [0, 1])
+def test_k3_tiny_mxfp4_experts_bit_exact(capsys, program, scheme):
+    code, report = run_json(capsys, program, "--model", "k3-tiny", "--mesh", "2x2x2", "--batch", "8",
+                            "--prompt-len", "2", "--steps", "2", "--set", f"SCHEME={scheme}", "--set", "EXPERT_MX=1")
+    assert code == 0, report["mismatch"]
+    assert report["bit_exact"] is True
+
+
+def test_k3_full_code_paths_with_mxfp4_experts_bit_exact_at_k3_mini(capsys, tmp_path):
+    """k3-full's paths (split experts, expert homes, ...) with MXFP4 experts, chosen by a
+    model file's expert_dtype."""
+    from mkemu.programs.k3.config import _configs_dir
+
+    text = _configs_dir().joinpath("k3-mini.toml").read_text()
+    (tmp_path / "k3-mini-mx.toml").write_text(text.replace('name = "k3-mini"', 'name = "k3-mini-mx"')
+                                              + 'expert_dtype = "mxfp4"\n')
+    code, report = run_json(capsys, "programs/k3_megakernel.mk", "--model", str(tmp_path / "k3-mini-mx.toml"),
+                            "--mesh", "2x2x2", "--batch", "8", "--prompt-len", "1", "--steps", "1", *FULL_PATHS)
+    assert code == 0, report["mismatch"]
+    assert report["bit_exact"] is True
+
+
+def test_mxfp4_expert_weights_are_exact_and_the_rest_unchanged():
+    from mkemu.isa import numerics as nx
+    from mkemu.programs.k3.config import load_config
+    from mkemu.programs.k3.weights import generate_weights
+
+    cfg = load_config("k3-tiny")
+    bf16, mx = generate_weights(cfg), generate_weights(cfg, expert_dtype="mxfp4")
+    for name in bf16:
+        if name in ("moe_w1", "moe_w3", "moe_w2"):
+            w = mx[name]
+            assert not np.array_equal(w, bf16[name])
+            stored = nx.mxfp4_from_bytes(nx.mxfp4_to_bytes(w), w.shape)      # MXFP4 storage is lossless
+            assert np.array_equal(stored.view(np.uint32), w.view(np.uint32))
+            assert np.array_equal(nx.bf16_round(w), w)
+        else:
+            assert np.array_equal(mx[name], bf16[name])
+
+
+def test_expert_dtype_is_validated():
+    from mkemu import ConfigError
+    from mkemu.programs.k3.config import config_from_dict, load_config
+    import attrs
+
+    raw = attrs.asdict(load_config("k3-tiny"))
+    with pytest.raises(ConfigError, match="expected one of 'bf16', 'mxfp4'"):
+        config_from_dict({**raw, "expert_dtype": "fp8"})
+    assert load_config("k3-full").expert_dtype == "mxfp4" and load_config("k3-mini").expert_dtype == "bf16"
 
 
 def test_same_run_same_bits_and_cycles(capsys):
