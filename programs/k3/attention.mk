@@ -131,7 +131,7 @@ fn kda_tasks(st: K3State, ai: i32, sl: i32, me: i32, a: AttnBufs) {
             kda_qkv_act(qa, ka, va, RB);
             kda_decay(a.pr[r0 +: RB, c + 3 * HD +: HD], a.kad[k], RB);
             for b in 0..RB {
-                kda_update(a.kS[k * RB + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
+                kda_update(a.kS[k * RB + b], a.kS[k * RB + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
                            a.pr[r0 + b +: 1, c + 3 * HD +: HD], bl[r0 + b +: 1, :], h, a.oh[t][b:b + 1, :]);
                 start copy(a.kS[k * RB + b], st.kda_state[(ai * BATCH + r0 + b) * HEADS + h], a.stw);
             }
@@ -181,9 +181,8 @@ fn kda_tasks_spec(st: K3State, ai: i32, sl: i32, me: i32, a: AttnBufs) {
                 kda_qkv_act(qa, ka, va, BATCH);
                 kda_decay(a.pr[:, c + 3 * HD +: HD], a.kad[k], BATCH);
                 for b in 0..BATCH {
-                    kda_update_from(a.kS[k * BATCH + max(b - 1, 0)], a.kS[k * BATCH + b], qa[b:b + 1, :],
-                                    ka[b:b + 1, :], va[b:b + 1, :], a.pr[b +: 1, c + 3 * HD +: HD], bl[b +: 1, :], h,
-                                    a.oh[t][b:b + 1, :]);
+                    kda_update(a.kS[k * BATCH + max(b - 1, 0)], a.kS[k * BATCH + b], qa[b:b + 1, :], ka[b:b + 1, :],
+                               va[b:b + 1, :], a.pr[b +: 1, c + 3 * HD +: HD], bl[b +: 1, :], h, a.oh[t][b:b + 1, :]);
                     start copy(a.kS[k * BATCH + b], st.kda_state[(ai * BATCH + b) * HEADS + h], a.stw);
                 }
                 kda_out(a.oh[t], a.kon[sl], a.pr[:, c + 4 * HD +: HD], a.oh[t], BATCH);

@@ -148,7 +148,8 @@ def drive(session, options: dict) -> dict:
         if name in buffers:
             session.write(name, array)
     session.write("layer_plan", _layer_plan(cfg))
-    session.write("spec_base", np.zeros(1, np.int32))
+    if "spec_base" in buffers:
+        session.write("spec_base", np.zeros(1, np.int32))
     record = timing.RoutingRecord(cfg.name, batch, session.info.cores) if opts.get("record_routing") else None
 
     rng = np.random.default_rng([seed, 1])

@@ -114,18 +114,13 @@ fn kda_decay(g: vmem f32[r, 128], ad: vmem bf16[2, 128], r: i32) {
 }
 
 // One row of one head: S <- S * exp(g)[:, None]; kS = tsum_K(k * S); S <- S + k (beta (v - kS));
-// o = tsum_K(q * S). S is [K, V] float32; beta = brow[hh] (brow already sigmoided).
-// Three passes over S: S * exp(g) is formed twice, with the same bits both times.
-fn kda_update(S: vmem f32[128, 128], q: vmem f32[1, 128], k: vmem f32[1, 128], v: vmem f32[1, 128],
-              g: vmem f32[1, 128], brow: vmem f32[1, 128], hh: i32, o: vmem f32[1, 128]) {
-    kda_update_from(S, S, q, k, v, g, brow, hh, o);
-}
-
-// The same step reading the state before it from S0 and leaving the state after it in S
-// (verify rows keep each row's state: docs/k3_programs.md, "Speculative decoding").
-fn kda_update_from(S0: vmem f32[128, 128], S: vmem f32[128, 128], q: vmem f32[1, 128], k: vmem f32[1, 128],
-                   v: vmem f32[1, 128], g: vmem f32[1, 128], brow: vmem f32[1, 128], hh: i32,
-                   o: vmem f32[1, 128]) {
+// o = tsum_K(q * S). S is [K, V] float32; beta = brow[hh] (brow already sigmoided). The state
+// before the row is read from S0 and the state after it left in S: the same buffer to update
+// in place; verify rows keep every row's state, so they pass the row before's state as S0
+// (docs/k3_programs.md, "Speculative decoding"). Three passes over the state: S0 * exp(g) is
+// formed twice, with the same bits both times.
+fn kda_update(S0: vmem f32[128, 128], S: vmem f32[128, 128], q: vmem f32[1, 128], k: vmem f32[1, 128],
+              v: vmem f32[1, 128], g: vmem f32[1, 128], brow: vmem f32[1, 128], hh: i32, o: vmem f32[1, 128]) {
     vmem kc: f32[128, 1];
     vmem eg: f32[128, 1];
     vmem d: f32[1, 128];

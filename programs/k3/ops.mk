@@ -330,7 +330,7 @@ kernel kda_update_state(qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f3
             wait 5 * copy(qn[:, c +: HD], a[0], s);
             wait BATCH * copy(st.kda_state[0], sv[0], s);
             for b in 0..BATCH {
-                kda_update(sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
+                kda_update(sv[b], sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
                            a[4][b:b + 1, :], h, ov[b:b + 1, :]);
                 start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
             }
@@ -366,8 +366,8 @@ kernel kda_update_spec(qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f32
             wait 5 * copy(qn[:, c +: HD], a[0], s);
             wait copy(st.kda_state[0], sv[0], s);
             for b in 0..BATCH {
-                kda_update_from(sv[max(b - 1, 0)], sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :],
-                                a[3][b:b + 1, :], a[4][b:b + 1, :], h, ov[b:b + 1, :]);
+                kda_update(sv[max(b - 1, 0)], sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :],
+                           a[3][b:b + 1, :], a[4][b:b + 1, :], h, ov[b:b + 1, :]);
                 start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
             }
             start copy(ov, ocore[:, c +: HD], s);
