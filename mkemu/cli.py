@@ -202,6 +202,12 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
                         "(default 0: uniform)")
     g.add_argument("--record-routing", metavar="FILE", help="data run: write the router's choices (and "
                    "the tokens) of every step to FILE, for --timing-only --routing FILE")
+    g.add_argument("--spec-rows", type=int, metavar="R",
+                   help="speculative decoding: every step verifies R = 1 + drafts consecutive positions of one "
+                        "sequence (1..8, needs --batch 1) and accepts the longest right prefix of drafts plus one")
+    g.add_argument("--accept", type=int, metavar="L",
+                   help="with --spec-rows: tokens accepted per verify step, 1..R (the drafter is right for L - 1 "
+                        "drafts; default: a seeded draw, uniform in 1..R, per step)")
 
 
 def _params(items: list[str]) -> dict[str, int]:
@@ -229,7 +235,7 @@ def _options(args):
                    batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
                    check_layers=args.check_layers, dump=getattr(args, "dump", None),
                    timing_only=args.timing_only, routing=args.routing, routing_skew=args.routing_skew,
-                   record_routing=args.record_routing)
+                   record_routing=args.record_routing, spec_rows=args.spec_rows, accept=args.accept)
 
 
 class _Progress:

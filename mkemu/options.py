@@ -21,7 +21,7 @@ from mkemu.isa.hardware import DEFAULT_PROFILE
 DRIVER_FIELDS = (("model", "--model"), ("batch", "--batch"), ("prompt_len", "--prompt-len"),
                  ("steps", "--steps"), ("check_layers", "--check-layers"), ("dump", "--dump"),
                  ("timing_only", "--timing-only"), ("routing", "--routing"), ("routing_skew", "--routing-skew"),
-                 ("record_routing", "--record-routing"))
+                 ("record_routing", "--record-routing"), ("spec_rows", "--spec-rows"), ("accept", "--accept"))
 
 # Driver options a plain program takes too (a plain timing-only run reads no data back).
 PLAIN_TOO = ("timing_only",)
@@ -101,7 +101,9 @@ class Options:
     apply to programs whose reference is a driver, e.g. the K3 programs; `timing_only`
     computes nothing and charges every cycle (the driver supplies the router's choices:
     `routing` replays a file `record_routing` wrote in a data run, else a seeded
-    synthetic draw with popularity skew `routing_skew`)."""
+    synthetic draw with popularity skew `routing_skew`); `spec_rows` R makes every step a
+    speculative-decoding verify step of R rows of one sequence, `accept` fixes how many
+    tokens each step accepts (else a seeded draw)."""
 
     hw: str = attrs.field(default=DEFAULT_PROFILE)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
@@ -124,6 +126,8 @@ class Options:
     routing: str | None = attrs.field(default=None, validator=_optional_str)
     routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
     record_routing: str | None = attrs.field(default=None, validator=_optional_str)
+    spec_rows: int | None = attrs.field(default=None, validator=_int(optional=True))
+    accept: int | None = attrs.field(default=None, validator=_int(optional=True))
 
     @hw.validator
     def _hw(self, attribute, value):

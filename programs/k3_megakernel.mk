@@ -63,6 +63,11 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
     wait copy(io.tokens, tok, dbg);
     wait copy(io.pos, posv, dbg);
     let p0 = posv[0];
+    if SPECR {
+        sem sbw;
+        start copy(io.spec_base, a.sb, sbw);
+        wait copy(io.spec_base, a.sb, sbw);
+    }
     for b in 0..BATCH {
         start copy(w.embed[tok[b]], ebuf[b:b + 1, :], dbg);
     }

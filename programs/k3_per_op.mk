@@ -132,9 +132,17 @@ host {
                 launch proj(xn, w.kda_wog[ai], a_og);
             }
             launch gather(a_beta);
-            launch kda_conv(a_q, a_k, a_v, w, st, ai, a_qn, a_kn, a_vn);
+            if SPECR {
+                launch kda_conv_spec(a_q, a_k, a_v, w, st, io, ai, a_qn, a_kn, a_vn);
+            } else {
+                launch kda_conv(a_q, a_k, a_v, w, st, ai, a_qn, a_kn, a_vn);
+            }
             launch kda_gate(a_g, a_beta, w, ai, a_gd, a_bs);
-            launch kda_update_state(a_qn, a_kn, a_vn, a_gd, a_bs, st, ai, a_core);
+            if SPECR {
+                launch kda_update_spec(a_qn, a_kn, a_vn, a_gd, a_bs, st, io, ai, a_core);
+            } else {
+                launch kda_update_state(a_qn, a_kn, a_vn, a_gd, a_bs, st, ai, a_core);
+            }
             launch kda_output(a_core, a_og, w, ai, a_o);
             if KSH {
                 launch head_part(a_o, w.kda_wo[ai], a_parts);

@@ -80,6 +80,11 @@ kernel attn_block(w: K3Weights, io: K3Io, st: K3State, o: K3Out, hs: hbm f32[BAT
     let me = global_core(chip_id(), core_id());
     net.sent[0] = 0;
     block_start(l, io, w.attn_norm, hs, k);
+    if SPECR {
+        sem sbw;
+        start copy(io.spec_base, a.sb, sbw);
+        wait copy(io.spec_base, a.sb, sbw);
+    }
     let ak = k.pl[0, 0];
     let ai = k.pl[0, 1];
     attn_prefetch(w, st, ak, ai, me, k.xb, a, r, c, 0, net, a.wa[0]);

@@ -43,6 +43,7 @@ struct AttnBufs {
     crs: sem[2];
     wa: sem[2];                                  // side fetches of slot set sl
     stw: sem;                                    // state and cache write-backs
+    sb: smem i32[1];                             // SPEC: spec_base (K3Io), loaded by the kernel first
 }
 
 // ------------------------------------------------------------------------------ KDA
@@ -101,8 +102,10 @@ fn kda_side(mode: i32, w: K3Weights, st: K3State, ai: i32, sl: i32, me: i32, a: 
             cp1(mode, w.kda_a_log[ai, h * HD +: HD], a.kad[k][0:1, :], s);
             cp1(mode, w.kda_dt_bias[ai, h * HD +: HD], a.kad[k][1:2, :], s);
             cp(mode, st.conv_state[ai, g * 9 * RB +: 9 * RB, h * HD +: HD], a.kC[k], s);
-            for bl in 0..RB {
-                cp(mode, st.kda_state[(ai * BATCH + g * RB + bl) * HEADS + h], a.kS[k * RB + bl], s);
+            // Verify rows start from one state: the last accepted row's of the previous step.
+            for bl in 0..select(SPECR, 1, RB) {
+                cp(mode, st.kda_state[(ai * BATCH + select(SPECR, a.sb[0], g * RB + bl)) * HEADS + h],
+                   a.kS[k * RB + bl], s);
             }
         }
     }
@@ -134,11 +137,62 @@ fn kda_tasks(st: K3State, ai: i32, sl: i32, me: i32, a: AttnBufs) {
             kda_qkv_act(qa, ka, va, RB);
             kda_decay(a.pr[r0 +: RB, c + 3 * HD +: HD], a.kad[k], RB);
             for b in 0..RB {
-                kda_update(a.kS[k * RB + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
+                kda_update(a.kS[k * RB + b], a.kS[k * RB + b], qa[b:b + 1, :], ka[b:b + 1, :], va[b:b + 1, :],
                            a.pr[r0 + b +: 1, c + 3 * HD +: HD], bl[r0 + b +: 1, :], h, a.oh[t][b:b + 1, :]);
                 start copy(a.kS[k * RB + b], st.kda_state[(ai * BATCH + r0 + b) * HEADS + h], a.stw);
             }
             kda_out(a.oh[t][0:RB, :], a.kon[sl], a.pr[r0 +: RB, c + 4 * HD +: HD], a.oh[t][0:RB, :], RB);
+        }
+    }
+}
+
+// kda_tasks for verify rows (SPEC; one task per head, RB = BATCH): the rows go through the
+// head's recurrence in order. The conv runs over [the history of the last accepted row |
+// the rows' inputs] (conv4_seq); the history after every row and the state after every
+// row are kept, in row r's slot of conv_state and kda_state, so that the next step can
+// start from its last accepted row (spec_base) and a rejected row leaves nothing that is
+// read again (docs/k3_programs.md, "Speculative decoding").
+fn kda_tasks_spec(st: K3State, ai: i32, sl: i32, me: i32, a: AttnBufs) {
+    if SPECR {       // (compiled only for verify rows: the slices below assume RB = BATCH)
+        vmem ext: f32[3][3 + BATCH, HD];
+        vmem qa: f32[BATCH, HD];
+        vmem ka: f32[BATCH, HD];
+        vmem va: f32[BATCH, HD];
+        vmem bl: f32[BATCH, HD];
+        let base = a.sb[0];
+        if me < NKT {
+            bl = sigmoid(a.pr[:, 5 * NTL * HD +: HD]);
+        }
+        for t in 0..NTL {
+            let task = me + t * NCORES;
+            if task < NKT {
+                let h = task % HEADS;
+                let k = sl * NTL + t;
+                let c = 5 * t * HD;
+                for n in 0..3 {
+                    for j in 0..3 {
+                        ext[n][j:j + 1, :] = a.kC[k][(n * 3 + j) * BATCH + base +: 1, :];
+                    }
+                    ext[n][3:3 + BATCH, :] = a.pr[:, c + n * HD +: HD];
+                }
+                conv4_seq(ext[0], a.kcw[k][0:CONVK, :], qa, BATCH);
+                conv4_seq(ext[1], a.kcw[k][CONVK:2 * CONVK, :], ka, BATCH);
+                conv4_seq(ext[2], a.kcw[k][2 * CONVK:3 * CONVK, :], va, BATCH);
+                for n in 0..3 {
+                    for j in 0..3 {
+                        a.kC[k][(n * 3 + j) * BATCH +: BATCH, :] = ext[n][j + 1 +: BATCH, :];
+                    }
+                }
+                start copy(a.kC[k], st.conv_state[ai, 0:9 * BATCH, h * HD +: HD], a.stw);
+                kda_qkv_act(qa, ka, va, BATCH);
+                kda_decay(a.pr[:, c + 3 * HD +: HD], a.kad[k], BATCH);
+                for b in 0..BATCH {
+                    kda_update(a.kS[k * BATCH + max(b - 1, 0)], a.kS[k * BATCH + b], qa[b:b + 1, :], ka[b:b + 1, :],
+                               va[b:b + 1, :], a.pr[b +: 1, c + 3 * HD +: HD], bl[b +: 1, :], h, a.oh[t][b:b + 1, :]);
+                    start copy(a.kS[k * BATCH + b], st.kda_state[(ai * BATCH + b) * HEADS + h], a.stw);
+                }
+                kda_out(a.oh[t], a.kon[sl], a.pr[:, c + 4 * HD +: HD], a.oh[t], BATCH);
+            }
         }
     }
 }
@@ -182,22 +236,37 @@ fn mla_uq(part: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, r: Ri
 
 // The sequences' caches, one at a time through the cache ring: write the new latent at
 // pos, then for this core's heads (rows of one matmul) the probabilities over positions
-// 0..pos and the context p . cache.
+// 0..pos and the context p . cache. Verify rows (SPEC): one sequence; its BATCH new rows
+// go in at pos .. pos + BATCH - 1 and the matmul's rows are (head, row) pairs, row r
+// seeing positions up to pos + r (mla_probs).
 fn mla_cache_rows(part: i32, st: K3State, mi: i32, me: i32, pos: i32, a: AttnBufs, r: Rings) {
-    vmem qs: bf16[NHL, KVRANK];
-    vmem p: f32[NHL, MAXSEQ];
-    vmem cx: f32[NHL, KVRANK];
-    let copy0 = (mi * CORES_PER_CHIP + core_id()) * BATCH;
-    pipeline b in 0..select(me < HEADS, BATCH, 0) part part {
+    vmem qs: bf16[NHL * (BATCH / NSEQ), KVRANK];
+    vmem p: f32[NHL * (BATCH / NSEQ), MAXSEQ];
+    vmem cx: f32[NHL * (BATCH / NSEQ), KVRANK];
+    let copy0 = (mi * CORES_PER_CHIP + core_id()) * NSEQ;
+    pipeline b in 0..select(me < HEADS, NSEQ, 0) part part {
         input cb = st.mla_cache[copy0 + b] via a.cr, a.crs;
-        cb[pos +: 1, :] = a.ckv[b:b + 1, :];
-        for t in 0..NHL {
-            qs[t:t + 1, :] = a.qt[t][b:b + 1, :];
+        if SPECR {
+            cb[pos +: BATCH, :] = a.ckv;
+            for t in 0..NHL {
+                qs[t * BATCH +: BATCH, :] = a.qt[t];
+            }
+        } else {
+            cb[pos +: 1, :] = a.ckv[b:b + 1, :];
+            for t in 0..NHL {
+                qs[t:t + 1, :] = a.qt[t][b:b + 1, :];
+            }
         }
         mla_probs(qs, cb, pos, p);
         cx = matmul(bf16(p), cb);
-        for t in 0..NHL {
-            a.ctx[t][b:b + 1, :] = cx[t:t + 1, :];
+        if SPECR {
+            for t in 0..NHL {
+                a.ctx[t] = cx[t * BATCH +: BATCH, :];
+            }
+        } else {
+            for t in 0..NHL {
+                a.ctx[t][b:b + 1, :] = cx[t:t + 1, :];
+            }
         }
     }
 }
@@ -294,13 +363,19 @@ fn attn_back(w: K3Weights, st: K3State, kind: i32, ki: i32, me: i32, pos: i32, a
             // The new row goes to HBM only now: the cache tiles read row pos (and overwrite
             // it in VMEM), so an earlier write would race with their reads.
             if me < HEADS {
-                start copy(a.ckv, st.mla_cache[(ki * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pos, :], a.stw);
+                start copy(a.ckv, select(SPECR, st.mla_cache[(ki * CORES_PER_CHIP + core_id()) * NSEQ, pos +: BATCH, :],
+                                         st.mla_cache[(ki * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pos, :]),
+                           a.stw);
             }
             mla_wo(primed, w, ki, ki % 2, me, a, r, c, g, net);
         }
     } else {
         region "kda" {
-            kda_tasks(st, ki, ki % 2, me, a);
+            if SPECR {
+                kda_tasks_spec(st, ki, ki % 2, me, a);
+            } else {
+                kda_tasks(st, ki, ki % 2, me, a);
+            }
             kda_wo(primed, w, ki, me, a, r, c, g, net);
         }
     }

@@ -31,6 +31,7 @@ from .config import param_counts
 from .weights import MAX_GENERATED_PARAMS, generate_weight_bits
 
 COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
+STEP_INPUTS = ("layer_plan", "tokens", "pos", "spec_base")
 DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
 
 
@@ -47,15 +48,48 @@ def params(options: dict, info) -> dict[str, int]:
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
     _check_mode(opts, cfg)
+    rows = _spec_rows(opts, cfg)
+    # Verify rows are the program's BATCH rows of one sequence (SPEC = 1); one row is an
+    # ordinary decode step, the very same program.
+    spec = {} if rows is None or rows == 1 else {"SPEC": 1}
     return {
         "DIM": cfg.dim, "NLAYERS": cfg.n_layers, "NKDA": len(cfg.kda_layers),
         "NMLA": len(cfg.mla_layers), "HEADS": cfg.n_heads, "QRANK": cfg.q_rank,
         "KVRANK": cfg.kv_rank, "DENSE_INTER": cfg.dense_inter, "NEXP": cfg.n_experts,
         "TOPK": cfg.top_k, "NSHARED": cfg.n_shared, "LATENT": cfg.latent_dim,
         "EINTER": cfg.expert_inter, "VOCAB": cfg.vocab, "MAXSEQ": cfg.max_seq,
-        "BATCH": opts["batch"], "NCORES": info.cores, "CORES_PER_CHIP": info.cores_per_chip,
-        "EXPERT_MX": int(cfg.expert_dtype == "mxfp4"),
+        "BATCH": opts["batch"] if rows is None else rows, "NCORES": info.cores,
+        "CORES_PER_CHIP": info.cores_per_chip, "EXPERT_MX": int(cfg.expert_dtype == "mxfp4"), **spec,
     }
+
+
+def _spec_rows(opts: dict, cfg) -> int | None:
+    """--spec-rows R (None without it), checked with the options it combines with."""
+    rows, accept = opts.get("spec_rows"), opts.get("accept")
+    if rows is None:
+        if accept is not None:
+            raise ConfigError("--accept is the acceptance length of speculative decoding: it needs --spec-rows",
+                              key="--accept")
+        return None
+    if not 1 <= rows <= ref.MAX_BATCH:
+        raise ConfigError(f"--spec-rows must be 1..{ref.MAX_BATCH} (one anchor row + up to "
+                          f"{ref.MAX_BATCH - 1} drafts), got {rows}", key="--spec-rows")
+    if opts["batch"] != 1:
+        raise ConfigError(f"--spec-rows verifies {rows} rows of ONE sequence per step (they take the program's "
+                          f"batch rows): it needs --batch 1, got --batch {opts['batch']}", key="--batch")
+    if accept is not None and not 1 <= accept <= rows:
+        raise ConfigError(f"--accept must be 1..{rows} (tokens accepted per verify step of {rows} rows), "
+                          f"got {accept}", key="--accept")
+    for key in ("routing", "record_routing"):
+        if opts.get(key):
+            raise ConfigError(f"--{key.replace('_', '-')} does not record or replay verify steps (their committed "
+                              "rows); run --spec-rows without it", key=f"--{key.replace('_', '-')}")
+    need = opts["prompt_len"] + opts["steps"] + rows - 2
+    if need > cfg.max_seq:
+        raise ConfigError(f"{opts['prompt_len']} prompt + {opts['steps']} generated tokens with {rows} verify rows "
+                          f"need up to {need} positions (a step's rows past the accepted ones still take "
+                          f"positions); {cfg.name} has max_seq {cfg.max_seq}", key="--steps")
+    return rows
 
 
 def _check_mode(opts: dict, cfg) -> None:
@@ -97,6 +131,9 @@ def drive(session, options: dict) -> dict:
     opts = _options(options)
     cfg = load_config(opts["model"])
     _check_mode(opts, cfg)
+    rows = _spec_rows(opts, cfg)
+    if rows is not None:
+        return drive_spec(session, opts, cfg, rows)
     if session.timing_only:
         return drive_timing_only(session, opts, cfg)
     batch, prompt_len = opts["batch"], opts["prompt_len"]
@@ -109,13 +146,15 @@ def drive(session, options: dict) -> dict:
     expert_dtype = "mxfp4" if buffers.get("moe_w1", ("bf16",))[0] == "mxfp4" else "bf16"
     weights = generate_weight_bits(cfg, seed, expert_dtype)
     for name, (dtype, shape, kind) in buffers.items():
-        if kind in ("input", "inout") and name not in weights and name not in ("layer_plan", "tokens", "pos"):
+        if kind in ("input", "inout") and name not in weights and name not in STEP_INPUTS:
             raise ConfigError(f"the program wants an input {name!r} that the K3 driver does not provide "
                               f"(weights are named as in programs/k3/weights.py)", key=name)
     for name, array in weights.items():
         if name in buffers:
             _write_weight(session, name, array, buffers[name][1])
     session.write("layer_plan", _layer_plan(cfg))
+    if "spec_base" in buffers:
+        session.write("spec_base", np.zeros(1, np.int32))
     record = timing.RoutingRecord(cfg.name, batch, session.info.cores) if opts.get("record_routing") else None
 
     rng = np.random.default_rng([seed, 1])
@@ -217,6 +256,121 @@ def drive_timing_only(session, opts: dict, cfg) -> dict:
     report = _with_budget(_report(session, cfg, opts, per_step, [], None), cfg, per_step, session.info)
     report.update(bit_exact=None, mismatch=None, timing_only=True, tokens=None,
                   routing=opts["routing"] if record is not None else f"synthetic, skew {skew:g}")
+    return report
+
+
+def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
+    """Speculative decoding: every step verifies `rows` consecutive positions of one
+    sequence (docs/k3_programs.md, "Speculative decoding").
+
+    A step's rows are the tokens still to be fed (the prompt's, in chunks of `rows`, then
+    the last accepted token, the anchor), followed by drafts. The drafter is the
+    reference's own greedy continuation with a seeded acceptance length L per step
+    (`--accept L`, else uniform in 1..rows from the seed): the first L - 1 drafts are the
+    greedy tokens, the ones after deliberately wrong (a seeded other token). The step
+    accepts the longest prefix of drafts that match the verified greedy tokens plus one,
+    and the next step starts from the state after the last accepted row (`spec_base`
+    names its slot). Data runs check every row's logits bit for bit; timing-only runs take
+    the acceptance from L alone (a right draft always matches, a wrong one never does)."""
+    seed, prompt_len, gen = opts.get("seed", 0), opts["prompt_len"], opts["steps"]
+    timing_only = session.timing_only
+    weights = None
+    buffers = session.buffers()
+    if not timing_only:
+        weights = generate_weight_bits(cfg, seed)
+        for name, array in weights.items():
+            if name in buffers:
+                session.write(name, array)
+    session.write("layer_plan", _layer_plan(cfg))
+    prompt = np.random.default_rng([seed, 1]).integers(0, cfg.vocab, size=(1, prompt_len))
+    accept_rng = np.random.default_rng([seed, 3])
+    wrong_rng = np.random.default_rng([seed, 4])
+    filler_rng = np.random.default_rng([seed, 5])
+    fixed = opts.get("accept")
+    state = None if timing_only else ref.init_state(cfg, 1)
+    remaining = [int(t) for t in prompt[0]]      # tokens of the sequence not fed yet
+    generated, accepted, per_step, ref_logits_all, emu_logits_all = [], [], [], [], []
+    pos = base = 0
+    mismatch = None
+    check_layers = bool(opts.get("check_layers"))
+    progress = opts.get("progress")
+    while len(generated) < gen:
+        forced = min(rows, len(remaining))
+        length = fixed if fixed is not None else int(accept_rng.integers(1, rows + 1))
+        right = min(length - 1, rows - forced)  # drafts the drafter gets right this step
+
+        def draft(r, greedy, forced=forced, right=right):
+            if r - forced < right:
+                return greedy
+            return (greedy + 1 + int(wrong_rng.integers(cfg.vocab - 1))) % cfg.vocab
+
+        if timing_only:
+            tokens = np.array(remaining[:forced] + filler_rng.integers(0, cfg.vocab, rows - forced).tolist())
+        else:
+            trace = {} if check_layers else None
+            before = state
+            expected, states, tokens = ref.verify_step(cfg, weights, state, remaining[:forced], trace=trace,
+                                                       rows=rows, draft=draft)
+        session.write("tokens", tokens.astype(np.int32))
+        session.write("pos", np.array([pos], np.int32))
+        session.write("spec_base", np.array([base], np.int32))
+        if timing_only:
+            session.feed_readbacks(timing.synthetic_routing(cfg, rows, seed, float(opts.get("routing_skew") or 0.0),
+                                                            len(per_step)))
+        figures = session.run()
+        per_step.append(figures)
+        if len(remaining) > rows:               # all prompt: nothing to accept but the rows
+            kept, new = rows, []
+        elif timing_only:
+            kept = forced + right
+            new = filler_rng.integers(0, cfg.vocab, right + 1).tolist()   # (nothing is computed)
+        else:
+            greedy = ref.next_tokens(expected)
+            matched = 0
+            while forced + matched < rows and tokens[forced + matched] == greedy[forced + matched - 1]:
+                matched += 1
+            kept = forced + matched
+            new = [int(t) for t in greedy[forced - 1:kept]]
+        if not timing_only:
+            got = session.read("logits", 0)
+            ref_logits_all.append(expected)
+            emu_logits_all.append(got)
+            bad = _first_difference(expected, got)
+            if check_layers:
+                bad = _layer_difference(session, cfg, trace, buffers) or bad
+            elif bad is not None:
+                trace = {}
+                ref.verify_step(cfg, weights, before, tokens, trace=trace)
+                bad = _layer_difference(session, cfg, trace, buffers) or bad
+            if bad is not None:
+                mismatch = f"step {len(per_step) - 1}: {bad}"
+            state = states[kept - 1]
+        accepted.append(len(new))
+        generated += new
+        remaining = remaining[rows:] if len(remaining) > rows else [new[-1]]
+        pos, base = pos + kept, kept - 1
+        if progress:
+            progress(min(len(generated), gen), gen, figures)
+        if mismatch:
+            break
+    report = _with_budget(_report(session, cfg, opts, per_step, [], mismatch), cfg, per_step, session.info)
+    gen_steps = [i for i, n in enumerate(accepted) if n]
+    gen_us = sum(per_step[i]["cycles"] for i in gen_steps) / session.info.clock_hz * 1e6
+    report.update(
+        spec_rows=rows, batch=1,
+        acceptance=(f"fixed, {fixed} per step" if fixed is not None else f"seeded, uniform 1..{rows} per step")
+        + "; drafter: the reference's greedy continuation, deliberately wrong after the first L - 1 drafts",
+        accepted_per_step=accepted,
+        accepted_tokens_per_step=sum(accepted) / len(gen_steps) if gen_steps else 0.0,
+        accepted_tokens_per_s=sum(accepted) / gen_us * 1e6 if gen_us else 0.0)
+    if timing_only:
+        report.update(bit_exact=None, mismatch=None, timing_only=True, tokens=None,
+                      routing=f"synthetic, skew {float(opts.get('routing_skew') or 0.0):g}")
+    else:
+        report["tokens"] = [generated]
+        if opts.get("dump"):
+            _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
+            report["dump"] = str(opts["dump"])
     return report
 
 
@@ -371,6 +525,13 @@ def render(report: dict) -> str:
         f"kernels launched per step: {report['kernels_per_step']}",
         "time per step, per core: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} us" for k, v in b.items()),
     ]
+    if "spec_rows" in report:
+        lines.append(
+            f"speculative decoding: {report['spec_rows']} rows per verify step; acceptance "
+            f"{report['acceptance']}")
+        lines.append(
+            f"accepted tokens per step: {report['accepted_tokens_per_step']:.2f} "
+            f"(each step: {report['accepted_per_step']}) -> {report['accepted_tokens_per_s']:.0f} accepted tok/s")
     if report.get("timing_only") and "budget" in report:
         lines += timing.render_budget(report["budget"])
     if "wall_s" in report:

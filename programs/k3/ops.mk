@@ -251,6 +251,55 @@ kernel kda_conv(q: hbm f32[BATCH, W], k: hbm f32[BATCH, W], v: hbm f32[BATCH, W]
     }
 }
 
+// kda_conv for verify rows (SPEC, RG = 1): the BATCH rows are consecutive positions of one
+// sequence, so each row's taps are the rows before it (conv4_seq over [the history of
+// spec_base | the rows' inputs]); the history after every row is kept in row r's slot of
+// conv_state, for the next step to start from its last accepted row.
+kernel kda_conv_spec(q: hbm f32[BATCH, W], k: hbm f32[BATCH, W], v: hbm f32[BATCH, W], w: K3Weights, st: K3State,
+                     io: K3Io, ai: i32, qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f32[BATCH, W]) {
+    vmem ext: f32[3][3 + BATCH, HD];
+    vmem y: f32[3][BATCH, HD];
+    vmem cw: bf16[3 * CONVK, HD];
+    vmem hv: f32[9 * BATCH, HD];
+    smem sb: i32[1];
+    sem s;
+    let me = global_core(chip_id(), core_id());
+    region "kda" {
+        start copy(io.spec_base, sb, s);
+        wait copy(io.spec_base, sb, s);
+        let base = sb[0];
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(q[:, c +: HD], ext[0][3:3 + BATCH, :], s);
+            start copy(k[:, c +: HD], ext[1][3:3 + BATCH, :], s);
+            start copy(v[:, c +: HD], ext[2][3:3 + BATCH, :], s);
+            start copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
+            start copy(w.kda_conv_k[ai, :, c +: HD], cw[CONVK:2 * CONVK, :], s);
+            start copy(w.kda_conv_v[ai, :, c +: HD], cw[2 * CONVK:3 * CONVK, :], s);
+            start copy(st.conv_state[ai, :, c +: HD], hv, s);
+            wait 3 * copy(q[:, c +: HD], ext[0][3:3 + BATCH, :], s);
+            wait 3 * copy(w.kda_conv_q[ai, :, c +: HD], cw[0:CONVK, :], s);
+            wait copy(st.conv_state[ai, :, c +: HD], hv, s);
+            for n in 0..3 {
+                for j in 0..3 {
+                    ext[n][j:j + 1, :] = hv[(n * 3 + j) * BATCH + base +: 1, :];
+                }
+                conv4_seq(ext[n], cw[n * CONVK +: CONVK, :], y[n], BATCH);
+                for j in 0..3 {
+                    hv[(n * 3 + j) * BATCH +: BATCH, :] = ext[n][j + 1 +: BATCH, :];
+                }
+            }
+            kda_qkv_act(y[0], y[1], y[2], BATCH);
+            start copy(y[0], qn[:, c +: HD], s);
+            start copy(y[1], kn[:, c +: HD], s);
+            start copy(y[2], vn[:, c +: HD], s);
+            start copy(hv, st.conv_state[ai, :, c +: HD], s);
+            wait 3 * copy(y[0], qn[:, c +: HD], s);
+            wait copy(hv, st.conv_state[ai, :, c +: HD], s);
+        }
+    }
+}
+
 // Gating of this core's heads: decay logits g and sigmoid(beta) (each head's block of
 // bsig holds the sigmoid of the whole beta block; the head reads its own lane).
 kernel kda_gate(graw: hbm f32[BATCH, W], beta: hbm f32[BATCH, 128], w: K3Weights, ai: i32, g: hbm f32[BATCH, W],
@@ -301,8 +350,44 @@ kernel kda_update_state(qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f3
             wait 5 * copy(qn[:, c +: HD], a[0], s);
             wait BATCH * copy(st.kda_state[0], sv[0], s);
             for b in 0..BATCH {
-                kda_update(sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
+                kda_update(sv[b], sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :], a[3][b:b + 1, :],
                            a[4][b:b + 1, :], h, ov[b:b + 1, :]);
+                start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
+            }
+            start copy(ov, ocore[:, c +: HD], s);
+            wait BATCH * copy(sv[0], st.kda_state[0], s);
+            wait copy(ov, ocore[:, c +: HD], s);
+        }
+    }
+}
+
+// kda_update_state for verify rows (SPEC): each head's rows go through its recurrence in
+// order, from the state of spec_base's slot; the state after row r goes to row r's slot.
+kernel kda_update_spec(qn: hbm f32[BATCH, W], kn: hbm f32[BATCH, W], vn: hbm f32[BATCH, W],
+                       g: hbm f32[BATCH, W], bsig: hbm f32[BATCH, W], st: K3State, io: K3Io, ai: i32,
+                       ocore: hbm f32[BATCH, W]) {
+    vmem a: f32[5][BATCH, HD];
+    vmem sv: f32[BATCH][HD, HD];
+    vmem ov: f32[BATCH, HD];
+    smem sb: i32[1];
+    sem s;
+    let me = global_core(chip_id(), core_id());
+    region "kda" {
+        start copy(io.spec_base, sb, s);
+        wait copy(io.spec_base, sb, s);
+        for h in me..HEADS step NCORES {
+            let c = h * HD;
+            start copy(qn[:, c +: HD], a[0], s);
+            start copy(kn[:, c +: HD], a[1], s);
+            start copy(vn[:, c +: HD], a[2], s);
+            start copy(g[:, c +: HD], a[3], s);
+            start copy(bsig[:, c +: HD], a[4], s);
+            start copy(st.kda_state[(ai * BATCH + sb[0]) * HEADS + h], sv[0], s);
+            wait 5 * copy(qn[:, c +: HD], a[0], s);
+            wait copy(st.kda_state[0], sv[0], s);
+            for b in 0..BATCH {
+                kda_update(sv[max(b - 1, 0)], sv[b], a[0][b:b + 1, :], a[1][b:b + 1, :], a[2][b:b + 1, :],
+                           a[3][b:b + 1, :], a[4][b:b + 1, :], h, ov[b:b + 1, :]);
                 start copy(sv[b], st.kda_state[(ai * BATCH + b) * HEADS + h], s);
             }
             start copy(ov, ocore[:, c +: HD], s);
@@ -392,18 +477,20 @@ kernel mla_latent(lq: hbm f32[BATCH, QRANK], lkv: hbm f32[BATCH, KVRANK], w: K3W
             rmsnorm(qv, qw, qv, QRANK);
             rmsnorm(kv, kw, kv, KVRANK);
             ckv = bf16(kv);
-            start copy(ckv, st.mla_cache[(mi * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pv[0], :], s);
+            start copy(ckv, select(SPECR, st.mla_cache[(mi * CORES_PER_CHIP + core_id()) * NSEQ, pv[0] +: BATCH, :],
+                                   st.mla_cache[(mi * CORES_PER_CHIP + core_id()) * BATCH +: BATCH, pv[0], :]), s);
             if core_id() == 0 {
                 start copy(qv, cq, s);
                 wait copy(qv, cq, s);
             }
-            wait copy(ckv, st.mla_cache[0:BATCH, 0, :], s);
+            wait copy(ckv, select(SPECR, st.mla_cache[0, 0:BATCH, :], st.mla_cache[0:BATCH, 0, :]), s);
         }
     }
 }
 
 // Absorbed attention of this core's heads, sequence by sequence over its cache (streamed),
-// with the output gate.
+// with the output gate. Verify rows (SPEC): one sequence, the matmul's rows are (head, row)
+// pairs, row r seeing positions up to pos + r (mla_probs).
 kernel mla_attention(q: hbm f32[BATCH, W], gate: hbm f32[BATCH, W], w: K3Weights, st: K3State, io: K3Io,
                      mi: i32, o: hbm f32[BATCH, W]) {
     vmem qv: f32[BATCH, HD];
@@ -412,9 +499,9 @@ kernel mla_attention(q: hbm f32[BATCH, W], gate: hbm f32[BATCH, W], w: K3Weights
     vmem uv: bf16[NHL][KVRANK, HD];
     vmem qt: bf16[NHL][BATCH, KVRANK];
     vmem ctx: f32[NHL][BATCH, KVRANK];
-    vmem qs: bf16[NHL, KVRANK];
-    vmem p: f32[NHL, MAXSEQ];
-    vmem cx: f32[NHL, KVRANK];
+    vmem qs: bf16[NHL * (BATCH / NSEQ), KVRANK];
+    vmem p: f32[NHL * (BATCH / NSEQ), MAXSEQ];
+    vmem cx: f32[NHL * (BATCH / NSEQ), KVRANK];
     vmem y: f32[BATCH, HD];
     smem pv: i32[1];
     sem s;
@@ -433,16 +520,28 @@ kernel mla_attention(q: hbm f32[BATCH, W], gate: hbm f32[BATCH, W], w: K3Weights
                 qt[t] = bf16(matmul(bf16(qv), uk[t]));
             }
         }
-        let copy0 = (mi * CORES_PER_CHIP + core_id()) * BATCH;
-        pipeline b in 0..select(me < HEADS, BATCH, 0) {
+        let copy0 = (mi * CORES_PER_CHIP + core_id()) * NSEQ;
+        pipeline b in 0..select(me < HEADS, NSEQ, 0) {
             input cb = st.mla_cache[copy0 + b];
-            for t in 0..NHL {
-                qs[t:t + 1, :] = qt[t][b:b + 1, :];
+            if SPECR {
+                for t in 0..NHL {
+                    qs[t * BATCH +: BATCH, :] = qt[t];
+                }
+            } else {
+                for t in 0..NHL {
+                    qs[t:t + 1, :] = qt[t][b:b + 1, :];
+                }
             }
             mla_probs(qs, cb, pv[0], p);
             cx = matmul(bf16(p), cb);
-            for t in 0..NHL {
-                ctx[t][b:b + 1, :] = cx[t:t + 1, :];
+            if SPECR {
+                for t in 0..NHL {
+                    ctx[t] = cx[t * BATCH +: BATCH, :];
+                }
+            } else {
+                for t in 0..NHL {
+                    ctx[t][b:b + 1, :] = cx[t:t + 1, :];
+                }
             }
         }
         for t in 0..NHL {

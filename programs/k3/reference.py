@@ -8,8 +8,9 @@ increasing k), reductions are the padded pairwise trees `reduce_sum` / `reduce_m
 transcendentals are the `numerics` ones.
 
 API: `init_state(cfg, batch)`, `decode_step(cfg, weights, state, tokens, trace=None)
--> (logits, state)` (the input state is not modified), `generate(cfg, weights,
-prompt, steps)`. `trace` is a dict or a callable `(name, array)`; it receives the
+-> (logits, state)` (the input state is not modified), `verify_step(cfg, weights,
+state, tokens)` (speculative decoding's verify step: R consecutive positions of one
+sequence), `generate(cfg, weights, prompt, steps)`. `trace` is a dict or a callable `(name, array)`; it receives the
 input of every layer, every operator's output and the hidden state after each layer,
 in execution order, under the names listed in docs/k3.md ("layer3.attn", "layer3.h",
 "final.logits", ...). Bad arguments raise ValueError.
@@ -35,6 +36,7 @@ __all__ = [
     "reduce_max",
     "reduce_sum",
     "rmsnorm",
+    "verify_step",
 ]
 
 F32 = np.float32
@@ -343,6 +345,53 @@ def decode_step(cfg, weights: dict[str, np.ndarray], state: DecodeState, tokens,
     logits = mm(y, w["lm_head"])
     emit("final.logits", logits)
     return logits, replace(state, pos=pos + 1, **st)
+
+
+# ------------------------------------------------------------------ verify step
+
+
+def verify_step(cfg, weights: dict[str, np.ndarray], state: DecodeState, tokens, trace: dict | None = None,
+                rows: int | None = None, draft: Callable[[int, int], int] | None = None
+                ) -> tuple[np.ndarray, tuple[DecodeState, ...], np.ndarray]:
+    """Speculative decoding's verify step: R tokens at consecutive positions pos .. pos+R-1
+    of ONE sequence (batch 1), causal among themselves -> (logits [R, vocab], the state
+    after each row, the R tokens).
+
+    With `rows` and `draft`, `tokens` are the first rows' tokens and row r >= len(tokens)
+    (up to `rows`) gets `draft(r, greedy)`, `greedy` the argmax of row r - 1's logits (a
+    drafter that sees the verified prefix, e.g. one that is right for a set number of rows).
+
+    Row r is the decode step of tokens[r] at position pos + r after rows 0..r-1: KDA's
+    conv history and state advance row by row, MLA's row r attends positions <= pos + r
+    (rows pos .. pos + r of the cache are this step's), and every other operator is
+    row-wise, so the contract of a verify step is that of R decode steps in order (which
+    is why accepting a prefix of the rows is exact). The caller keeps `states[a - 1]`
+    when it accepts the first a rows; a state never holds a rejected row. `trace` (a
+    dict) receives each name once with the rows stacked on axis 0, as a batch's would.
+    """
+    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+    n = len(tokens) if rows is None else rows
+    if state.batch != 1:
+        raise ValueError(f"a verify step is one sequence: the state must have batch 1, not {state.batch}")
+    if not 1 <= len(tokens) <= n <= MAX_BATCH or (n > len(tokens) and draft is None):
+        raise ValueError(f"a verify step has 1 to {MAX_BATCH} rows, each with a token or a draft; "
+                         f"got {len(tokens)} tokens for {n} rows")
+    if state.pos + n > cfg.max_seq:
+        raise ValueError(f"positions {state.pos}..{state.pos + n - 1} pass max_seq {cfg.max_seq} "
+                         f"of model '{cfg.name}'")
+    logits, states, traces = [], [], []
+    for r in range(n):
+        if r >= len(tokens):
+            tokens.append(int(draft(r, int(next_tokens(logits[-1])))))
+        row_trace = {} if trace is not None else None
+        row_logits, state = decode_step(cfg, weights, state, np.array([tokens[r]]), trace=row_trace)
+        logits.append(row_logits[0])
+        states.append(state)
+        traces.append(row_trace)
+    if trace is not None:
+        for name in traces[0]:
+            trace[name] = np.concatenate([row[name] for row in traces], axis=0)
+    return np.stack(logits), tuple(states), np.array(tokens, np.int64)
 
 
 # ------------------------------------------------------------------- generation

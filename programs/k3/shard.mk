@@ -61,7 +61,8 @@ const LM_ROOT = DIM * VOCAB * 2 <= LM_ROOT_BYTES;
 // projections is row-wise, so the rows are independent.
 // (Not when the KDA projections are sharded per chip, below: a chip holds its heads' columns.)
 param KDA_ROW_SPLIT = 1 in {0, 1} "1: split a KDA head's batch rows over idle cores, 0: keep them together";
-const RGCAP = select(KDA_ROW_SPLIT == 1 && !KSH, max(1, NCORES / HEADS), 1);
+// Verify rows (SPEC) go through one head's recurrence in order: never split.
+const RGCAP = select(KDA_ROW_SPLIT == 1 && !KSH && !SPECR, max(1, NCORES / HEADS), 1);
 const RG = max(max(max(1, select(BATCH % 2 == 0 && 2 <= RGCAP, 2, 1)),
                    max(select(BATCH % 3 == 0 && 3 <= RGCAP, 3, 1), select(BATCH % 4 == 0 && 4 <= RGCAP, 4, 1))),
                max(max(select(BATCH % 5 == 0 && 5 <= RGCAP, 5, 1), select(BATCH % 6 == 0 && 6 <= RGCAP, 6, 1)),

@@ -69,18 +69,23 @@ struct K3Weights {
 //   (shard.mk), history s (0 oldest) of n = q, k, v at row (g*9 + n*3 + s)*RB + i;
 // - mla_cache: one private copy per core of a chip (two head owners on one chip never
 //   share it): entry (mi*CORES_PER_CHIP + core)*BATCH + b, rows = positions.
+// Verify rows (SPEC, model.mk) are one sequence: kda_state entry (ai*BATCH + r)*HEADS + h
+// and conv_state row (n*3 + s)*BATCH + r hold the state after row r, and the next step
+// starts from the row spec_base names; the MLA cache has one entry per core and layer.
 struct K3State {
     kda_state: hbm f32[NKDA * BATCH * HEADS, HD, HD];
     conv_state: hbm f32[NKDA, 9 * BATCH, W];
-    mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * BATCH, MAXSEQ, KVRANK];
+    mla_cache: hbm bf16[NMLA * CORES_PER_CHIP * NSEQ, MAXSEQ, KVRANK];
 }
 
 // The step's inputs, written by the driver: the layer plan (attention kind 0 KDA / 1 MLA,
-// its index within its kind, FFN kind 0 dense / 1 MoE, its index), the tokens, the position.
+// its index within its kind, FFN kind 0 dense / 1 MoE, its index), the tokens, the position
+// (of row 0), and with verify rows (SPEC) the row of the previous step that was accepted last.
 struct K3Io {
     layer_plan: hbm i32[NLAYERS, 4];
     tokens: hbm i32[BATCH];
     pos: hbm i32[1];
+    spec_base: hbm i32[1];   // SPEC: the previous step's last accepted row (whose state this step starts from)
 }
 
 // The outputs: chip 0's logits, and each layer's attention and FFN output (the reference's
