@@ -302,15 +302,16 @@ class Core:
     def keep_in_flight(self, keep, dropped) -> None:
         """Drop the entries for which keep(entry) is false (this core knows they landed),
         calling dropped(entry) for each."""
-        kept = [(entry, space) for entry, space in self.in_flight if keep(entry)]
-        if len(kept) == len(self.in_flight):
+        flags = [keep(entry) for entry, _ in self.in_flight]
+        if all(flags):
             return
-        for entry, space in self.in_flight:
-            if not keep(entry):
+        rows = [k for k, kept in enumerate(flags) if kept]
+        for (entry, _), kept in zip(self.in_flight, flags):
+            if not kept:
                 dropped(entry)
-        self.clear_in_flight()
-        for entry, space in kept:
-            self.add_in_flight(entry, space)
+        self.in_flight = [self.in_flight[k] for k in rows]
+        self.races[:len(rows)] = self.races[rows]
+        self.I[lp.H_NRACE] = len(rows)
 
     def race_trap(self, k: int, lo: int, hi: int) -> Trap:
         entry, space = self.in_flight[k]

@@ -59,6 +59,7 @@ class Safety:
     def launch(self) -> None:
         """A kernel launch starts with nothing in flight and nothing to know."""
         self.known = [set() for _ in self.cores]        # per core: seqs of DMAs it knows landed
+        self.snapshot: list[frozenset | None] = [None for _ in self.cores]   # frozen copies of `known`
         self.sem_known: dict[tuple[int, int], set] = {}  # (core, semaphore) -> seqs it carries
         self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
         self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
@@ -90,7 +91,11 @@ class Safety:
                 owner.add_in_flight(entry, space)
         self.live[dma.seq] = 2
         if known:
-            dma.knowledge = frozenset(known)
+            # Shared by the DMAs a core issues until it learns something new.
+            snap = self.snapshot[issuer.gid]
+            if snap is None:
+                snap = self.snapshot[issuer.gid] = frozenset(known)
+            dma.knowledge = snap
 
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that, and what
@@ -132,11 +137,12 @@ class Safety:
 
     def _learn(self, core, seqs) -> None:
         mine = self.known[core.gid]
-        before = len(mine)
         live = self.live
-        mine.update(s for s in seqs if s in live)
-        if len(mine) == before:
+        new = [s for s in seqs - mine if s in live]
+        if not new:
             return
+        mine.update(new)
+        self.snapshot[core.gid] = None
         if core.in_flight:
             core.keep_in_flight(lambda entry: entry.dma.seq not in mine, self._unlisted)
         issued = self.hbm_issued.get(core.gid)
@@ -149,6 +155,7 @@ class Safety:
                     self._unlisted(e)
         if len(mine) > 4 * len(live) + 64:
             mine.intersection_update(live)
+            self.snapshot[core.gid] = None
 
     def _unlisted(self, entry: Entry) -> None:
         """One list no longer holds this entry; a DMA no list holds is forgotten."""
