@@ -447,20 +447,7 @@ def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[fl
                 level = max(left[i], 0.0) / n
                 if level < res_level:
                     res_level, best = level, i
-        cap_level = caps[cap_i][0] if cap_i < len(caps) else inf
-        if cap_level <= res_level:
-            i = caps[cap_i][2]
-            frozen = [flows[i]]
-            rates[i] = cap_level
-            level = cap_level
-        else:
-            level = res_level
-            frozen = []
-            for seq, flow in resources[best].flows.items():
-                i = position[seq]
-                if rates[i] is None:
-                    rates[i] = level
-                    frozen.append(flow)
+        level, frozen, _ = _freeze(flows, resources, position, rates, caps, cap_i, res_level, best)
         todo -= len(frozen)
         for flow in frozen:
             for r in flow.resources:
@@ -468,6 +455,25 @@ def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[fl
                 left[i] -= level
                 count[i] -= 1
     return rates, left
+
+
+def _freeze(flows, resources, position, rates, caps, cap_i, res_level, best) -> tuple[float, list[_Flow], bool]:
+    """One round of the filling: the lowest unreached cap if it is no higher than the
+    lowest resource level `res_level` (of resource `best`), which freezes that flow,
+    else every unfrozen flow crossing `best`, at that level. Returns (level, frozen,
+    whether a cap set it)."""
+    cap_level = caps[cap_i][0] if cap_i < len(caps) else math.inf
+    if cap_level <= res_level:
+        i = caps[cap_i][2]
+        rates[i] = cap_level
+        return cap_level, [flows[i]], True
+    frozen = []
+    for seq, flow in resources[best].flows.items():
+        i = position[seq]
+        if rates[i] is None:
+            rates[i] = res_level
+            frozen.append(flow)
+    return res_level, frozen, False
 
 
 #: Components with more resources than this find each round's lowest level with a heap.
@@ -494,21 +500,10 @@ def _water_fill_heap(resources, flows, local, left, count, position, rates, caps
             if n and level == max(left[i], 0.0) / n:
                 break
             heappop(heap)
-        cap_level = caps[cap_i][0] if cap_i < len(caps) else inf
-        res_level = heap[0][0] if heap else inf
-        if cap_level <= res_level:
-            i = caps[cap_i][2]
-            frozen = [flows[i]]
-            rates[i] = cap_level
-            level = cap_level
-        else:
-            level, _, best = heappop(heap)
-            frozen = []
-            for seq, flow in resources[best].flows.items():
-                i = position[seq]
-                if rates[i] is None:
-                    rates[i] = level
-                    frozen.append(flow)
+        res_level, _, best = heap[0] if heap else (inf, -1, -1)
+        level, frozen, by_cap = _freeze(flows, resources, position, rates, caps, cap_i, res_level, best)
+        if not by_cap:
+            heappop(heap)
         todo -= len(frozen)
         touched: dict[int, None] = {}
         for flow in frozen:
