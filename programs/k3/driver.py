@@ -179,17 +179,10 @@ def drive(session, options: dict) -> dict:
         if record is not None:
             record.add(tokens, step, session.take_readbacks(), session.take_payloads())
         expected, state = pending.result()
-        got = session.read("logits", 0)
+        got, bad = _compare_step(session, cfg, buffers, expected, trace,
+                                 lambda t: ref.decode_step(cfg, weights, before, tokens, trace=t))
         ref_logits_all.append(expected)
         emu_logits_all.append(got)
-        bad = _first_difference(expected, got)
-        if check_layers:
-            bad = _layer_difference(session, cfg, trace, buffers) or bad
-        elif bad is not None:
-            # Re-run the reference step with its trace to name the first layer that differs.
-            trace = {}
-            ref.decode_step(cfg, weights, before, tokens, trace=trace)
-            bad = _layer_difference(session, cfg, trace, buffers) or bad
         if bad is not None:
             mismatch = f"step {step}: {bad}"
         nxt = ref.next_tokens(expected)
@@ -332,16 +325,10 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
             kept = forced + matched
             new = [int(t) for t in greedy[forced - 1:kept]]
         if not timing_only:
-            got = session.read("logits", 0)
+            got, bad = _compare_step(session, cfg, buffers, expected, trace,
+                                     lambda t: ref.verify_step(cfg, weights, before, tokens, trace=t))
             ref_logits_all.append(expected)
             emu_logits_all.append(got)
-            bad = _first_difference(expected, got)
-            if check_layers:
-                bad = _layer_difference(session, cfg, trace, buffers) or bad
-            elif bad is not None:
-                trace = {}
-                ref.verify_step(cfg, weights, before, tokens, trace=trace)
-                bad = _layer_difference(session, cfg, trace, buffers) or bad
             if bad is not None:
                 mismatch = f"step {len(per_step) - 1}: {bad}"
             state = states[kept - 1]
@@ -376,6 +363,21 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
 
 drive.mkemu_driver = True
 drive.params = params
+
+
+def _compare_step(session, cfg, buffers, expected, trace, rerun):
+    """Chip 0's logits of the step just run and the first difference from the reference
+    (None if bit-exact): each layer against `trace` when the layers are checked (a
+    trace is given), else, on a mismatch, against the trace of the reference step run
+    again by `rerun(trace)`, to name the first layer that differs."""
+    got = session.read("logits", 0)
+    bad = _first_difference(expected, got)
+    if trace is None and bad is not None:
+        trace = {}
+        rerun(trace)
+    if trace is not None:
+        bad = _layer_difference(session, cfg, trace, buffers) or bad
+    return got, bad
 
 
 def _first_difference(expected: np.ndarray, got: np.ndarray) -> str | None:
