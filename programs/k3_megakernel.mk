@@ -102,9 +102,9 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
                 wait 2 * copy(h, o.dbg_attn[0], dbg);
             }
             if me == 0 {
-                start copy(select(RS_A, c.g_att[p], c.g_a[p * PPH]), o.dbg_attn[l], dbg);
+                start copy(select(RS_A, c.g_att[p], c.g_a[p * NPA]), o.dbg_attn[l], dbg);
             }
-            h = h + select(RS_A, c.g_att[p], c.g_a[p * PPH]);
+            h = h + select(RS_A, c.g_att[p], c.g_a[p * NPA]);
             // ---- FFN
             region "norm" {
                 rmsnorm(h, fnorm[l:l + 1, :], x, DIM);

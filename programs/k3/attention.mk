@@ -79,9 +79,21 @@ fn kda_wo(part: i32, w: K3Weights, ai: i32, me: i32, a: AttnBufs, r: Rings, c: C
                    via a.hr, a.hrs;
         let task = me + t * NCORES;
         a.a_src[t][0:RB, :] = matmul(bf16(a.oh[t][0:RB, :]), wo);
-        ar_send(a.a_src[t][0:RB, :], c.g_a, g * PPH + task % HEADS, task / HEADS * RB, 0, NDB, RS_A, me,
-                NCORES, c.r_o[g], net);
+        if !LOCAL_A {
+            ar_send(a.a_src[t][0:RB, :], c.g_a, g * PPH + task % HEADS, task / HEADS * RB, 0, NDB, RS_A, me,
+                    NCORES, c.r_o[g], net);
+        }
     }
+    if LOCAL_A && part != prefetch {
+        attn_send_local(nt, me, a, c, g, net);
+    }
+}
+
+// LOCAL_A (reduce.mk): once the pipeline made every part of this core (RG = 1 there, so a
+// task is a head and has all rows), their sum goes out as one part.
+fn attn_send_local(nh: i32, me: i32, a: AttnBufs, c: Coll, g: i32, net: Net) {
+    psum_local(a.a_src, nh, LGT);
+    ar_send(a.a_src[0], c.g_a, g * NPA + me, 0, 0, NDB, RS_A, me, NCORES, c.r_o[g], net);
 }
 
 // The small tensors and the state of this core's tasks of KDA layer ai, into slot set sl:
@@ -279,7 +291,12 @@ fn mla_wo(part: i32, w: K3Weights, mi: i32, sl: i32, me: i32, a: AttnBufs, r: Ri
         input wo = w.mla_wo[mi, (me + t * NCORES) * HD +: HD, :] via a.hr, a.hrs;
         a.oh[t] = matmul(bf16(a.ctx[t]), a.mwuv[sl * NHL + t]) * sigmoid(a.pr[:, (NLATC + t) * HD +: HD]);
         a.a_src[t] = matmul(bf16(a.oh[t]), wo);
-        ar_send(a.a_src[t], c.g_a, g * PPH + me + t * NCORES, 0, 0, NDB, RS_A, me, NCORES, c.r_o[g], net);
+        if !LOCAL_A {
+            ar_send(a.a_src[t], c.g_a, g * PPH + me + t * NCORES, 0, 0, NDB, RS_A, me, NCORES, c.r_o[g], net);
+        }
+    }
+    if LOCAL_A && part != prefetch {
+        attn_send_local(nh, me, a, c, g, net);
     }
 }
 

@@ -6,7 +6,7 @@ import "reduce.mk";
 import "stream.mk";
 
 struct Coll {
-    g_a: vmem f32[GROT * PPH][BATCH, ACOLS];     // attention parts (head h in slot g*PPH + h)
+    g_a: vmem f32[GROT * NPA][BATCH, ACOLS];     // attention parts (head h, or core h's heads: LOCAL_A, in slot g*NPA + h)
     g_att: vmem f32[GROT][BATCH, DIM];           // the attention sum, gathered (reduce-scatter form)
     g_lat: vmem f32[GROT][BATCH, QRANK + KVRANK];   // the MLA latent, gathered (split form)
     g_rl: vmem f32[GROT][BATCH, EPAD + LATENT];  // [router logits | moe_down], gathered (split form)
@@ -28,5 +28,6 @@ struct Coll {
 
 // The attention sum of slot g (either form of the all-reduce).
 fn attn_sum(c: Coll, g: i32, net: Net, me: i32) {
-    ar_sum(c.g_a, g * PPH, LGH, HEADS * BATCH, c.g_att[g], NDB, RS_A, me, NCORES, c.r_o[g], c.r_att[g], net);
+    ar_sum(c.g_a, g * NPA, LGH - LGT, min(HEADS, NPA) * BATCH, c.g_att[g], NDB, RS_A, me, NCORES, c.r_o[g],
+           c.r_att[g], net);
 }

@@ -21,10 +21,11 @@
 //   boundaries.
 import "model.mk";
 
-// NCORES rounded up to a power of two: c = me ^ k for k in 0..PCORES is a permutation of
-// 0..PCORES-1, so it visits every core once (those >= nt are skipped).
-const PCORES = 1 << (i32(NCORES > 1) + i32(NCORES > 2) + i32(NCORES > 4) + i32(NCORES > 8) + i32(NCORES > 16)
-                     + i32(NCORES > 32) + i32(NCORES > 64) + i32(NCORES > 128) + i32(NCORES > 256));
+// NCORES rounded up to a power of two, PCORES = 2^LGC: c = me ^ k for k in 0..PCORES is a
+// permutation of 0..PCORES-1, so it visits every core once (those >= nt are skipped).
+const LGC = i32(NCORES > 1) + i32(NCORES > 2) + i32(NCORES > 4) + i32(NCORES > 8) + i32(NCORES > 16)
+            + i32(NCORES > 32) + i32(NCORES > 64) + i32(NCORES > 128) + i32(NCORES > 256);
+const PCORES = 1 << LGC;
 
 // A core's sending side: the semaphore its remote pushes count on, and their bytes.
 struct Net {

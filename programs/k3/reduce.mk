@@ -18,8 +18,17 @@ import "allreduce.mk";
 import "gather.mk";
 import "shard.mk";
 
-param AR_BYTES = 2097152 in {0, 1048576, 2097152, 8388608, 67108864} "bytes of a parts buffer up to which an all-reduce is one-shot (every part to every core) instead of reduce-scatter + all-gather";
-const RS_A = GROT * PPH * BATCH * DIM * 4 > AR_BYTES;         // the attention sum
+// The attention's parts are added on their own core first when that is the contract's
+// order: with NCORES a power of two below PPH, core me holds heads me, me + NCORES, ...
+// (shard.mk), and the first LGT = LGH - LGC levels of the tree pair only those slots
+// (slot i with i + half, half a multiple of NCORES). Each core then sends one part, its
+// heads' sum in slot me, and the sum adds NPA = NCORES parts by the remaining levels.
+const LOCAL_A = NCORES == PCORES && NCORES < PPH;
+const LGT = select(LOCAL_A, LGH - LGC, 0);
+const NPA = PPH >> LGT;
+
+param AR_BYTES = 1048576 in {0, 1048576, 2097152, 8388608, 67108864} "bytes of a parts buffer up to which an all-reduce is one-shot (every part to every core) instead of reduce-scatter + all-gather";
+const RS_A = GROT * NPA * BATCH * DIM * 4 > AR_BYTES;         // the attention sum
 const RS_E = GROT * PPE * BATCH * LATENT * 4 > AR_BYTES;      // the MoE sum (tensor parallel)
 // Columns of one parts slot on this core: all of them, or this core's blocks.
 const ACOLS = select(RS_A, NDL * 128, DIM);
@@ -37,6 +46,22 @@ fn ar_send<R, N, S, PC>(src: vmem f32[R, N], parts: vmem f32[S][BATCH, PC], q: i
         }
     } else {
         push_all(src[:, b0 * 128 +: nb * 128], parts[q][r0 +: R, b0 * 128 +: nb * 128], me, nt, rsem, net);
+    }
+}
+
+// The first lg levels of psum over one core's parts (LOCAL_A): src[t] holds global part
+// me + t*NCORES for t < n, and the parts past them are +0.0 in the contract's tree, so
+// adding one is adding +0.0. The core's sum ends in src[0].
+fn psum_local<S, R, C>(src: vmem f32[S][R, C], n: i32, lg: i32) {
+    for lv in 0..lg {
+        let half = (1 << lg) >> (lv + 1);
+        for i in 0..min(half, n) {
+            if i + half < n {
+                src[i] = src[i] + src[i + half];
+            } else {
+                src[i] = src[i] + 0.0;
+            }
+        }
     }
 }
 

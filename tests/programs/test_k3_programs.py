@@ -41,6 +41,8 @@ def test_k3_tiny_logits_bit_exact_every_step(capsys, program, scheme, mesh, batc
 @pytest.mark.parametrize("scheme", [0, 1])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_k3_mini_on_one_chip_bit_exact(capsys, program, scheme, batch):
+    """Two cores, four heads: each core adds its two heads' parts of the attention sum
+    itself and sends one (LOCAL_A in programs/k3/reduce.mk)."""
     code, report = run_json(capsys, program, "--mesh", "1", "--batch", str(batch), "--prompt-len", "1",
                             "--steps", "1", "--set", f"SCHEME={scheme}")
     assert code == 0, report["mismatch"]
@@ -57,8 +59,11 @@ FULL_PATHS = ("--set", "REPL_BYTES=0", "--set", "LM_ROOT_BYTES=0", "--set", "AR_
 
 @pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("scheme", [0, 1])
-def test_k3_full_code_paths_bit_exact_at_k3_mini(capsys, program, scheme):
-    code, report = run_json(capsys, program, "--mesh", "2x2x2", "--batch", "8", "--prompt-len", "1",
+@pytest.mark.parametrize("mesh", ["2x2x2", "1"])
+def test_k3_full_code_paths_bit_exact_at_k3_mini(capsys, program, scheme, mesh):
+    """On one chip (2 cores, 4 heads) the reduce-scatter sums parts already added on
+    their core, as k3-full's 32 cores do with 96 heads."""
+    code, report = run_json(capsys, program, "--mesh", mesh, "--batch", "8", "--prompt-len", "1",
                             "--steps", "2", "--set", f"SCHEME={scheme}", *FULL_PATHS)
     assert code == 0, report["mismatch"]
     assert report["bit_exact"] is True
