@@ -1,12 +1,13 @@
 // The all-reduce of the megakernel and the super-operators, in VMEM, in one of two forms
-// chosen at compile time by the size of the parts buffer (AR_BYTES):
+// chosen at compile time by the size of one all-reduce's parts (AR_BYTES):
 //
 // - one-shot (small models): every part is pushed into its slot of a parts buffer
 //   [PP][BATCH, n] on every core that needs the sum, which waits for all parts' bytes and
 //   adds them in place by the padded halving tree (psum). One phase: at decode batch
 //   sizes a phase is latency, so this is the fast form while the buffer is small
 //   (k3-mini: 4 heads x BATCH x 2 KB).
-// - reduce-scatter + all-gather (k3-full: 96 heads x BATCH x 28 KB would not fit): column
+// - reduce-scatter + all-gather (k3-full: 32 parts x BATCH x 28 KB to every core cost more
+//   than two phases, docs/k3_programs.md): column
 //   block j of every part goes to its owner, core j % NCORES, which adds all the parts of
 //   its blocks by the same tree, then the sums are all-gathered. Two phases, and each
 //   core receives only its blocks.
@@ -27,9 +28,9 @@ const LOCAL_A = NCORES == PCORES && NCORES < PPH;
 const LGT = select(LOCAL_A, LGH - LGC, 0);
 const NPA = PPH >> LGT;
 
-param AR_BYTES = 1048576 in {0, 1048576, 2097152, 8388608, 67108864} "bytes of a parts buffer up to which an all-reduce is one-shot (every part to every core) instead of reduce-scatter + all-gather";
-const RS_A = GROT * NPA * BATCH * DIM * 4 > AR_BYTES;         // the attention sum
-const RS_E = GROT * PPE * BATCH * LATENT * 4 > AR_BYTES;      // the MoE sum (tensor parallel)
+param AR_BYTES = 524288 in {0, 262144, 524288, 1048576, 2097152, 8388608, 67108864} "bytes of one all-reduce's parts (one slot set) up to which it is one-shot (every part to every core) instead of reduce-scatter + all-gather";
+const RS_A = NPA * BATCH * DIM * 4 > AR_BYTES;         // the attention sum
+const RS_E = PPE * BATCH * LATENT * 4 > AR_BYTES;      // the MoE sum (tensor parallel)
 // Columns of one parts slot on this core: all of them, or this core's blocks.
 const ACOLS = select(RS_A, NDL * 128, DIM);
 const ECOLS = select(RS_E, NLL * 128, LATENT);
