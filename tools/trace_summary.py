@@ -160,10 +160,12 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     # Per-unit busy fraction per core.
     units = [u for u in trace.units if u != "meta"]
     busy_overlap = win.overlap(instr["issue"], instr["issue"] + instr["occupancy"])
+    nunits = len(trace.units)
+    busy = np.bincount(instr["core"].astype(np.int64) * nunits + instr["unit"], busy_overlap,
+                       minlength=len(trace.cores) * nunits).reshape(-1, nunits)
     per_core = []
     for g in gids:
-        sel = instr["core"] == g
-        cycles = np.bincount(instr["unit"][sel], busy_overlap[sel], minlength=len(trace.units))
+        cycles = busy[g]
         per_core.append({"chip": trace.cores[g]["chip"], "core": trace.cores[g]["core"],
                          "busy": {u: _frac(cycles[i], measure) for i, u in enumerate(trace.units) if u in units},
                          "busy_cycles": {u: float(cycles[i]) for i, u in enumerate(trace.units) if u in units}})
@@ -173,12 +175,13 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     seg_bytes = _bytes_in(win, segs["start"], segs["end"], segs["bytes"])
     by_res = np.bincount(segs["resource"].astype(np.int64), seg_bytes, minlength=len(trace.resources))
     bandwidth = []
+    by_resource = index_by(segs["resource"])
     for res in trace.resources:
         if res["chip"] not in chip_set or res["kind"] == "other":
             continue
         if res["kind"] == "engine" and res.get("core") not in gids:
             continue
-        rsel = segs["resource"] == res["id"]
+        rsel = by_resource.get(res["id"], _NONE)
         active = Spans.union(segs["start"][rsel], segs["end"][rsel]).intersect(win).total
         nbytes = float(by_res[res["id"]])
         if res["kind"] in ("link", "sibling") and nbytes == 0:
@@ -206,9 +209,21 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     out["stalls"] = {"cycles": stalls, "fraction": {r: _frac(v, measure * len(gids)) for r, v in stalls.items()}}
 
     out["regions"] = region_table(trace, gids, win)
-    out["bubbles"] = hbm_bubbles(trace, gids, chip_set, win, segs, reasons, top)
+    out["bubbles"] = hbm_bubbles(trace, gids, chip_set, win, segs, by_resource, reasons, top)
     out["overlap"] = dma_compute_overlap(trace, gids, win)
     return out
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def index_by(keys: np.ndarray, rows: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """The positions (or `rows[position]`) of each key's elements, in their order: a
+    mask `keys == k` for every k at the cost of one sort."""
+    order = np.argsort(keys, kind="stable")
+    values, first = np.unique(keys[order], return_index=True)
+    picked = order if rows is None else rows[order]
+    return {int(v): part for v, part in zip(values.tolist(), np.split(picked, first[1:]))}
 
 
 def wait_reasons(trace: Trace) -> np.ndarray:
@@ -249,13 +264,14 @@ def region_table(trace: Trace, gids: list[int], win: Spans) -> list[dict]:
                                                r["core"][sub])
     rows = []
     measure = win.total
+    issued_by = index_by(dma["src_core"][dsel], np.flatnonzero(dsel))
     for label, (s, e, c) in groups.items():
         spans = Spans.union(s, e).intersect(win)
         time = spans.total
         nbytes = 0
         for g in np.unique(c):
             per_core = Spans.union(s[c == g], e[c == g])
-            mine = dsel & (dma["src_core"] == g)
+            mine = issued_by.get(int(g), _NONE)
             inside = per_core.overlap(dma["issued"][mine], dma["issued"][mine] + 1) > 0
             nbytes += int(dma["size_bytes"][mine][inside].sum())
         if label.startswith("kernel:"):
@@ -278,7 +294,8 @@ def _touched(win: Spans, starts, ends) -> np.ndarray:
     return win.overlap(starts, np.maximum(np.asarray(ends, float), starts + 1)) > 0
 
 
-def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, reasons, top: int) -> list[dict]:
+def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, by_resource: dict, reasons,
+                top: int) -> list[dict]:
     """The HBM bubbles inside the window (stretches where a chip's HBM moved no bytes),
     grouped by site: the instruction of the DMA that ended the bubble. A program that
     loops over steps or layers leaves the same bubble at the same site every time; it
@@ -289,7 +306,7 @@ def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, reasons, t
     for res in trace.resources:
         if res["kind"] != "hbm" or res["chip"] not in chip_set:
             continue
-        sel = segs["resource"] == res["id"]
+        sel = by_resource.get(res["id"], _NONE)
         idle = Spans.union(segs["start"][sel], segs["end"][sel]).gaps(win)
         if not len(idle):
             continue
