@@ -1,7 +1,8 @@
 """Full-size Kimi K3 on 16 TPU v7 chips, timing only, against the published budget.
 
     python bench/k3_full.py [--programs megakernel,per-op] [--batches 1,2,4,8]
-                            [--mesh 4x2x2] [--model k3-full] [--json OUT] [-- more run options]
+                            [--mesh 4x2x2] [--model k3-full] [--layers N] [--json OUT]
+                            [-- more run options]
 
 Each (program, batch) is one decode step (`--prompt-len 1 --steps 1`) of
 `mkemu run PROGRAM --model k3-full --mesh 4x2x2 --timing-only --json` in a fresh
@@ -11,6 +12,11 @@ wall, RSS) and the per-layer budget by category next to the published one (MISSI
 55 µs per layer = weight streaming 25 + collectives 14 + experts 9 + attention 1.5 +
 routing 0.7, plus about 195 µs fixed per step), and writes JSON (default
 bench/out/k3_full.json).
+
+`--layers N` runs a cut of the model instead: its first N layers with the same rule for
+where MLA goes (0-based layers l % 4 == 3, and the last one) and the same dense layers
+below N, everything else as configured. A cut keeps the per-layer figures of the whole
+model (its mix of KDA and MLA layers differs a little) at a fraction of the wall time.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +34,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {"per-op": "k3_per_op", "super-op": "k3_superop", "megakernel": "k3_megakernel"}
 CATEGORIES = ("weight_streaming", "collectives", "experts", "attention", "routing", "other")
+
+
+def cut_model(model: str, layers: int, folder: Path) -> str:
+    """A TOML file with the first `layers` layers of `model` (a shipped name or a path)."""
+    src = Path(model) if model.endswith(".toml") else ROOT / "programs" / "k3" / "configs" / f"{model}.toml"
+    text = src.read_text()
+    dense = [int(x) for x in re.search(r"^dense_layers = \[([^\]]*)\]", text, re.M).group(1).split(",") if x.strip()]
+    mla = [lay for lay in range(layers) if lay % 4 == 3 or lay == layers - 1]
+    for key, value in (("name", f'"{src.stem}-{layers}l"'), ("n_layers", str(layers)),
+                       ("dense_layers", str([d for d in dense if d < layers])), ("mla_layers", str(mla))):
+        text, n = re.subn(rf"^{key} = (\[[^\]]*\]|.*)$", f"{key} = {value}", text, count=1, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"{src}: no `{key} = ...` line to cut")
+    out = folder / f"{src.stem}-{layers}l.toml"
+    out.write_text(text)
+    return str(out)
 
 
 def run(program: str, batch: int, mesh: str, model: str, extra: list[str]) -> dict:
@@ -87,10 +110,15 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--mesh", default="4x2x2")
     ap.add_argument("--model", default="k3-full")
+    ap.add_argument("--layers", type=int, help="run a cut of the model: its first N layers")
     ap.add_argument("--json", default=str(ROOT / "bench" / "out" / "k3_full.json"))
     ap.add_argument("extra", nargs="*", help="more `mkemu run` options for every run (after --)")
     args = ap.parse_args()
 
+    label = args.model
+    if args.layers:
+        label = f"{args.model}, first {args.layers} layers"
+        args.model = cut_model(args.model, args.layers, Path(tempfile.mkdtemp(prefix="k3cut-")))
     results = []
     for name in args.programs.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -99,14 +127,14 @@ def main() -> None:
             results.append(r)
             print(f"{name} batch {batch}: {r['us_per_step'] / 1000:.2f} ms/step, wall {r['process_wall_s']:.0f} s, "
                   f"RSS {r['max_rss_gb']:.2f} GB", file=sys.stderr, flush=True)
-    print(f"### {args.model} on {args.mesh}, timing only, one decode step\n")
+    print(f"### {label} on {args.mesh}, timing only, one decode step\n")
     print(step_table(results))
     print("\n### Per-layer budget (µs, averaged over the layers of the step)\n")
     print(budget_table(results))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"model": args.model, "mesh": args.mesh, "extra": args.extra, "runs": results},
+    tmp.write_text(json.dumps({"model": label, "mesh": args.mesh, "extra": args.extra, "runs": results},
                               indent=1, default=str))
     tmp.replace(path)
     print(f"\nJSON -> {path}")
