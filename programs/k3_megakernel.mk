@@ -49,6 +49,7 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
     let ep = EpBufs();
     sem dbg;                        // prologue loads, debug outputs, the logits copy
     sem wx;                         // the final norm
+    sem nw;                         // the norm weights' prologue loads: their bytes must not count for the others
 
     let me = global_core(chip_id(), core_id());
     net.sent[0] = 0;
@@ -57,8 +58,8 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
     start copy(io.layer_plan, plan, dbg);
     start copy(io.tokens, tok, dbg);
     start copy(io.pos, posv, dbg);
-    start copy(w.attn_norm, anorm, dbg);
-    start copy(w.ffn_norm, fnorm, dbg);
+    start copy(w.attn_norm, anorm, nw);
+    start copy(w.ffn_norm, fnorm, nw);
     wait copy(io.layer_plan, plan, dbg);
     wait copy(io.tokens, tok, dbg);
     wait copy(io.pos, posv, dbg);
@@ -73,8 +74,8 @@ kernel k3_step(w: K3Weights, io: K3Io, st: K3State, o: K3Out) {
     }
     attn_prefetch(w, st, plan[0, 0], plan[0, 1], me, xb, a, r, c, 0, net, a.wa[0]);
     wait BATCH * copy(w.embed[0], ebuf[0:1, :], dbg);
-    wait copy(w.attn_norm, anorm, dbg);
-    wait copy(w.ffn_norm, fnorm, dbg);
+    wait copy(w.attn_norm, anorm, nw);
+    wait copy(w.ffn_norm, fnorm, nw);
     h = f32(ebuf);
 
     // ------------------------------------------------------------------ layers

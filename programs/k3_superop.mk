@@ -32,12 +32,13 @@ struct Block {
     pl: smem i32[1, 4];
     posv: smem i32[1];
     s: sem;
+    ns: sem;                     // the norm weight's fetch alone: its bytes must not count for the others
 }
 
 // Start layer l's block: the norm weight's fetch, and h, the plan row and the position
 // loaded (the caller can start its first weight tiles from the plan before block_norm).
 fn block_start(l: i32, io: K3Io, norm: hbm bf16[NLAYERS, DIM], hs: hbm f32[BATCH, DIM], k: Block) {
-    start copy(norm[l], k.nw[0, :], k.s);
+    start copy(norm[l], k.nw[0, :], k.ns);
     start copy(io.layer_plan[l], k.pl, k.s);
     start copy(io.pos, k.posv, k.s);
     start copy(hs, k.h, k.s);
@@ -48,7 +49,7 @@ fn block_start(l: i32, io: K3Io, norm: hbm bf16[NLAYERS, DIM], hs: hbm f32[BATCH
 
 // xb = bf16(rmsnorm(h)) once the norm weight is in.
 fn block_norm(l: i32, norm: hbm bf16[NLAYERS, DIM], k: Block) {
-    wait copy(norm[l], k.nw[0, :], k.s);
+    wait copy(norm[l], k.nw[0, :], k.ns);
     region "norm" {
         rmsnorm(k.h, k.nw, k.x, DIM);
         k.xb = bf16(k.x);

@@ -357,7 +357,8 @@ fn attn_front(w: K3Weights, st: K3State, kind: i32, ki: i32, me: i32, pos: i32, 
             mla_x(primed, w, ki, me, xb, a, r);
             mla_uq(prefetch, w, ki, ki % 2, me, a, r);
             if !REP_LAT {
-                all_gather(a.pr[:, 0:NLATL * HD], c.g_lat[g], NLATB, me, NHEADC, c.r_lat[g], net);
+                all_gather(a.pr[:, 0:NLATL * HD], c.g_lat[g], NLATB, me, NHEADC, c.r_lat[g], c.q[QS_LAT],
+                           net);
             }
             mla_norms(ki % 2, me, select(REP_LAT, a.pr[:, 0:QRANK + KVRANK], c.g_lat[g]), a);
             mla_uq(primed, w, ki, ki % 2, me, a, r);

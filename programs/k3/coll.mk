@@ -24,10 +24,20 @@ struct Coll {
     r_f: sem[GROT];
     r_u: sem;
     r_lm: sem;
+    q: sem[NQ];                                  // the all-gathers' relays (gather.mk), by site
 }
+
+// Relay semaphore of each gathered site: q[QS_ATT] ... (one unused semaphore without relays).
+const NQ = select(AG_RELAY, 6, 1);
+const QS_ATT = min(0, NQ - 1);
+const QS_LAT = min(1, NQ - 1);
+const QS_RL = min(2, NQ - 1);
+const QS_Z = min(3, NQ - 1);
+const QS_F = min(4, NQ - 1);
+const QS_U = min(5, NQ - 1);
 
 // The attention sum of slot g (either form of the all-reduce).
 fn attn_sum(c: Coll, g: i32, net: Net, me: i32) {
     ar_sum(c.g_a, g * NPA, LGH - LGT, min(HEADS, NPA) * BATCH, c.g_att[g], NDB, RS_A, me, NCORES, c.r_o[g],
-           c.r_att[g], net);
+           c.r_att[g], c.q[QS_ATT], net);
 }

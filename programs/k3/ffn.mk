@@ -90,7 +90,7 @@ fn moe_route(w: K3Weights, fi: i32, sl: i32, me: i32, xb: vmem bf16[BATCH, DIM],
             }
         }
         if !REP_RD {
-            all_gather(f.rl_src, c.g_rl[g], NRB, me, NT_RD, c.r_rl[g], net);
+            all_gather(f.rl_src, c.g_rl[g], NRB, me, NT_RD, c.r_rl[g], c.q[QS_RL], net);
         }
         if me < NT_RD {
             route(c.g_rl[g][:, 0:NEXP], f.mbias[sl], f.topi, f.topw);
@@ -370,7 +370,7 @@ fn dense_hidden(me: i32, f: FfnBufs, c: Coll, net: Net) {
         select(REP_D13, c.g_u, f.src)[:, i * HD +: HD] = silu(f.a13[:, 2 * i * HD +: HD]) * f.a13[:, (2 * i + 1) * HD +: HD];
     }
     if !REP_D13 {
-        all_gather(f.src, c.g_u, NIB, me, NT_U, c.r_u, net);
+        all_gather(f.src, c.g_u, NIB, me, NT_U, c.r_u, c.q[QS_U], net);
     }
     if me < NT_U {
         f.ub[:, 0:DENSE_INTER] = bf16(c.g_u);
@@ -444,13 +444,14 @@ fn moe_front(w: K3Weights, fi: i32, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBu
 // lands in c.g_f[g] on every core.
 fn moe_back(w: K3Weights, fi: i32, me: i32, f: FfnBufs, r: Rings, c: Coll, g: i32, net: Net) {
     up_stream(prefetch, w, fi, me, f, r, c, g);
-    ar_sum(c.g_eo, g * PPE, LGE, NROWS_EO, c.g_z[g], NLB, RS_E, me, NT_EO, c.r_eo[g], c.r_z[g], net);
+    ar_sum(c.g_eo, g * PPE, LGE, NROWS_EO, c.g_z[g], NLB, RS_E, me, NT_EO, c.r_eo[g], c.r_z[g], c.q[QS_Z],
+           net);
     if me < NT_EO {
         f.zb = bf16(select(RS_E, c.g_z[g], c.g_eo[g * PPE]));
     }
     up_stream(primed, w, fi, me, f, r, c, g);
     if !REP_UP {
-        all_gather(f.src, c.g_f[g], NDB, me, NCORES, c.r_f[g], net);
+        all_gather(f.src, c.g_f[g], NDB, me, NCORES, c.r_f[g], c.q[QS_F], net);
     }
 }
 
@@ -461,7 +462,7 @@ fn dense_layer(w: K3Weights, me: i32, xb: vmem bf16[BATCH, DIM], f: FfnBufs, r: 
     dense_hidden(me, f, c, net);
     d2_stream(primed, w, me, f, r, c, g);
     if !REP_D2 {
-        all_gather(f.src, c.g_f[g], NDB, me, NCORES, c.r_f[g], net);
+        all_gather(f.src, c.g_f[g], NDB, me, NCORES, c.r_f[g], c.q[QS_F], net);
     }
 }
 

@@ -80,11 +80,66 @@ fn ag_finish<NS>(site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem
     }
 }
 
-// The all-gather of this core's blocks of a split projection into site on cores 0..nt-1.
+// Past AG_DIRECT_MAX cores an owner's pushes to every consumer are the phase's critical
+// path (at most max_in_flight DMAs of an engine in flight, each several hops away: 256
+// consumers are 16 rounds of latency). The consumers then form groups of AGG cores
+// (cores k*AGG ..); block b has one relay in each group, core k*AGG + b % (the group's
+// size). The owner pushes the block to the relays (counted on their qsem), each relay
+// waits for its blocks and pushes them on to the rest of its group (counted on rsem as
+// before): two rounds of about sqrt(nt) pushes instead of one of nt, the same bytes,
+// the same bits. A relay's semaphore must not see the next use of its site early: the
+// super-operators (GROT = 1) order the uses by kernel boundaries; the megakernel's two
+// slots would need one per site and slot, which its semaphore budget does not have, so
+// it always pushes directly.
+param AG_DIRECT_MAX = 64 in {0, 16, 32, 64, 128, 256, 1024} "cores up to which an all-gather of the super-operators pushes every block straight to every consumer, instead of through one relay per group of consumers";
+const AG_RELAY = NCORES > AG_DIRECT_MAX && GROT == 1;
+const AGG = 1 << ((LGC + 1) / 2);       // a relay group: about sqrt(NCORES) cores
+
+// The owner's side: this core's blocks (those of ag_push) to their relays.
+fn ag_push_relay<NL, NS>(src: vmem f32[BATCH, NL], site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32,
+                         qsem: sem, net: Net) {
+    for j in me..nb step NCORES {
+        for k in 0..(nt + AGG - 1) / AGG {
+            send(src[:, (j - me) / NCORES * 128 +: 128], site[:, j * 128 +: 128], k * AGG + j % min(AGG, nt - k * AGG),
+                 me, qsem, net);
+        }
+    }
+}
+
+// The relay's side (every consumer): wait for the blocks it relays, push them to the rest
+// of its group, then wait for the other blocks, relayed to it.
+fn ag_relay_finish<NS>(site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem, qsem: sem, net: Net) {
+    if me < nt {
+        let k0 = me / AGG * AGG;
+        let gs = min(AGG, nt - k0);
+        let i = me - k0;
+        let mine = (max(nb - i, 0) + gs - 1) / gs;      // blocks i, i + gs, ... below nb
+        wait(qsem, mine * bytes(site[:, 0:128]));
+        for t in 0..mine {
+            for m in 0..gs {
+                if m != i {
+                    send(site[:, (i + t * gs) * 128 +: 128], site[:, (i + t * gs) * 128 +: 128], k0 + m, me, rsem, net);
+                }
+            }
+        }
+        drain(net);
+        wait(rsem, (nb - mine) * bytes(site[:, 0:128]));
+    } else {
+        drain(net);
+    }
+}
+
+// The all-gather of this core's blocks of a split projection into site on cores 0..nt-1
+// (qsem: the relays' semaphore, used when AG_RELAY).
 fn all_gather<NL, NS>(src: vmem f32[BATCH, NL], site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem,
-                      net: Net) {
+                      qsem: sem, net: Net) {
     region "allgather" {
-        ag_push(src, site, nb, me, me, nt, rsem, net);
-        ag_finish(site, nb, me, nt, rsem, net);
+        if AG_RELAY {
+            ag_push_relay(src, site, nb, me, nt, qsem, net);
+            ag_relay_finish(site, nb, me, nt, rsem, qsem, net);
+        } else {
+            ag_push(src, site, nb, me, me, nt, rsem, net);
+            ag_finish(site, nb, me, nt, rsem, net);
+        }
     }
 }

@@ -69,9 +69,9 @@ fn psum_local<S, R, C>(src: vmem f32[S][R, C], n: i32, lg: i32) {
 // The sum, once `rows` rows of parts (every column of each) were sent toward it: in
 // parts[pbase] (one-shot, on cores 0..nt-1) or in site (reduce-scatter: this core's
 // blocks summed in parts[pbase], then the nb blocks all-gathered into site on cores
-// 0..nt-1, counted on gsem).
+// 0..nt-1, counted on gsem; qsem: the all-gather's relays).
 fn ar_sum<S, PC, NS>(parts: vmem f32[S][BATCH, PC], pbase: i32, lg: i32, rows: i32, site: vmem f32[BATCH, NS],
-                     nb: i32, rs: bool, me: i32, nt: i32, rsem: sem, gsem: sem, net: Net) {
+                     nb: i32, rs: bool, me: i32, nt: i32, rsem: sem, gsem: sem, qsem: sem, net: Net) {
     let mine = select(rs, (max(nb - me, 0) + NCORES - 1) / NCORES * 128, NS);
     let sums = select(rs, me < nb, me < nt);
     region "allreduce" {
@@ -86,6 +86,6 @@ fn ar_sum<S, PC, NS>(parts: vmem f32[S][BATCH, PC], pbase: i32, lg: i32, rows: i
         }
     }
     if rs {
-        all_gather(parts[pbase], site, nb, me, nt, gsem, net);
+        all_gather(parts[pbase], site, nb, me, nt, gsem, qsem, net);
     }
 }

@@ -58,6 +58,30 @@ FULL_PATHS = ("--set", "REPL_BYTES=0", "--set", "LM_ROOT_BYTES=0", "--set", "AR_
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
+def test_k3_programs_hold_under_adversarial_dma_schedules(capsys, program):
+    """Every DMA landing as late as synchronisation allows, or in a shuffled order: the
+    same bits and no race. (The prologues once waited for a plan row on a semaphore the
+    norm weights' bytes also counted on, which only a shuffled schedule showed.)"""
+    code, report = run_json(capsys, program, "--model", "k3-tiny", "--mesh", "2x2x2", "--batch", "8",
+                            "--prompt-len", "1", "--steps", "1", "--schedules", "3")
+    assert code == 0 and report["bit_exact"] is True
+    assert [s["outcome"] for s in report["schedules"]] == ["same"] * 3, report["schedules"]
+
+
+@pytest.mark.parametrize("scheme", [0, 1])
+def test_relayed_all_gathers_bit_exact_and_race_free(capsys, scheme):
+    """Past AG_DIRECT_MAX cores the super-operators' all-gathers go through one relay per
+    group of cores (programs/k3/gather.mk); forced here on 16 cores (groups of 4), with
+    every projection split so that every all-gather runs."""
+    code, report = run_json(capsys, "programs/k3_superop.mk", "--mesh", "2x2x2", "--batch", "8", "--prompt-len",
+                            "1", "--steps", "1", "--set", f"SCHEME={scheme}", "--set", "AG_DIRECT_MAX=0",
+                            *FULL_PATHS, "--schedules", "2")
+    assert code == 0, report["mismatch"]
+    assert report["bit_exact"] is True
+    assert [s["outcome"] for s in report["schedules"]] == ["same"] * 2, report["schedules"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("scheme", [0, 1])
 @pytest.mark.parametrize("mesh", ["2x2x2", "1"])
 def test_k3_full_code_paths_bit_exact_at_k3_mini(capsys, program, scheme, mesh):
