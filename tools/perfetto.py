@@ -26,7 +26,7 @@ import numpy as np
 
 from mkemu.tools.intervals import step_rate
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import traffic_segments, wait_reasons
+from mkemu.tools.trace_summary import NO_ROWS, index_by, traffic_segments, wait_reasons
 from mkemu.tools.view import View, unit_runs, view
 
 # TrackEvent.type
@@ -290,11 +290,12 @@ def _counters(trace: Trace, v: View, tracks: _Tracks, events: list, stamp) -> No
     length = segs["end"] - segs["start"]
     rate = np.divide(segs["bytes"], length, out=np.zeros(length.size), where=length > 0)
     gb = trace.clock_hz / 1e9
+    by_resource = index_by(segs["resource"])
     for res in trace.resources:
         if res["kind"] not in ("hbm", "link") or res["chip"] not in v.chips:
             continue
-        sel = segs["resource"] == res["id"]
-        if res["kind"] == "link" and not sel.any():
+        sel = by_resource.get(res["id"], NO_ROWS)
+        if res["kind"] == "link" and not sel.size:
             continue
         times, level = step_rate(segs["start"][sel], segs["end"][sel], rate[sel])
         inside = (times >= v.t0) & (times < v.t1)

@@ -23,7 +23,7 @@ import numpy as np
 
 from mkemu.tools.intervals import Spans, step_rate
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import traffic_segments
+from mkemu.tools.trace_summary import NO_ROWS, index_by, traffic_segments
 from mkemu.tools.view import View, unit_runs, view
 
 BINS = 2000
@@ -49,6 +49,7 @@ def timeline(trace: Trace, v: View | None = None, bins: int = BINS) -> dict:
     width = np.diff(edges)
     runs = unit_runs(trace, v)
     segs = traffic_segments(trace)
+    by_resource = index_by(segs["resource"])
     length = segs["end"] - segs["start"]
     rate = np.divide(segs["bytes"], length, out=np.zeros(length.size), where=length > 0)
     region, wait = trace.region, trace.wait
@@ -82,13 +83,13 @@ def timeline(trace: Trace, v: View | None = None, bins: int = BINS) -> dict:
                              "values": fraction(runs["start"][sel], runs["end"][sel])})
         for res in trace.resources:
             if res["kind"] == "engine" and res.get("core") == gid:
-                rows.append(_bw_row(f"{name} DMA engine", "engine", res, segs, rate, edges))
+                rows.append(_bw_row(f"{name} DMA engine", "engine", res, by_resource, segs, rate, edges))
     for chip in v.chips:
         for res in trace.resources:
             if res["chip"] == chip and (res["kind"] == "hbm" or (res["kind"] == "link"
-                                                                  and (segs["resource"] == res["id"]).any())):
+                                                                  and res["id"] in by_resource)):
                 label = f"chip {chip} HBM" if res["kind"] == "hbm" else res["name"]
-                per_chip[chip].append(_bw_row(label, res["kind"], res, segs, rate, edges))
+                per_chip[chip].append(_bw_row(label, res["kind"], res, by_resource, segs, rate, edges))
     groups, current, height = [], [], 0
     for chip in v.chips:
         h = _height(per_chip[chip])
@@ -107,8 +108,8 @@ def _height(rows: list[dict]) -> int:
     return sum(REGION_PX if "spans" in r else ROW_PX for r in rows)
 
 
-def _bw_row(label, kind, res, segs, rate, edges) -> dict:
-    sel = segs["resource"] == res["id"]
+def _bw_row(label, kind, res, by_resource, segs, rate, edges) -> dict:
+    sel = by_resource.get(res["id"], NO_ROWS)
     times, level = step_rate(segs["start"][sel], segs["end"][sel], rate[sel])
     return {"label": label, "kind": kind,
             "values": np.clip(_binned_mean(times, level, edges) / res["bw_bytes_per_cycle"], 0, 1)}

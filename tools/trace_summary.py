@@ -181,7 +181,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
             continue
         if res["kind"] == "engine" and res.get("core") not in gids:
             continue
-        rsel = by_resource.get(res["id"], _NONE)
+        rsel = by_resource.get(res["id"], NO_ROWS)
         active = Spans.union(segs["start"][rsel], segs["end"][rsel]).intersect(win).total
         nbytes = float(by_res[res["id"]])
         if res["kind"] in ("link", "sibling") and nbytes == 0:
@@ -214,7 +214,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     return out
 
 
-_NONE = np.zeros(0, np.int64)
+NO_ROWS = np.zeros(0, np.int64)
 
 
 def index_by(keys: np.ndarray, rows: np.ndarray | None = None) -> dict[int, np.ndarray]:
@@ -271,7 +271,7 @@ def region_table(trace: Trace, gids: list[int], win: Spans) -> list[dict]:
         nbytes = 0
         for g in np.unique(c):
             per_core = Spans.union(s[c == g], e[c == g])
-            mine = issued_by.get(int(g), _NONE)
+            mine = issued_by.get(int(g), NO_ROWS)
             inside = per_core.overlap(dma["issued"][mine], dma["issued"][mine] + 1) > 0
             nbytes += int(dma["size_bytes"][mine][inside].sum())
         if label.startswith("kernel:"):
@@ -306,7 +306,7 @@ def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, by_resourc
     for res in trace.resources:
         if res["kind"] != "hbm" or res["chip"] not in chip_set:
             continue
-        sel = by_resource.get(res["id"], _NONE)
+        sel = by_resource.get(res["id"], NO_ROWS)
         idle = Spans.union(segs["start"][sel], segs["end"][sel]).gaps(win)
         if not len(idle):
             continue
@@ -370,11 +370,15 @@ def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | N
 def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
     instr, dma = trace.instr, trace.dma
     compute_ids = [i for i, u in enumerate(trace.units) if u in COMPUTE_UNITS or u.startswith("mxu")]
+    busy = np.flatnonzero(np.isin(instr["unit"], compute_ids) & (instr["occupancy"] > 0))
+    busy_by = index_by(instr["core"][busy], busy)
+    begun = np.flatnonzero(dma["begun"] >= 0)
+    begun_by = index_by(dma["src_core"][begun], begun)
     rows = []
     for g in gids:
-        sel = (instr["core"] == g) & np.isin(instr["unit"], compute_ids) & (instr["occupancy"] > 0)
+        sel = busy_by.get(g, NO_ROWS)
         compute = Spans.union(instr["issue"][sel], instr["issue"][sel] + instr["occupancy"][sel]).intersect(win)
-        dsel = (dma["src_core"] == g) & (dma["begun"] >= 0)
+        dsel = begun_by.get(g, NO_ROWS)
         moving = Spans.union(dma["begun"][dsel], dma["done"][dsel]).intersect(win)
         both = compute.intersect(moving).total
         rows.append({"chip": trace.cores[g]["chip"], "core": trace.cores[g]["core"],
