@@ -29,16 +29,22 @@ and at that cycle call `pop_completed(cycle)` to collect the flows that have end
 Determinism: flows are ordered by a start sequence number, resources by id; there
 are no sets of objects and no randomness, so the same calls give identical floats.
 Ties between completions at the same time are broken by start order.
+
+The state lives in numpy arrays and the work per flow start or end (advancing,
+ending, finding the component, water-filling, the heap of predicted completions) is
+compiled by numba (`flowcore.py`); this class keeps the flows' keys, checks
+arguments and grows the arrays.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Hashable, Sequence
 
-#: A flow whose remaining bytes are at most this fraction of its size is done.
-DONE_FRACTION = 1e-6
+import numpy as np
+
+from mkemu.emulator import flowcore as fc
+from mkemu.emulator.flowcore import DONE_FRACTION  # noqa: F401  (part of this module's interface)
 
 
 def completion_cycle(time_cycles: float) -> int:
@@ -55,69 +61,29 @@ def completion_cycle(time_cycles: float) -> int:
     return math.ceil(time_cycles)
 
 
-class _Resource:
-    __slots__ = (
-        "rid",
-        "name",
-        "capacity",
-        "flows",
-        "sum_rate",
-        "t_ref",
-        "settled_bytes",
-        "busy_since",
-        "settled_busy",
-    )
-
-    def __init__(self, rid: int, name: str, capacity: float):
-        self.rid = rid
-        self.name = name
-        self.capacity = capacity
-        # seq -> flow, in start order (dicts keep insertion order).
-        self.flows: dict[int, _Flow] = {}
-        self.sum_rate = 0.0
-        self.t_ref = 0.0
-        self.settled_bytes = 0.0
-        self.busy_since = 0.0
-        self.settled_busy = 0.0
-
-
-class _Flow:
-    __slots__ = ("key", "seq", "size", "resources", "cap", "rate", "rem", "t_ref", "version", "done_at")
-
-    def __init__(self, key, seq: int, size: int, resources: tuple[int, ...], cap: float | None, now: float):
-        self.key = key
-        self.seq = seq
-        self.size = size
-        self.resources = resources
-        self.cap = cap
-        self.rate = 0.0
-        # Remaining bytes as of t_ref; remaining at t is rem - rate * (t - t_ref).
-        self.rem = float(size)
-        self.t_ref = now
-        # Bumped whenever the rate changes; older heap entries become stale.
-        self.version = 0
-        self.done_at: float | None = None
-
-    def settle(self, t: float) -> None:
-        if t != self.t_ref:
-            self.rem = max(self.rem - self.rate * (t - self.t_ref), 0.0)
-            self.t_ref = t
-
-    def nearly_done(self) -> bool:
-        return self.rem <= DONE_FRACTION * self.size
 
 
 class FlowNetwork:
     """Resources with capacities and the flows crossing them, advanced in float cycles."""
 
     def __init__(self) -> None:
-        self._resources: list[_Resource] = []
-        self._flows: dict[Hashable, _Flow] = {}  # active and completed-not-popped, by key
-        self._by_seq: dict[int, _Flow] = {}  # active flows only, in start order
-        self._completed: list[_Flow] = []  # ended, not yet popped, in completion order
-        self._heap: list[tuple[float, int, int]] = []  # (predicted end, seq, version)
+        self._nres = 0
+        self._F = np.zeros((0, fc.NF))
+        self._FI = np.zeros((0, fc.FI_RES + 4), np.int64)
+        self._R = np.zeros((0, fc.NR))
+        self._RI = np.zeros((0, fc.RI_LIST + 8), np.int64)
+        self._HT = np.zeros(0)
+        self._HI = np.zeros((0, 3), np.int64)
+        self._M = np.zeros(fc.NM, np.int64)
+        self._MF = np.zeros(1)
+        self._DONE = np.zeros(0, np.int64)
+        self._names: list[str] = []
+        self._flows: dict[Hashable, int] = {}   # active and ended-not-popped: key -> slot, in start order
+        self._keys: list[Hashable] = []         # slot -> key
+        self._free: list[int] = []              # free slots
         self._next_seq = 0
-        self._now = 0.0
+        self._grow_flows(64)
+        self._grow_resources(16)
 
     # -- resources ---------------------------------------------------------------
 
@@ -126,45 +92,48 @@ class FlowNetwork:
         capacity = float(capacity_bytes_per_cycle)
         if not capacity > 0 or math.isinf(capacity):
             raise ValueError(f"resource {name!r}: capacity must be a positive finite number, got {capacity_bytes_per_cycle!r}")
-        rid = len(self._resources)
-        res = _Resource(rid, name, capacity)
-        res.t_ref = self._now
-        self._resources.append(res)
+        rid = self._nres
+        if rid == self._R.shape[0]:
+            self._grow_resources(2 * rid)
+        self._nres += 1
+        self._names.append(name)
+        self._R[rid, fc.R_CAP] = capacity
+        self._R[rid, fc.R_TREF] = self._MF[0]
         return rid
 
     def resource_name(self, resource_id: int) -> str:
-        return self._resources[resource_id].name
+        return self._names[resource_id]
 
     def capacity(self, resource_id: int) -> float:
-        return self._resources[resource_id].capacity
+        return float(self._R[self._rid(resource_id), fc.R_CAP])
 
     @property
     def num_resources(self) -> int:
-        return len(self._resources)
+        return self._nres
 
     def bytes_through(self, resource_id: int) -> float:
         """Bytes carried by a resource up to the network's clock."""
-        res = self._resources[resource_id]
-        return res.settled_bytes + res.sum_rate * (self._now - res.t_ref)
+        row = self._R[self._rid(resource_id)]
+        return float(row[fc.R_SETTLED] + row[fc.R_SUM] * (self._MF[0] - row[fc.R_TREF]))
 
     def busy_cycles(self, resource_id: int) -> float:
         """Cycles (up to the network's clock) during which at least one flow crossed it."""
-        res = self._resources[resource_id]
-        busy = res.settled_busy
-        if res.flows:
-            busy += self._now - res.busy_since
-        return busy
+        rid = self._rid(resource_id)
+        busy = self._R[rid, fc.R_SETTLED_BUSY]
+        if self._RI[rid, fc.RI_N]:
+            busy += self._MF[0] - self._R[rid, fc.R_BUSY_SINCE]
+        return float(busy)
 
     def load(self, resource_id: int) -> float:
         """Sum of the current rates of the flows crossing a resource (bytes per cycle)."""
-        return self._resources[resource_id].sum_rate
+        return float(self._R[self._rid(resource_id), fc.R_SUM])
 
     # -- flows -------------------------------------------------------------------
 
     @property
     def now(self) -> float:
         """The network's clock: the last time passed to `advance` (or `start`)."""
-        return self._now
+        return float(self._MF[0])
 
     def start(
         self,
@@ -183,12 +152,13 @@ class FlowNetwork:
             raise ValueError(f"flow {flow_key!r} is already in the network")
         if size_bytes < 0:
             raise ValueError(f"flow {flow_key!r}: size is {size_bytes} bytes, must be >= 0")
-        rids = tuple(int(r) for r in resources)
+        rids = [int(r) for r in resources]
+        nres = self._nres
         for r in rids:
-            if not 0 <= r < len(self._resources):
-                raise ValueError(f"flow {flow_key!r}: no resource {r} (have {len(self._resources)})")
+            if not 0 <= r < nres:
+                raise ValueError(f"flow {flow_key!r}: no resource {r} (have {nres})")
         if len(set(rids)) != len(rids):
-            raise ValueError(f"flow {flow_key!r}: resource listed twice in {list(rids)}")
+            raise ValueError(f"flow {flow_key!r}: resource listed twice in {rids}")
         cap = None
         if cap_bytes_per_cycle is not None:
             cap = float(cap_bytes_per_cycle)
@@ -196,323 +166,133 @@ class FlowNetwork:
                 raise ValueError(f"flow {flow_key!r}: cap must be a positive finite number, got {cap_bytes_per_cycle!r}")
         if not rids and cap is None:
             raise ValueError(f"flow {flow_key!r} crosses no resource and has no cap: its rate would be unbounded")
+        now = float(now)
+        self._check_time(now)
 
-        self.advance(now)
-        flow = _Flow(flow_key, self._next_seq, size_bytes, rids, cap, self._now)
+        if not self._free:
+            self._grow_flows(2 * self._F.shape[0])
+        if fc.FI_RES + len(rids) > self._FI.shape[1]:
+            self._widen(len(rids))
+        slot = self._free.pop()
+        F, FI = self._F, self._FI
+        F[slot, fc.F_SIZE] = size_bytes
+        F[slot, fc.F_CAP] = 0.0 if cap is None else cap
+        FI[slot, fc.FI_SEQ] = self._next_seq
+        FI[slot, fc.FI_NRES] = len(rids)
+        FI[slot, fc.FI_HASCAP] = cap is not None
+        FI[slot, fc.FI_RES:fc.FI_RES + len(rids)] = rids
         self._next_seq += 1
-        self._flows[flow_key] = flow
-        if size_bytes == 0:
-            flow.done_at = self._now
-            flow.rem = 0.0
-            self._completed.append(flow)
-            return
-        self._by_seq[flow.seq] = flow
-        if not rids:
-            self._set_rate(flow, cap, self._now)
-            return
-        for r in rids:
-            res = self._resources[r]
-            if not res.flows:
-                res.busy_since = self._now
-            res.flows[flow.seq] = flow
-        self._rebalance(rids, self._now)
+        while fc.k_start(F, FI, *self._state(), slot, now) == fc.NEED_ROOM:
+            self._RI = _grown(self._RI, self._RI.shape[0], fc.RI_LIST + 2 * (self._RI.shape[1] - fc.RI_LIST))
+        self._flows[flow_key] = slot
+        self._keys[slot] = flow_key
 
     def advance(self, now: float) -> None:
         """Drain bytes up to time `now`, ending flows (and re-dividing rates) on the way."""
-        if now < self._now:
-            raise ValueError(f"time went backwards: network is at cycle {self._now}, asked for {now}")
-        heap = self._heap
-        while heap:
-            t, seq, version = heap[0]
-            flow = self._by_seq.get(seq)
-            if flow is None or flow.version != version:
-                heapq.heappop(heap)
-                continue
-            if t > now:
-                break
-            # Every flow predicted to end at exactly t ends now, in start order.
-            ending: list[_Flow] = []
-            while heap and heap[0][0] == t:
-                _, seq, version = heapq.heappop(heap)
-                flow = self._by_seq.get(seq)
-                if flow is not None and flow.version == version:
-                    ending.append(flow)
-            self._now = t
-            touched: dict[int, None] = {}
-            for flow in sorted(ending, key=lambda f: f.seq):
-                flow.settle(t)
-                self._end(flow, t)
-                for r in flow.resources:
-                    touched[r] = None
-            if touched:
-                self._rebalance(tuple(touched), t)
-        self._now = float(now)
-        if len(heap) > 64 and len(heap) > 4 * len(self._by_seq):
-            self._compact_heap()
+        now = float(now)
+        self._check_time(now)
+        fc.k_advance(self._F, self._FI, *self._state(), now)
 
     def next_completion(self) -> tuple[float, Hashable] | None:
         """Earliest completion (time, key), counting ended flows not yet popped; None if idle.
 
         Ties go to the flow started first.
         """
-        best: tuple[float, int, _Flow] | None = None
-        if self._completed:
-            f = min(self._completed, key=lambda f: (f.done_at, f.seq))
-            best = (f.done_at, f.seq, f)
-        heap = self._heap
-        while heap:
-            t, seq, version = heap[0]
-            flow = self._by_seq.get(seq)
-            if flow is None or flow.version != version:
-                heapq.heappop(heap)
-                continue
-            if best is None or (t, seq) < best[:2]:
-                best = (t, seq, flow)
-            break
-        if best is None:
+        slot, t = fc.k_next(self._F, self._FI, self._HT, self._HI, self._M, self._DONE)
+        if slot < 0:
             return None
-        return best[0], best[2].key
+        return float(t), self._keys[slot]
 
     def pop_completed(self, now: float) -> list[Hashable]:
         """Advance to `now` and remove every flow that has ended by then.
 
         Returns their keys ordered by completion time, then start order.
         """
-        self.advance(now)
-        done = sorted(self._completed, key=lambda f: (f.done_at, f.seq))
-        self._completed = []
-        for flow in done:
-            del self._flows[flow.key]
-        return [flow.key for flow in done]
+        now = float(now)
+        self._check_time(now)
+        n = fc.k_pop(self._F, self._FI, *self._state(), now)
+        if not n:
+            return []
+        slots = self._DONE[:n].tolist()
+        keys = self._keys
+        flows = self._flows
+        done = []
+        for slot in slots:
+            key = keys[slot]
+            del flows[key]
+            keys[slot] = None
+            done.append(key)
+        self._free.extend(slots)
+        return done
 
     def rate(self, flow_key: Hashable) -> float:
         """Current rate in bytes per cycle (0 once the flow has ended)."""
-        return self._flows[flow_key].rate
+        return float(self._F[self._flows[flow_key], fc.F_RATE])
 
     def remaining(self, flow_key: Hashable) -> float:
         """Bytes still to move as of the network's clock."""
-        flow = self._flows[flow_key]
-        if flow.done_at is not None:
+        slot = self._flows[flow_key]
+        if self._FI[slot, fc.FI_STATE] != fc.ACTIVE:
             return 0.0
-        return max(flow.rem - flow.rate * (self._now - flow.t_ref), 0.0)
+        row = self._F[slot]
+        return max(float(row[fc.F_REM] - row[fc.F_RATE] * (self._MF[0] - row[fc.F_TREF])), 0.0)
 
     def completion_time(self, flow_key: Hashable) -> float:
         """When the flow ends (or ended) if rates stay as they are now."""
-        flow = self._flows[flow_key]
-        if flow.done_at is not None:
-            return flow.done_at
-        return flow.t_ref + flow.rem / flow.rate
+        slot = self._flows[flow_key]
+        row = self._F[slot]
+        if self._FI[slot, fc.FI_STATE] != fc.ACTIVE:
+            return float(row[fc.F_DONE])
+        return float(row[fc.F_TREF] + row[fc.F_REM] / row[fc.F_RATE])
 
     def active(self) -> list[Hashable]:
         """Keys of the flows still moving bytes, in start order."""
-        return [flow.key for flow in self._by_seq.values()]
+        state = self._FI[:, fc.FI_STATE]
+        return [key for key, slot in self._flows.items() if state[slot] == fc.ACTIVE]
 
     # -- internals ---------------------------------------------------------------
 
-    def _end(self, flow: _Flow, t: float) -> None:
-        flow.rem = 0.0
-        flow.rate = 0.0
-        flow.version += 1
-        flow.done_at = t
-        del self._by_seq[flow.seq]
-        for r in flow.resources:
-            res = self._resources[r]
-            del res.flows[flow.seq]
-            if not res.flows:
-                res.settled_busy += t - res.busy_since
-        self._completed.append(flow)
+    def _state(self) -> tuple:
+        """The arrays after F and FI, in the compiled entry points' order."""
+        return self._R, self._RI, self._HT, self._HI, self._M, self._MF, self._DONE, self._W, self._WF
 
-    def _set_rate(self, flow: _Flow, rate: float, t: float) -> None:
-        flow.settle(t)
-        flow.rate = rate
-        flow.version += 1
-        heapq.heappush(self._heap, (t + flow.rem / rate, flow.seq, flow.version))
+    def _check_time(self, now: float) -> None:
+        if now < self._MF[0]:
+            raise ValueError(f"time went backwards: network is at cycle {float(self._MF[0])}, asked for {now}")
 
-    def _component(self, seeds: Sequence[int]) -> tuple[list[_Resource], list[_Flow]]:
-        """Resources and active flows connected to the seed resources through shared flows.
+    def _rid(self, resource_id: int) -> int:
+        if not 0 <= resource_id < self._nres:
+            raise IndexError(f"no resource {resource_id} (have {self._nres})")
+        return resource_id
 
-        The order of the result does not matter: `_water_fill` breaks every tie by
-        resource id or start order.
-        """
-        resources = self._resources
-        comp_res: list[_Resource] = []
-        comp_flows: list[_Flow] = []
-        seen_res: set[int] = set()
-        seen_flows: set[int] = set()
-        stack = list(seeds)
-        while stack:
-            r = stack.pop()
-            if r in seen_res:
-                continue
-            seen_res.add(r)
-            res = resources[r]
-            comp_res.append(res)
-            for seq, flow in res.flows.items():
-                if seq not in seen_flows:
-                    seen_flows.add(seq)
-                    comp_flows.append(flow)
-                    stack.extend(flow.resources)
-        return comp_res, comp_flows
+    def _grow_flows(self, rows: int) -> None:
+        old = self._F.shape[0]
+        self._F = _grown(self._F, rows, self._F.shape[1])
+        self._FI = _grown(self._FI, rows, self._FI.shape[1])
+        self._DONE = _grown(self._DONE, rows)
+        # The heap holds at most one live entry per active flow, so twice the slots
+        # leaves room for as many stale ones (it compacts itself when full).
+        self._HT = _grown(self._HT, 2 * rows)
+        self._HI = _grown(self._HI, 2 * rows, 3)
+        self._keys.extend([None] * (rows - old))
+        self._free.extend(range(rows - 1, old - 1, -1))
+        self._W, self._WF = fc.scratch(self._R.shape[0], rows)
 
-    def _rebalance(self, seeds: Sequence[int], t: float) -> None:
-        """Recompute max-min fair rates of everything connected to `seeds`, at time t."""
-        seeds = tuple(seeds)
-        while True:
-            comp_res, comp_flows = self._component(seeds)
-            rates, left = _water_fill(comp_res, comp_flows)
-            # A flow within float noise of its end finishes now rather than linger
-            # at a new rate for a vanishing number of bytes; that frees bandwidth,
-            # so divide again.
-            lingering = []
-            for flow, rate in zip(comp_flows, rates):
-                if rate != flow.rate:
-                    flow.settle(t)
-                    if flow.nearly_done():
-                        lingering.append(flow)
-            if not lingering:
-                break
-            for flow in lingering:
-                self._end(flow, t)
-                seeds += flow.resources
-        for res, res_left in zip(comp_res, left):
-            res.settled_bytes += res.sum_rate * (t - res.t_ref)
-            res.t_ref = t
-            res.sum_rate = res.capacity - res_left if res.flows else 0.0
-        for flow, rate in zip(comp_flows, rates):
-            if rate != flow.rate:
-                self._set_rate(flow, rate, t)
+    def _grow_resources(self, rows: int) -> None:
+        self._R = _grown(self._R, rows, self._R.shape[1])
+        self._RI = _grown(self._RI, rows, self._RI.shape[1])
+        self._W, self._WF = fc.scratch(rows, self._F.shape[0])
 
-    def _compact_heap(self) -> None:
-        live = []
-        for entry in self._heap:
-            flow = self._by_seq.get(entry[1])
-            if flow is not None and flow.version == entry[2]:
-                live.append(entry)
-        heapq.heapify(live)
-        self._heap = live
+    def _widen(self, max_resources: int) -> None:
+        self._FI = _grown(self._FI, self._FI.shape[0], fc.FI_RES + max(max_resources, 2 * (self._FI.shape[1] - fc.FI_RES)))
 
 
-def _water_fill(resources: list[_Resource], flows: list[_Flow]) -> tuple[list[float], list[float]]:
-    """Max-min fair rates of `flows` (same order), which use only `resources`.
-
-    Also returns the capacity left on each resource (same order as `resources`).
-    Progressive filling: each round takes the lowest saturation level (capacity left /
-    unfrozen flows crossing it) over the resources, or the lowest unreached flow cap if
-    that is no higher, and freezes the flows there at that level. Ties go to the lower
-    resource id, then start order. Components are small (a core's engine, the links of
-    a route), so a linear scan per round beats a heap; every float is computed in the
-    same order as before, so the rates are identical to the last bit.
-    """
-    nres = len(resources)
-    if not flows:
-        return [], [res.capacity for res in resources]
-    if nres == 1 and all(flow.cap is None for flow in flows):
-        # One resource (a core's DMA engine with its descriptors): an equal split, the
-        # same floats the general loop below computes.
-        res = resources[0]
-        level = res.capacity / len(res.flows)
-        left = res.capacity
-        for _ in range(len(res.flows)):
-            left -= level
-        return [level] * len(flows), [left]
-    if len(flows) == 1:
-        # One flow: the tightest of its resources' capacities and its cap.
-        flow = flows[0]
-        level = min((res.capacity for res in resources if res.flows), default=math.inf)
-        if flow.cap is not None and flow.cap <= level:
-            level = flow.cap
-        return [level], [res.capacity - level if res.flows else res.capacity for res in resources]
-    local = {res.rid: i for i, res in enumerate(resources)}
-    rids = [res.rid for res in resources]
-    left = [res.capacity for res in resources]
-    count = [len(res.flows) for res in resources]
-    position = {flow.seq: i for i, flow in enumerate(flows)}
-    rates: list[float | None] = [None] * len(flows)
-    caps = sorted((flow.cap, flow.seq, i) for i, flow in enumerate(flows) if flow.cap is not None)
-    cap_i = 0
-    todo = len(flows)
-    inf = math.inf
-    if nres > _SCAN_MAX:
-        return _water_fill_heap(resources, flows, local, left, count, position, rates, caps), left
-    order = sorted(range(nres), key=rids.__getitem__)   # scan in id order: ties go to the lower id
-
-    while todo:
-        while cap_i < len(caps) and rates[caps[cap_i][2]] is not None:
-            cap_i += 1
-        res_level = inf
-        best = -1
-        for i in order:
-            n = count[i]
-            if n:
-                level = max(left[i], 0.0) / n
-                if level < res_level:
-                    res_level, best = level, i
-        level, frozen, _ = _freeze(flows, resources, position, rates, caps, cap_i, res_level, best)
-        todo -= len(frozen)
-        for flow in frozen:
-            for r in flow.resources:
-                i = local[r]
-                left[i] -= level
-                count[i] -= 1
-    return rates, left
-
-
-def _freeze(flows, resources, position, rates, caps, cap_i, res_level, best) -> tuple[float, list[_Flow], bool]:
-    """One round of the filling: the lowest unreached cap if it is no higher than the
-    lowest resource level `res_level` (of resource `best`), which freezes that flow,
-    else every unfrozen flow crossing `best`, at that level. Returns (level, frozen,
-    whether a cap set it)."""
-    cap_level = caps[cap_i][0] if cap_i < len(caps) else math.inf
-    if cap_level <= res_level:
-        i = caps[cap_i][2]
-        rates[i] = cap_level
-        return cap_level, [flows[i]], True
-    frozen = []
-    for seq, flow in resources[best].flows.items():
-        i = position[seq]
-        if rates[i] is None:
-            rates[i] = res_level
-            frozen.append(flow)
-    return res_level, frozen, False
-
-
-#: Components with more resources than this find each round's lowest level with a heap.
-_SCAN_MAX = 12
-
-
-def _water_fill_heap(resources, flows, local, left, count, position, rates, caps) -> list[float]:
-    """`_water_fill`'s rounds for a large component: the resources' saturation levels in a
-    heap (no decrease-key: freezing flows at a level no higher than a resource's level
-    never lowers it, so an entry is stale when it no longer equals the level recomputed
-    from `left` and `count`). Same rounds, same floats as the scan. Updates `left`."""
-    heap = [(res.capacity / count[i], res.rid, i) for i, res in enumerate(resources) if count[i]]
-    heapq.heapify(heap)
-    heappop, heappush = heapq.heappop, heapq.heappush
-    cap_i = 0
-    todo = len(flows)
-    inf = math.inf
-    while todo:
-        while cap_i < len(caps) and rates[caps[cap_i][2]] is not None:
-            cap_i += 1
-        while heap:
-            level, _, i = heap[0]
-            n = count[i]
-            if n and level == max(left[i], 0.0) / n:
-                break
-            heappop(heap)
-        res_level, _, best = heap[0] if heap else (inf, -1, -1)
-        level, frozen, by_cap = _freeze(flows, resources, position, rates, caps, cap_i, res_level, best)
-        if not by_cap:
-            heappop(heap)
-        todo -= len(frozen)
-        touched: dict[int, None] = {}
-        for flow in frozen:
-            for r in flow.resources:
-                i = local[r]
-                left[i] -= level
-                count[i] -= 1
-                touched[i] = None
-        for i in touched:
-            if count[i]:
-                heappush(heap, (max(left[i], 0.0) / count[i], resources[i].rid, i))
-    return rates
+def _grown(a: np.ndarray, rows: int, cols: int | None = None) -> np.ndarray:
+    """A copy of `a` with at least `rows` rows (and `cols` columns), zero-filled."""
+    shape = (max(rows, a.shape[0]),) if cols is None else (max(rows, a.shape[0]), cols)
+    out = np.zeros(shape, a.dtype)
+    if cols is None:
+        out[:a.shape[0]] = a
+    else:
+        out[:a.shape[0], :a.shape[1]] = a
+    return out

@@ -257,3 +257,35 @@ def test_random_flows_are_max_min_fair_and_deliver_every_byte(capacities, flows)
         # No flow can beat its own uncongested time.
         fastest = min([net.capacity(r) for r in resources] + ([cap] if cap else []))
         assert finished[key] >= start + size / fastest * (1 - 1e-9)
+
+
+def test_many_flows_on_long_paths_stay_max_min_fair():
+    # More flows than the network's first allocation, more flows on one resource and
+    # more resources per flow than its rows first hold, and enough rate changes to
+    # fill and compact the heap of predicted completions.
+    net = FlowNetwork()
+    caps = [3.0 + (i * 7) % 11 for i in range(24)]
+    rids = [net.add_resource(f"r{i}", c) for i, c in enumerate(caps)]
+    specs = {}
+    finished: dict[int, float] = {}
+    t = 0.0
+    for i in range(400):
+        t += (i * 13 % 7) * 0.05
+        for key in net.pop_completed(t):
+            finished[key] = t
+        n = 1 + (i * 5) % 17
+        resources = [rids[(i * 3 + 5 * k) % len(rids)] for k in range(n)]
+        resources = list(dict.fromkeys(resources))
+        cap = 0.5 + i % 4 if i % 5 == 0 else None
+        specs[i] = (64 + (i * 97) % 900, resources, cap, t)
+        net.start(i, specs[i][0], resources, t, cap_bytes_per_cycle=cap)
+        if i % 20 == 0:
+            check_max_min(net, specs)
+    assert len(net.active()) > 64
+    while (nxt := net.next_completion()) is not None:
+        for key in net.pop_completed(nxt[0]):
+            finished[key] = nxt[0]
+    assert sorted(finished) == list(range(400))
+    for r in rids:
+        expected = sum(size for size, res, _, _ in specs.values() if r in res)
+        assert net.bytes_through(r) == pytest.approx(expected, rel=1e-9)
