@@ -8,19 +8,28 @@ main file's name and text, the parameters and the hardware profile. The entry al
 records every file the compile read (imports included) with a hash of its text; an
 entry whose files changed is compiled afresh. At most `MAX_PROGRAMS` entries are
 kept; the least recently used are dropped.
+
+Arrays that take longer to make than to read back (the K3 weights of a model and
+seed: a second or more for 67 M parameters) are kept the same way by
+`cached_arrays`, as one raw `.npy` file per key, memory-mapped on use, at most
+`MAX_ARRAY_BYTES` in all.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 MAX_PROGRAMS = 256
+MAX_ARRAY_BYTES = 1 << 30
 
 
 def cache_dir(sub: str = "") -> Path:
@@ -119,15 +128,65 @@ def _store(entry: Path, hashes: dict[str, str], program) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _evict(directory: Path) -> None:
-    """Drop the least recently used entries beyond `MAX_PROGRAMS` (other processes may
-    be loading, storing or evicting at the same time: a file that vanished is skipped)."""
+def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGRAMS,
+           max_bytes: int | None = None) -> None:
+    """Drop the least recently used entries beyond `max_entries` (and beyond `max_bytes`
+    in all); other processes may be loading, storing or evicting at the same time: a
+    file that vanished is skipped."""
     entries = []
-    for path in directory.glob("*.pkl"):
+    for path in directory.glob(pattern):
         try:
-            entries.append((path.stat().st_mtime, path))
+            stat = path.stat()
         except OSError:
             continue
-    entries.sort()
-    for _, stale in entries[:max(0, len(entries) - MAX_PROGRAMS)]:
-        stale.unlink(missing_ok=True)
+        entries.append((stat.st_mtime, stat.st_size, path))
+    entries.sort(reverse=True)          # most recently used first
+    total = 0
+    for k, (_, size, path) in enumerate(entries):
+        total += size
+        if k >= max_entries or (max_bytes is not None and total > max_bytes and k):
+            path.unlink(missing_ok=True)
+
+
+def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
+                  build: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
+    """The arrays `build()` returns (of `dtype` and `shapes`, in order), or the kept ones
+    of an earlier call with the same `key`, which must hash everything they depend on.
+    Kept arrays come back read-only, memory-mapped from the cache file."""
+    dtype = np.dtype(dtype)
+    sizes = [math.prod(shape) for shape in shapes]
+    try:
+        directory = cache_dir("arrays")
+    except OSError:
+        return build()
+    entry = directory / f"{key}.npy"
+    try:
+        flat = np.load(entry, mmap_mode="r")
+        if flat.dtype == dtype and flat.shape == (sum(sizes),):
+            os.utime(entry)
+            return _split(flat.view(np.ndarray), sizes, shapes)
+    except (OSError, ValueError):
+        pass
+    arrays = build()
+    if 0 < sum(sizes) * dtype.itemsize <= MAX_ARRAY_BYTES:
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                np.lib.format.write_array_header_1_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                         "shape": (sum(sizes),)})
+                for array in arrays:
+                    fh.write(np.ascontiguousarray(array, dtype).tobytes())
+            os.replace(tmp, entry)
+            _evict(directory, "*.npy", MAX_PROGRAMS, MAX_ARRAY_BYTES)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return arrays
+
+
+def _split(flat: np.ndarray, sizes: list[int], shapes) -> list[np.ndarray]:
+    out, at = [], 0
+    for size, shape in zip(sizes, shapes):
+        out.append(flat[at:at + size].reshape(shape))
+        at += size
+    return out

@@ -79,3 +79,42 @@ def test_text_profile_and_path_are_part_of_the_key(cache_home):
     program, hit = compile_counted(str(cache_home / "main.mk"), MAIN, test)
     assert not hit   # spans name the file as given, so an absolute path is another program
     assert program.kernels["k"].source_map[0].file == str(cache_home / "main.mk")
+
+
+# -- arrays ---------------------------------------------------------------------------
+
+def test_kept_arrays_come_back_equal_and_read_only(cache_home):
+    import numpy as np
+
+    from mkemu.cache import cached_arrays
+
+    calls = []
+    made = [np.arange(12, dtype=np.uint16).reshape(3, 4), np.array([7, 8], np.uint16)]
+
+    def build():
+        calls.append(1)
+        return [a.copy() for a in made]
+
+    first = cached_arrays("k", np.uint16, [(3, 4), (2,)], build)
+    second = cached_arrays("k", np.uint16, [(3, 4), (2,)], build)
+    assert len(calls) == 1
+    for a, b in zip(made, second):
+        assert b.dtype == a.dtype and np.array_equal(a, b)
+        assert not b.flags.writeable
+    assert all(np.array_equal(a, b) for a, b in zip(first, made))
+    # A kept file of another size is not trusted: the arrays are made again.
+    cached_arrays("k", np.uint16, [(3, 5), (2,)], lambda: [np.zeros((3, 5), np.uint16), made[1]])
+    assert np.array_equal(cached_arrays("k", np.uint16, [(3, 5), (2,)], build)[0], np.zeros((3, 5)))
+    assert len(calls) == 1
+
+
+def test_array_cache_keeps_at_most_its_byte_budget(cache_home, monkeypatch):
+    import numpy as np
+
+    import mkemu.cache as cache
+
+    monkeypatch.setattr(cache, "MAX_ARRAY_BYTES", 3000)
+    for k in range(4):
+        cache.cached_arrays(f"a{k}", np.uint8, [(1000,)], lambda: [np.full(1000, k, np.uint8)])
+    kept = sorted(p.name for p in cache.cache_dir("arrays").glob("*.npy"))
+    assert len(kept) == 2 and "a3.npy" in kept

@@ -15,12 +15,15 @@ tests/programs/test_k3_reference.py); the rules are in docs/k3.md.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
+from mkemu.cache import cached_arrays
 from mkemu.errors import ConfigError
 from mkemu.isa import numerics
 
@@ -28,6 +31,10 @@ from .config import ModelConfig, TensorSpec, param_counts, tensor_specs
 
 __all__ = ["MAX_GENERATED_PARAMS", "Bf16Tensor", "check_weights", "generate_weight_bits", "generate_weights",
            "mxfp4_exact"]
+
+# What generated weights depend on besides the config and seed: this file's rules
+# and the rounding and MXFP4 code they call.
+_SOURCES = tuple(Path(m).read_bytes() for m in (__file__, numerics.__file__))
 
 # Above this many elements (4 GiB of float32) weights are not generated: such a
 # config (k3-full) is for timing-only runs.
@@ -109,10 +116,15 @@ def generate_weight_bits(cfg: ModelConfig, seed: int = 0, expert_dtype: str | No
     def bits(i: int) -> np.ndarray:
         return numerics.f32_to_bf16_bits(_draw(specs[i], cfg, np.random.default_rng([seed, i]), expert_dtype))
 
-    # Every tensor has its own generator, so drawing them on threads (numpy's samplers
-    # release the GIL) gives the same bits in any order.
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        tensors = list(pool.map(bits, range(len(specs))))
+    def draw_all() -> list[np.ndarray]:
+        # Every tensor has its own generator, so drawing them on threads (numpy's
+        # samplers release the GIL) gives the same bits in any order.
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            return list(pool.map(bits, range(len(specs))))
+
+    # Kept in the user cache under a key of everything the bits depend on.
+    key = hashlib.sha256(repr((cfg, specs, seed, expert_dtype, np.__version__, _SOURCES)).encode()).hexdigest()
+    tensors = cached_arrays(f"k3-weights-{key}", np.uint16, [spec.shape for spec in specs], draw_all)
     return {spec.name: Bf16Tensor(t) for spec, t in zip(specs, tensors)}
 
 

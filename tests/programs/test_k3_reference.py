@@ -18,7 +18,7 @@ from mkemu.errors import ConfigError
 from mkemu.isa import numerics
 from mkemu.programs.k3 import reference as R
 from mkemu.programs.k3.config import config_from_dict, list_configs, load_config, param_counts
-from mkemu.programs.k3.weights import check_weights, generate_weights
+from mkemu.programs.k3.weights import check_weights, generate_weight_bits, generate_weights
 
 F64 = np.float64
 
@@ -272,6 +272,18 @@ def test_weights_are_deterministic_and_complete(tiny):
         check_weights(cfg, {**w, "moe_w1": w["moe_w1"][:, :1]})
     with pytest.raises(ConfigError, match="timing-only"):
         generate_weights(load_config("k3-full"))
+
+
+@pytest.mark.parametrize("expert_dtype", ["bf16", "mxfp4"])
+def test_weight_bits_kept_in_the_cache_are_the_drawn_ones(tiny, tmp_path, monkeypatch, expert_dtype):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg, _ = tiny
+    drawn = generate_weights(cfg, seed=3, expert_dtype=expert_dtype)
+    for _ in range(2):    # drawn and kept, then read back from the cache
+        bits = generate_weight_bits(cfg, seed=3, expert_dtype=expert_dtype)
+        assert list(bits) == list(drawn)
+        assert all(np.array_equal(np.asarray(bits[k]), drawn[k]) for k in drawn)
+    assert len(list((tmp_path / "mkemu" / "arrays").glob("*.npy"))) == 1
 
 
 def test_batch_rows_are_independent_to_the_bit(tiny):
