@@ -204,7 +204,7 @@ class Core:
             self.rstat[:] = 0
         self.sems = [0] * self.profile.semaphores
         self.dma_wait_cycles = {}
-        self.sem_raisers: dict[int, tuple] = {}   # semaphore -> (core, pc, text, source, cycle)
+        self.sem_raisers: dict[int, tuple] = {}   # semaphore -> (core, pc, text, cycle)
         self.clear_in_flight()
         self.halted = False
 

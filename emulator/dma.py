@@ -54,12 +54,17 @@ class Dma:
     issued_at: int
     pc: int
     text: str
-    source: str | None
+    kernel: object            # the kernel it was issued by (its source lines)
     dst_range: tuple[int, int] = (0, 0)
     src_range: tuple[int, int] = (0, 0)
     begun_at: int | None = None
     done_at: int | None = None
     knowledge: frozenset = frozenset()   # DMAs its issuer knew had landed when it issued it
+
+    @property
+    def source(self) -> str | None:
+        """The source line that issued it (looked up only when a message needs it)."""
+        return self.kernel.source_line(self.pc)
 
 
 
@@ -116,21 +121,19 @@ class DmaMixin:
                                         f"is outside {dst_space.upper()} of {dst_size} bytes"
                                         + (f" on chip {target.chip} core {target.index}" if remote else ""))
         size = inner * n1 * n2
-        resources = self._dma_resources(core, target, src_space, dst_space)
-        latency = self.profile.dma_start_latency_cycles + self._path_latency(core, target)
+        resources, latency, hops = self._route(core, target, "hbm" in (src_space, dst_space))
         self.dma_count += 1
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
                   dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
-                  size_bytes=size, sem=sem_id, rsem=rsem_id, resources=tuple(resources),
+                  size_bytes=size, sem=sem_id, rsem=rsem_id, resources=resources,
                   latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text,
-                  source=self.kernel.source_line(core.pc), dst_range=dst_range,
+                  kernel=self.kernel, dst_range=dst_range,
                   src_range=src_range)
         if src_space == "hbm":
             self.hbm_bytes += size
         if dst_space == "hbm":
             self.hbm_bytes += size
-        if target.chip != core.chip:
-            self.link_bytes += size * self.mesh.hops(core.chip, target.chip)
+        self.link_bytes += size * hops
         self.dmas[dma.seq] = dma
         if self.trace is not None:
             self.trace.on_dma_issue(dma)
@@ -164,7 +167,19 @@ class DmaMixin:
             return False
         return any(b_lo <= lo and hi <= b_hi for b_lo, b_hi in self.data_regions)
 
-    def _dma_resources(self, core: Core, target: Core, src_space: str, dst_space: str) -> list[int]:
+    def _route(self, core: Core, target: Core, touches_hbm: bool) -> tuple[tuple[int, ...], int, int]:
+        """(flow resources, start latency, chip hops) of a DMA `core` issues into
+        `target`'s memory; the same for every DMA between the two, so kept."""
+        key = (core.gid, target.gid, touches_hbm)
+        route = self.routes.get(key)
+        if route is None:
+            route = self.routes[key] = (
+                tuple(self._dma_resources(core, target, touches_hbm)),
+                self.profile.dma_start_latency_cycles + self._path_latency(core, target),
+                self.mesh.hops(core.chip, target.chip))
+        return route
+
+    def _dma_resources(self, core: Core, target: Core, touches_hbm: bool) -> list[int]:
         """The flow resources a DMA crosses.
 
         A chip's HBM is a resource only where its DMA engines together could
@@ -173,7 +188,7 @@ class DmaMixin:
         writes into HBM are limited by the links long before the remote HBM.
         """
         resources = [self.engine_res[core.gid]]
-        if self.hbm_shared and "hbm" in (src_space, dst_space):
+        if self.hbm_shared and touches_hbm:
             resources.append(self.hbm_res[core.chip])
         if target.chip != core.chip:
             resources += self.links.path_resources(core.chip, target.chip, core.index)

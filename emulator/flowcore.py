@@ -1,5 +1,8 @@
 """The flow network's state as arrays, and its hot paths compiled by numba.
 
+Self-contained (numpy and numba only): flows.py imports it from a copy in the user
+cache directory (`mkemu.cache.module_in_cache`).
+
 `FlowNetwork` (flows.py) keeps its keys, checks its arguments and grows these arrays;
 everything that runs once per flow start or end (advancing the clock, ending flows,
 finding the component a change touches, the water-filling, the heap of predicted

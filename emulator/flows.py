@@ -41,10 +41,19 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
+import sys
+from pathlib import Path
+
+import numba
 import numpy as np
 
-from mkemu.emulator import flowcore as fc
-from mkemu.emulator.flowcore import DONE_FRACTION  # noqa: F401  (part of this module's interface)
+from mkemu.cache import module_in_cache
+
+# The compiled kernels, imported from a copy in the user cache directory so numba's
+# cache is keyed by their source, not by where mkemu is installed.
+fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").read_text(),
+                     numba.__version__, sys.version)
+DONE_FRACTION = fc.DONE_FRACTION
 
 
 def completion_cycle(time_cycles: float) -> int:

@@ -28,14 +28,11 @@ checkout gets written to.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import os
 import sys
 import time
 
-from mkemu.cache import cache_dir
+from mkemu.cache import module_in_cache
 from mkemu.emulator import decode as dec
 from mkemu.isa import semantics
 from mkemu.emulator.footprint import block_span, blocks_overlap
@@ -466,14 +463,6 @@ def generate_source() -> str:
     return "\n".join(head) + "\n" + _PROLOGUE + _dispatch(ids, 2) + "\n" + _EPILOGUE + _MACHINE_SIDE
 
 
-def _fingerprint(source: str) -> str:
-    import numba
-
-    parts = [source, inspect.getsource(semantics), inspect.getsource(sys.modules[__name__]),
-             numba.__version__, sys.version]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
-
-
 _compiled = None
 compile_seconds = 0.0   # wall time the last `compiled_loop()` spent loading or compiling
 
@@ -483,20 +472,12 @@ def compiled_loop():
     per process."""
     global _compiled, compile_seconds
     if _compiled is None:
+        import numba
+
         t0 = time.perf_counter()
         source = generate_source()
-        name = f"mkemu_loop_{_fingerprint(source)}"
-        path = cache_dir() / f"{name}.py"
-        if not path.is_file() or path.read_text() != source:
-            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        # Registered before it runs: numba's cache finds the module again by name.
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _compiled = module
+        _compiled = module_in_cache("mkemu_loop", source, inspect.getsource(semantics),
+                                    inspect.getsource(sys.modules[__name__]), numba.__version__, sys.version)
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
 

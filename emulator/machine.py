@@ -86,6 +86,7 @@ class Machine(DmaMixin):
                                                  p.dma_engine_bw_bytes_per_cycle) for c in self.cores]
         self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle, p.cores_per_chip,
                                               p.per_core_links)
+        self.routes: dict = {}    # (issuer, target, touches HBM) -> (resources, latency, hops)
         self._hbm = ChipMemories(self.mesh.num_chips, 0)
         self.program: Program | None = None
         self.decoded: dict = {}
@@ -252,7 +253,8 @@ class Machine(DmaMixin):
             raiser = core.sem_raisers.get(sem)
             part = f"semaphore {sem} = {value}"
             if raiser is not None:
-                by, pc, text, source, cycle = raiser
+                by, pc, text, cycle = raiser
+                source = kernel.source_line(pc)
                 part += (f" (last raised at cycle {cycle} by `{text}` of chip {by.chip} core {by.index}, "
                          f"pc {pc:#06x}{', ' + source if source else ''})")
             parts.append(part)
@@ -261,7 +263,7 @@ class Machine(DmaMixin):
                              "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
                              chip=core.chip, core=core.index, cycle=core.end_time,
                              pc=first[1] if first else None, instruction=first[2] if first else None,
-                             source=first[3] if first else None)
+                             source=kernel.source_line(first[1]) if first else None)
 
     def _fold_region_stats(self, kernel) -> None:
         """Add this launch's per-core region times (summed over cores) to the run's."""
@@ -392,15 +394,15 @@ class Machine(DmaMixin):
         return 0
 
     def _raiser(self, core: Core, op) -> tuple:
-        return (core, core.pc, op.text, self.kernel.source_line(core.pc))
+        return (core, core.pc, op.text)
 
     def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False, raiser=None) -> None:
         """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
-        the DMA, or (core, pc, text, source) of the signal), waking a core that waits."""
+        the DMA, or (core, pc, text) of the signal), waking a core that waits."""
         core.sems[sem] += value
         if raiser is not None:
             if by_dma:
-                raiser = (raiser.src_core, raiser.pc, raiser.text, raiser.source)
+                raiser = (raiser.src_core, raiser.pc, raiser.text)
             core.sem_raisers[sem] = (*raiser, t)
         waiting = core.waiting
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:

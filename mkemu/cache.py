@@ -9,6 +9,11 @@ records every file the compile read (imports included) with a hash of its text; 
 entry whose files changed is compiled afresh. At most `MAX_PROGRAMS` entries are
 kept; the least recently used are dropped.
 
+Modules compiled by numba (the issue loop, the flow model's kernels) are written into
+the same directory under a name that hashes their source (`module_in_cache`), so
+numba's on-disk cache next to them is keyed by content: compiled once per machine and
+version whether mkemu runs from a checkout, a read-only one or a fresh install.
+
 Arrays that take longer to make than to read back (the K3 weights of a model and
 seed: a second or more for 67 M parameters) are kept the same way by
 `cached_arrays`, as one raw `.npy` file per key, memory-mapped on use, at most
@@ -18,11 +23,14 @@ seed: a second or more for 67 M parameters) are kept the same way by
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import os
 import pickle
+import sys
 import tempfile
 import threading
+from types import ModuleType
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,6 +56,32 @@ def cache_dir(sub: str = "") -> Path:
         except OSError:
             continue
     raise OSError("no writable cache directory for mkemu")
+
+
+def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
+    """`source` imported as a module written to the cache directory, named `prefix`
+    plus a hash of the source and `depends` (other texts its compiled code depends on,
+    e.g. versions); imported once per process."""
+    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
+    name = f"{prefix}_{digest}"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    path = cache_dir() / f"{name}.py"
+    if not path.is_file() or path.read_text() != source:
+        tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: numba's cache finds the module again by name.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 _fingerprint: str | None = None

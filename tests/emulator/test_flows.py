@@ -6,6 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pathlib import Path
+
+from mkemu.cache import cache_dir
+from mkemu.emulator import flows
 from mkemu.emulator.flows import FlowNetwork, completion_cycle
 
 
@@ -289,3 +293,10 @@ def test_many_flows_on_long_paths_stay_max_min_fair():
     for r in rids:
         expected = sum(size for size, res, _, _ in specs.values() if r in res)
         assert net.bytes_through(r) == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_flow_kernels_are_compiled_outside_the_source_tree():
+    # The flow model's numba kernels run from a copy named by a hash of their source,
+    # so a fresh install or a read-only checkout compiles them once per machine.
+    assert Path(flows.fc.__file__).parent == cache_dir()
+    assert Path(flows.fc.__file__).read_text() == Path(flows.__file__).with_name("flowcore.py").read_text()

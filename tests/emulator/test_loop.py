@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from mkemu.cache import cache_dir
 from mkemu.emulator.decode import LOCAL_ROWS
-from mkemu.emulator.loop import cache_dir, compiled_loop, generate_source
+from mkemu.emulator.loop import compiled_loop, generate_source
 from mkemu.emulator.machine import GLOBAL_OPS
 from mkemu.isa.table import GLOBAL_KINDS, TABLE
 
@@ -24,3 +25,4 @@ def test_the_loop_is_compiled_outside_the_source_tree():
     cached = list(cache_dir().glob("mkemu_loop_*.py"))
     assert cached and all("/emulator/" not in str(p) for p in cached)
     assert any(p.read_text() == generate_source() for p in cached)
+
