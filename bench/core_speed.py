@@ -20,9 +20,10 @@ this checkout. Workloads:
   wall inside `Machine.run`, simulated instructions per wall second, peak RSS.
 - with --suite: `python -m pytest -q` of both trees, once each.
 
-It also reports the current tree's first-run compile time of the issue loop (an
-empty cache directory) and the time to load it from the cache. Prints a markdown
-table and writes JSON (default bench/out/core_speed.json).
+It also reports the current tree's first-run compile time of the issue loop and of
+the flow model's kernels (an empty cache directory) and the time to load them from
+the cache. Prints a markdown table and writes JSON (default
+bench/out/core_speed.json).
 """
 
 from __future__ import annotations
@@ -289,13 +290,18 @@ def _mixed_program(iters: int) -> str:
 
 
 def _compile_times(tree: Path, tmp: Path) -> dict:
-    """First compile of the issue loop into an empty cache, then a load from that cache."""
-    script = ("import sys, json\nfrom mkemu.emulator import loop\nloop.compiled_loop()\n"
-              "print(json.dumps({'seconds': loop.compile_seconds}))")
-    env = {"XDG_CACHE_HOME": str(tmp / "fresh-cache")}
-    first = run_script(tree, script, env=env)["seconds"]
-    cached = run_script(tree, script, env=env)["seconds"]
-    return {"first_compile_s": first, "cached_load_s": cached}
+    """First compile of the issue loop (and of the flow model's kernels, where the tree
+    has them) into an empty cache, then a load from that cache."""
+    script = ("import sys, json, time\nfrom mkemu.emulator import loop\nloop.compiled_loop()\n"
+              "t0 = time.perf_counter()\nfrom mkemu.emulator import flows\n"
+              "net = flows.FlowNetwork(); r = net.add_resource('r', 1.0)\n"
+              "net.start('a', 8, [r], 0.0); net.next_completion(); net.pop_completed(8.0)\n"
+              "print(json.dumps({'seconds': loop.compile_seconds, 'flows': time.perf_counter() - t0}))")
+    env = {"XDG_CACHE_HOME": str(tmp / "fresh-cache"), "NUMBA_CACHE_DIR": str(tmp / "fresh-numba")}
+    first = run_script(tree, script, env=env)
+    cached = run_script(tree, script, env=env)
+    return {"first_compile_s": first["seconds"], "cached_load_s": cached["seconds"],
+            "flows_first_s": first["flows"], "flows_cached_s": cached["flows"]}
 
 
 def _suite_times(trees: dict) -> dict:
@@ -358,7 +364,8 @@ def _summarise(samples: dict, compile_fig: dict, suite, baseline: str, reps: int
     text = table(f"emulator speed: baseline {baseline} vs this tree (medians of {reps} interleaved runs)",
                  ["workload", "baseline", "current", "ratio"], rows)
     text += (f"\nissue loop: first compile {compile_fig['first_compile_s']:.1f} s (empty cache), "
-             f"load from cache {compile_fig['cached_load_s']:.2f} s\n")
+             f"load from cache {compile_fig['cached_load_s']:.2f} s; flow model kernels: first use "
+             f"{compile_fig['flows_first_s']:.1f} s, from cache {compile_fig['flows_cached_s']:.2f} s\n")
     return {"text": text, "records": records}
 
 

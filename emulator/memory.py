@@ -38,8 +38,9 @@ def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
     rows and planes not overlapping), else None."""
     if s1 < inner or s2 < 0 or (n2 > 1 and s2 < (n1 - 1) * s1 + inner):
         return None
-    span = (n2 - 1) * s2 + (n1 - 1) * s1 + inner
-    return np.lib.stride_tricks.as_strided(mem[addr:addr + span], (n2, n1, inner), (s2, s1, 1))
+    # Memories are contiguous byte arrays: the view built directly (as_strided's
+    # result, at a fraction of its cost).
+    return np.ndarray((n2, n1, inner), np.uint8, mem, addr, (s2, s1, 1))
 
 
 def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
