@@ -27,7 +27,6 @@ import attrs
 import numpy as np
 
 from mkemu.emulator.core import Core
-from mkemu.emulator.flows import completion_cycle
 from mkemu.emulator.memory import Trap, block_ranges, check_bounds, read_block, write_block
 from mkemu.isa.encoding import SPACES
 
@@ -218,9 +217,9 @@ class DmaMixin:
 
     def _schedule_flows(self) -> None:
         self.flow_version += 1
-        nxt = self.net.next_completion()
-        if nxt is not None:
-            self._push(max(completion_cycle(nxt[0]), self.now), FLOWS, self.flow_version)
+        cycle = self.net.next_completion_cycle()
+        if cycle is not None:
+            self._push(max(cycle, self.now), FLOWS, self.flow_version)
 
     def _complete_flows(self, t: int) -> None:
         done = self.net.pop_completed(t)

@@ -53,8 +53,11 @@ NM = 4
 
 #: A flow whose remaining bytes are at most this fraction of its size is done.
 DONE_FRACTION = 1e-6
-#: `k_start`: a resource of the new flow has no room left in its row of `RI`.
+#: `k_start`: a resource of the new flow has no room left in its row of `RI`, or the
+#: flow has more resources than a row of `FI` holds.
 NEED_ROOM = 1
+#: `k_start`, `k_pop` (negated): the time asked for is before the network's clock.
+TIME_BACKWARDS = 2
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 
@@ -432,21 +435,33 @@ def k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
 
 
 @_jit
-def k_start(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now):
-    """Start the flow in slot s (its size, cap and resources already written) at
-    `now`, advancing the network to `now` first. Returns NEED_ROOM, having changed
-    nothing, if a resource's row of RI is full."""
-    nres = FI[s, FI_NRES]
-    for k in range(nres):
-        if RI_LIST + RI[FI[s, FI_RES + k], RI_N] >= RI.shape[1]:
+def k_start(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now, size, cap, has_cap, seq, path):
+    """Start a flow in free slot s at `now` (advancing the network to `now` first):
+    `size` bytes through the resources `path`, with a rate cap if `has_cap`. Returns
+    0, or, having changed nothing, NEED_ROOM if a resource's row of RI is full or
+    TIME_BACKWARDS if `now` is before the network's clock."""
+    if now < MF[0]:
+        return TIME_BACKWARDS
+    if FI_RES + path.size > FI.shape[1]:
+        return NEED_ROOM
+    for r in path:
+        if RI_LIST + RI[r, RI_N] >= RI.shape[1]:
             return NEED_ROOM
     k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    nres = path.size
+    FI[s, FI_SEQ] = seq
+    FI[s, FI_NRES] = nres
+    FI[s, FI_HASCAP] = has_cap
+    F[s, F_SIZE] = size
+    F[s, F_CAP] = cap
+    for k in range(nres):
+        FI[s, FI_RES + k] = path[k]
     t = MF[0]
     F[s, F_TREF] = t
     F[s, F_RATE] = 0.0
-    F[s, F_REM] = F[s, F_SIZE]
+    F[s, F_REM] = size
     FI[s, FI_VER] = 0
-    if F[s, F_SIZE] == 0.0:
+    if size == 0.0:
         F[s, F_DONE] = t
         F[s, F_REM] = 0.0
         FI[s, FI_STATE] = ENDED
@@ -456,10 +471,10 @@ def k_start(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now):
     FI[s, FI_STATE] = ACTIVE
     M[M_NACTIVE] += 1
     if nres == 0:
-        _set_rate(F, FI, HT, HI, M, s, F[s, F_CAP], t)
+        _set_rate(F, FI, HT, HI, M, s, cap, t)
         return 0
     for k in range(nres):
-        r = FI[s, FI_RES + k]
+        r = path[k]
         n = RI[r, RI_N]
         if n == 0:
             R[r, R_BUSY_SINCE] = t
@@ -490,9 +505,42 @@ def k_next(F, FI, HT, HI, M, DONE):
 
 
 @_jit
+def completion_cycle(t):
+    """The integer cycle at which an event for a float completion time should fire.
+
+    The ceiling of `t`, except that a value a few ulps above an integer (float noise
+    from summing rates) rounds down to that integer. The tolerance is a few ulps (at
+    least 1e-9 of a cycle), not relative: late in a long run a real fraction of a
+    cycle can be smaller than a relative tolerance. (Where `t` is halfway between
+    integers the tolerance is not met, so how the nearest integer is rounded does not
+    matter.)"""
+    nearest = np.rint(t)
+    a = t if t >= 0.0 else -t
+    tol = 64.0 * np.spacing(a if a > 1.0 else 1.0)
+    if tol < 1e-9:
+        tol = 1e-9
+    if abs(t - nearest) <= tol:
+        return int(nearest)
+    return int(np.ceil(t))
+
+
+@_jit
+def k_next_cycle(F, FI, HT, HI, M, DONE):
+    """The integer cycle of the earliest completion (`completion_cycle` of its time),
+    -1 if the network is idle."""
+    s, t = k_next(F, FI, HT, HI, M, DONE)
+    if s < 0:
+        return -1
+    return completion_cycle(t)
+
+
+@_jit
 def k_pop(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     """Advance to `now` and free every ended flow; their slots come back in DONE[:n]
-    ordered by completion time, then start order. Returns n."""
+    ordered by completion time, then start order. Returns n (TIME_BACKWARDS, having
+    changed nothing, if `now` is before the network's clock)."""
+    if now < MF[0]:
+        return -TIME_BACKWARDS
     k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
     n = M[M_NDONE]
     for q in range(1, n):

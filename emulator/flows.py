@@ -56,20 +56,9 @@ fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").r
 DONE_FRACTION = fc.DONE_FRACTION
 
 
-def completion_cycle(time_cycles: float) -> int:
-    """The integer cycle at which an event for a float completion time should fire.
-
-    The ceiling of `time_cycles`, except that a value a few ulps above an integer
-    (float noise from summing rates) rounds down to that integer. The tolerance is
-    a few ulps (at least 1e-9 of a cycle), not relative: late in a long run a real
-    fraction of a cycle can be smaller than a relative tolerance.
-    """
-    nearest = round(time_cycles)
-    if abs(time_cycles - nearest) <= max(64 * math.ulp(max(1.0, abs(time_cycles))), 1e-9):
-        return int(nearest)
-    return math.ceil(time_cycles)
-
-
+#: The integer cycle at which an event for a float completion time should fire
+#: (flowcore.completion_cycle: the ceiling, except a few ulps above an integer).
+completion_cycle = fc.completion_cycle
 
 
 class FlowNetwork:
@@ -90,6 +79,7 @@ class FlowNetwork:
         self._flows: dict[Hashable, int] = {}   # active and ended-not-popped: key -> slot, in start order
         self._keys: list[Hashable] = []         # slot -> key
         self._free: list[int] = []              # free slots
+        self._paths: dict[tuple, np.ndarray] = {}   # resource tuples checked, as arrays
         self._next_seq = 0
         self._grow_flows(64)
         self._grow_resources(16)
@@ -161,6 +151,37 @@ class FlowNetwork:
             raise ValueError(f"flow {flow_key!r} is already in the network")
         if size_bytes < 0:
             raise ValueError(f"flow {flow_key!r}: size is {size_bytes} bytes, must be >= 0")
+        path = self._paths.get(resources) if type(resources) is tuple else None
+        if path is None:
+            path = self._path(flow_key, resources)
+        has_cap = cap_bytes_per_cycle is not None
+        cap = 0.0
+        if has_cap:
+            cap = float(cap_bytes_per_cycle)
+            if not cap > 0 or math.isinf(cap):
+                raise ValueError(f"flow {flow_key!r}: cap must be a positive finite number, got {cap_bytes_per_cycle!r}")
+        elif not path.size:
+            raise ValueError(f"flow {flow_key!r} crosses no resource and has no cap: its rate would be unbounded")
+        now = float(now)
+        if not self._free:
+            self._grow_flows(2 * self._F.shape[0])
+        slot = self._free[-1]
+        while (code := fc.k_start(self._F, self._FI, *self._state(), slot, now, float(size_bytes), cap, has_cap,
+                                  self._next_seq, path)):
+            if code == fc.TIME_BACKWARDS:
+                self._backwards(now)
+            if fc.FI_RES + path.size > self._FI.shape[1]:
+                self._FI = _grown(self._FI, self._FI.shape[0], fc.FI_RES + max(path.size, 2 * (self._FI.shape[1] - fc.FI_RES)))
+            else:
+                self._RI = _grown(self._RI, self._RI.shape[0], fc.RI_LIST + 2 * (self._RI.shape[1] - fc.RI_LIST))
+        self._free.pop()
+        self._next_seq += 1
+        self._flows[flow_key] = slot
+        self._keys[slot] = flow_key
+
+    def _path(self, flow_key, resources) -> np.ndarray:
+        """The resource ids checked, as the array the compiled code takes (kept for a
+        tuple: a DMA's resources are one of a few tuples, checked once each)."""
         rids = [int(r) for r in resources]
         nres = self._nres
         for r in rids:
@@ -168,38 +189,16 @@ class FlowNetwork:
                 raise ValueError(f"flow {flow_key!r}: no resource {r} (have {nres})")
         if len(set(rids)) != len(rids):
             raise ValueError(f"flow {flow_key!r}: resource listed twice in {rids}")
-        cap = None
-        if cap_bytes_per_cycle is not None:
-            cap = float(cap_bytes_per_cycle)
-            if not cap > 0 or math.isinf(cap):
-                raise ValueError(f"flow {flow_key!r}: cap must be a positive finite number, got {cap_bytes_per_cycle!r}")
-        if not rids and cap is None:
-            raise ValueError(f"flow {flow_key!r} crosses no resource and has no cap: its rate would be unbounded")
-        now = float(now)
-        self._check_time(now)
-
-        if not self._free:
-            self._grow_flows(2 * self._F.shape[0])
-        if fc.FI_RES + len(rids) > self._FI.shape[1]:
-            self._widen(len(rids))
-        slot = self._free.pop()
-        F, FI = self._F, self._FI
-        F[slot, fc.F_SIZE] = size_bytes
-        F[slot, fc.F_CAP] = 0.0 if cap is None else cap
-        FI[slot, fc.FI_SEQ] = self._next_seq
-        FI[slot, fc.FI_NRES] = len(rids)
-        FI[slot, fc.FI_HASCAP] = cap is not None
-        FI[slot, fc.FI_RES:fc.FI_RES + len(rids)] = rids
-        self._next_seq += 1
-        while fc.k_start(F, FI, *self._state(), slot, now) == fc.NEED_ROOM:
-            self._RI = _grown(self._RI, self._RI.shape[0], fc.RI_LIST + 2 * (self._RI.shape[1] - fc.RI_LIST))
-        self._flows[flow_key] = slot
-        self._keys[slot] = flow_key
+        path = np.array(rids, np.int64)
+        if type(resources) is tuple:
+            self._paths[resources] = path
+        return path
 
     def advance(self, now: float) -> None:
         """Drain bytes up to time `now`, ending flows (and re-dividing rates) on the way."""
         now = float(now)
-        self._check_time(now)
+        if now < self._MF[0]:
+            self._backwards(now)
         fc.k_advance(self._F, self._FI, *self._state(), now)
 
     def next_completion(self) -> tuple[float, Hashable] | None:
@@ -212,15 +211,20 @@ class FlowNetwork:
             return None
         return float(t), self._keys[slot]
 
+    def next_completion_cycle(self) -> int | None:
+        """`completion_cycle` of the earliest completion's time; None if idle."""
+        cycle = fc.k_next_cycle(self._F, self._FI, self._HT, self._HI, self._M, self._DONE)
+        return None if cycle < 0 else cycle
+
     def pop_completed(self, now: float) -> list[Hashable]:
         """Advance to `now` and remove every flow that has ended by then.
 
         Returns their keys ordered by completion time, then start order.
         """
-        now = float(now)
-        self._check_time(now)
-        n = fc.k_pop(self._F, self._FI, *self._state(), now)
-        if not n:
+        n = fc.k_pop(self._F, self._FI, *self._state(), float(now))
+        if n <= 0:
+            if n == -fc.TIME_BACKWARDS:
+                self._backwards(float(now))
             return []
         slots = self._DONE[:n].tolist()
         keys = self._keys
@@ -265,9 +269,8 @@ class FlowNetwork:
         """The arrays after F and FI, in the compiled entry points' order."""
         return self._R, self._RI, self._HT, self._HI, self._M, self._MF, self._DONE, self._W, self._WF
 
-    def _check_time(self, now: float) -> None:
-        if now < self._MF[0]:
-            raise ValueError(f"time went backwards: network is at cycle {float(self._MF[0])}, asked for {now}")
+    def _backwards(self, now: float):
+        raise ValueError(f"time went backwards: network is at cycle {float(self._MF[0])}, asked for {now}")
 
     def _rid(self, resource_id: int) -> int:
         if not 0 <= resource_id < self._nres:
@@ -291,9 +294,6 @@ class FlowNetwork:
         self._R = _grown(self._R, rows, self._R.shape[1])
         self._RI = _grown(self._RI, rows, self._RI.shape[1])
         self._W, self._WF = fc.scratch(rows, self._F.shape[0])
-
-    def _widen(self, max_resources: int) -> None:
-        self._FI = _grown(self._FI, self._FI.shape[0], fc.FI_RES + max(max_resources, 2 * (self._FI.shape[1] - fc.FI_RES)))
 
 
 def _grown(a: np.ndarray, rows: int, cols: int | None = None) -> np.ndarray:

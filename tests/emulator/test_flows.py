@@ -300,3 +300,23 @@ def test_the_flow_kernels_are_compiled_outside_the_source_tree():
     # so a fresh install or a read-only checkout compiles them once per machine.
     assert Path(flows.fc.__file__).parent == cache_dir()
     assert Path(flows.fc.__file__).read_text() == Path(flows.__file__).with_name("flowcore.py").read_text()
+
+
+def _completion_cycle_by_the_rule(t: float) -> int:
+    # The rule as first written in Python: the ceiling, except within a few ulps
+    # (at least 1e-9) of the nearest integer.
+    import math
+
+    nearest = round(t)
+    if abs(t - nearest) <= max(64 * math.ulp(max(1.0, abs(t))), 1e-9):
+        return int(nearest)
+    return math.ceil(t)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.floats(0.0, 1e12, allow_nan=False, allow_infinity=False),
+                 st.integers(0, 10**9).flatmap(lambda n: st.sampled_from(
+                     [float(n), n + 1e-12, n - 1e-12, n + 0.5, n + 1e-9, n - 1e-9]))))
+def test_compiled_completion_cycle_follows_the_rule(t):
+    if t >= 0:
+        assert completion_cycle(t) == _completion_cycle_by_the_rule(t)
