@@ -66,7 +66,6 @@ class Dma:
         return self.kernel.source_line(self.pc)
 
 
-
 class DmaMixin:
     """The machine's DMA side (mixed into `Machine`)."""
 
