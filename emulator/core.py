@@ -172,12 +172,14 @@ class Core:
         I[o["S"]:o["BUSY"]] = 0
         I[o["MR"]:o["size"]] = 0
         self.mask_rects[0] = (ROWS, LANES)
-        self.V[:] = 0
         self.M[:] = 0
         self.M[0] = 1
-        self.mx_w[:] = 0
-        self.mx_lhs[:] = 0
-        self.mx_acc[:] = 0
+        if not flags & lp.FLAG_TIMING_ONLY:
+            # (A timing-only run never writes them: vector-side rows compute nothing.)
+            self.V[:] = 0
+            self.mx_w[:] = 0
+            self.mx_lhs[:] = 0
+            self.mx_acc[:] = 0
         smem_init = kernel.smem_init
         self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)
         I[lp.H_DIRTY], I[lp.H_DIRTY + 1] = 1 << 62, -(1 << 62)   # nothing written yet

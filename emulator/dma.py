@@ -100,9 +100,10 @@ class DmaMixin:
                 if extent is not None:
                     _check_extent(core, extent, lo, hi)
         src_size = self._space_size(core, src_space)
-        computed = not self._holds_data(src_space, *src_range) and self._holds_data(dst_space, *dst_range)
-        if self.config.timing_only and not (self._holds_data(src_space, *src_range)
-                                            and self._holds_data(dst_space, *dst_range)):
+        src_data = self._holds_data(src_space, *src_range)
+        dst_data = self._holds_data(dst_space, *dst_range)
+        computed = not src_data and dst_data
+        if self.config.timing_only and not (src_data and dst_data):
             # Nothing to move: one end holds no data in a timing-only run, except computed
             # bytes that land where control reads them: those a data run recorded.
             check_bounds(src_size, f"{src_space.upper()} (DMA source)", *src_range)
