@@ -56,7 +56,8 @@ DONE_FRACTION = 1e-6
 #: `k_start`: a resource of the new flow has no room left in its row of `RI`, or the
 #: flow has more resources than a row of `FI` holds.
 NEED_ROOM = 1
-#: `k_start`, `k_pop` (negated): the time asked for is before the network's clock.
+#: `k_start`, `k_advance`, `k_pop` (negated): the time asked for is before the
+#: network's clock.
 TIME_BACKWARDS = 2
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
@@ -64,7 +65,7 @@ _jit = njit(cache=True, nogil=True, error_model="numpy")
 
 def scratch(n_res_rows: int, n_flow_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Int and float scratch for the given row counts of `R` and `F` (see `_layout`)."""
-    return (np.zeros(5 * n_res_rows + 3 * n_flow_rows, np.int64),
+    return (np.zeros(4 * n_res_rows + 3 * n_flow_rows, np.int64),
             np.zeros(n_res_rows + n_flow_rows, np.float64))
 
 
@@ -215,10 +216,10 @@ def _end(F, FI, R, RI, M, DONE, s, t):
 
 @_jit
 def _layout(R, F):
-    """Offsets into W: seeds (two rows' worth), component resources, stack, counts,
-    component flows, ending flows, capped flows; into WF: capacity left, rates."""
+    """Offsets into W: seeds, component resources, stack, counts, component flows,
+    ending flows, capped flows; into WF: capacity left, rates."""
     nr, nf = R.shape[0], F.shape[0]
-    return 0, 2 * nr, 3 * nr, 4 * nr, 5 * nr, 5 * nr + nf, 5 * nr + 2 * nf
+    return 0, nr, 2 * nr, 3 * nr, 4 * nr, 4 * nr + nf, 4 * nr + 2 * nf
 
 
 @_jit
@@ -335,9 +336,11 @@ def _water_fill(F, FI, R, RI, W, WF, nres, nfl):
 
 @_jit
 def _rebalance(F, FI, R, RI, HT, HI, M, DONE, W, WF, nseeds, t):
-    """Recompute the max-min fair rates of everything connected to the seeds, at t."""
-    SEEDS = 0
+    """Recompute the max-min fair rates of everything connected to the seeds
+    (W[:nseeds]), at t."""
     RATES = R.shape[0]
+    nseeds = _dedupe_seeds(RI, M, W, nseeds)
+    ep = M[M_EPOCH]
     while True:
         nres, nfl = _component(F, FI, R, RI, M, W, nseeds)
         _water_fill(F, FI, R, RI, W, WF, nres, nfl)
@@ -357,12 +360,7 @@ def _rebalance(F, FI, R, RI, HT, HI, M, DONE, W, WF, nseeds, t):
             break
         for q in range(nlinger):
             s = W[ENDING + q]
-            if nseeds + FI[s, FI_NRES] > 2 * RATES:
-                # Seeds repeat: keep each resource once (at most one row's worth).
-                nseeds = _dedupe_seeds(RI, M, W, nseeds)
-            for k in range(FI[s, FI_NRES]):
-                W[SEEDS + nseeds] = FI[s, FI_RES + k]
-                nseeds += 1
+            nseeds = _add_seeds(FI, RI, W, nseeds, s, ep)
             _end(F, FI, R, RI, M, DONE, s, t)
     for i in range(nres):
         r = W[CRES + i]
@@ -378,6 +376,7 @@ def _rebalance(F, FI, R, RI, HT, HI, M, DONE, W, WF, nseeds, t):
 
 @_jit
 def _dedupe_seeds(RI, M, W, nseeds):
+    """Keep each seed resource once, marked with a new epoch (M[M_EPOCH])."""
     M[M_EPOCH] += 1
     ep = M[M_EPOCH]
     n = 0
@@ -390,11 +389,33 @@ def _dedupe_seeds(RI, M, W, nseeds):
     return n
 
 
+@_jit
+def _add_seeds(FI, RI, W, nseeds, s, ep):
+    """Append the resources of flow s not yet among the seeds (marked `ep`)."""
+    for k in range(FI[s, FI_NRES]):
+        r = FI[s, FI_RES + k]
+        if RI[r, RI_SEED] != ep:
+            RI[r, RI_SEED] = ep
+            W[nseeds] = r
+            nseeds += 1
+    return nseeds
+
+
 # --- entry points ------------------------------------------------------------------
 
 @_jit
 def k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
-    """Drain bytes up to `now`, ending flows (and re-dividing rates) on the way."""
+    """Drain bytes up to `now`, ending flows (and re-dividing rates) on the way.
+    Returns 0, or TIME_BACKWARDS, having changed nothing, if `now` is before the
+    network's clock."""
+    if now < MF[0]:
+        return TIME_BACKWARDS
+    _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    return 0
+
+
+@_jit
+def _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     _, _, _, _, _, ENDING, _ = _layout(R, F)
     while _drop_stale(FI, HT, HI, M):
         t = HT[0]
@@ -421,12 +442,7 @@ def k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
             s = W[ENDING + q]
             _settle(F, s, t)
             _end(F, FI, R, RI, M, DONE, s, t)
-            for k in range(FI[s, FI_NRES]):
-                r = FI[s, FI_RES + k]
-                if RI[r, RI_SEED] != ep:
-                    RI[r, RI_SEED] = ep
-                    W[nseeds] = r
-                    nseeds += 1
+            nseeds = _add_seeds(FI, RI, W, nseeds, s, ep)
         if nseeds:
             _rebalance(F, FI, R, RI, HT, HI, M, DONE, W, WF, nseeds, t)
     MF[0] = now
@@ -447,7 +463,7 @@ def k_start(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now, size, cap, has_cap
     for r in path:
         if RI_LIST + RI[r, RI_N] >= RI.shape[1]:
             return NEED_ROOM
-    k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
     nres = path.size
     FI[s, FI_SEQ] = seq
     FI[s, FI_NRES] = nres
@@ -541,7 +557,7 @@ def k_pop(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     changed nothing, if `now` is before the network's clock)."""
     if now < MF[0]:
         return -TIME_BACKWARDS
-    k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
     n = M[M_NDONE]
     for q in range(1, n):
         s = DONE[q]

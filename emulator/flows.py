@@ -39,9 +39,8 @@ arguments and grows the arrays.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-
 import sys
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numba
@@ -53,7 +52,6 @@ from mkemu.cache import module_in_cache
 # cache is keyed by their source, not by where mkemu is installed.
 fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").read_text(),
                      numba.__version__, sys.version)
-DONE_FRACTION = fc.DONE_FRACTION
 
 
 #: The integer cycle at which an event for a float completion time should fire
@@ -197,9 +195,8 @@ class FlowNetwork:
     def advance(self, now: float) -> None:
         """Drain bytes up to time `now`, ending flows (and re-dividing rates) on the way."""
         now = float(now)
-        if now < self._MF[0]:
+        if fc.k_advance(self._F, self._FI, *self._state(), now) == fc.TIME_BACKWARDS:
             self._backwards(now)
-        fc.k_advance(self._F, self._FI, *self._state(), now)
 
     def next_completion(self) -> tuple[float, Hashable] | None:
         """Earliest completion (time, key), counting ended flows not yet popped; None if idle.

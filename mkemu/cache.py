@@ -30,9 +30,9 @@ import pickle
 import sys
 import tempfile
 import threading
-from types import ModuleType
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -68,10 +68,9 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
     if module is not None:
         return module
     path = cache_dir() / f"{name}.py"
-    if not path.is_file() or path.read_text() != source:
-        tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
+    text = source.encode()
+    if not path.is_file() or path.read_bytes() != text:
+        _replace(path, lambda fh: fh.write(text))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered before it runs: numba's cache finds the module again by name.
@@ -152,14 +151,24 @@ def _load(entry: Path, main_path: str):
     return program
 
 
-def _store(entry: Path, hashes: dict[str, str], program) -> None:
-    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+def _replace(path: Path, write: Callable) -> None:
+    """Write `path` through a temporary file and a rename: other processes and threads
+    see the old file or the whole new one. `write(fh)` writes the bytes."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            pickle.dump((hashes, program), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, entry)
-    except (OSError, pickle.PickleError, TypeError, AttributeError):
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def _store(entry: Path, hashes: dict[str, str], program) -> None:
+    try:
+        _replace(entry, lambda fh: pickle.dump((hashes, program), fh, protocol=pickle.HIGHEST_PROTOCOL))
+    except (OSError, pickle.PickleError, TypeError, AttributeError):
+        pass
 
 
 def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGRAMS,
@@ -189,6 +198,7 @@ def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
     Kept arrays come back read-only, memory-mapped from the cache file."""
     dtype = np.dtype(dtype)
     sizes = [math.prod(shape) for shape in shapes]
+    total = sum(sizes)
     try:
         directory = cache_dir("arrays")
     except OSError:
@@ -196,25 +206,25 @@ def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
     entry = directory / f"{key}.npy"
     try:
         flat = np.load(entry, mmap_mode="r")
-        if flat.dtype == dtype and flat.shape == (sum(sizes),):
+        if flat.dtype == dtype and flat.shape == (total,):
             os.utime(entry)
             return _split(flat.view(np.ndarray), sizes, shapes)
     except (OSError, ValueError):
         pass
     arrays = build()
-    if 0 < sum(sizes) * dtype.itemsize <= MAX_ARRAY_BYTES:
-        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+    def write(fh) -> None:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (total,)})
+        for array in arrays:
+            fh.write(np.ascontiguousarray(array, dtype).tobytes())
+
+    if 0 < total * dtype.itemsize <= MAX_ARRAY_BYTES:
         try:
-            with open(tmp, "wb") as fh:
-                np.lib.format.write_array_header_1_0(
-                    fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                         "shape": (sum(sizes),)})
-                for array in arrays:
-                    fh.write(np.ascontiguousarray(array, dtype).tobytes())
-            os.replace(tmp, entry)
+            _replace(entry, write)
             _evict(directory, "*.npy", MAX_PROGRAMS, MAX_ARRAY_BYTES)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            pass
     return arrays
 
 

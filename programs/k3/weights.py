@@ -15,6 +15,7 @@ tests/programs/test_k3_reference.py); the rules are in docs/k3.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -32,9 +33,11 @@ from .config import ModelConfig, TensorSpec, param_counts, tensor_specs
 __all__ = ["MAX_GENERATED_PARAMS", "Bf16Tensor", "check_weights", "generate_weight_bits", "generate_weights",
            "mxfp4_exact"]
 
-# What generated weights depend on besides the config and seed: this file's rules
-# and the rounding and MXFP4 code they call.
-_SOURCES = tuple(Path(m).read_bytes() for m in (__file__, numerics.__file__))
+@functools.cache
+def _sources() -> tuple[bytes, ...]:
+    """What generated weights depend on besides the config and seed: this file's rules
+    and the rounding and MXFP4 code they call."""
+    return tuple(Path(m).read_bytes() for m in (__file__, numerics.__file__))
 
 # Above this many elements (4 GiB of float32) weights are not generated: such a
 # config (k3-full) is for timing-only runs.
@@ -123,7 +126,7 @@ def generate_weight_bits(cfg: ModelConfig, seed: int = 0, expert_dtype: str | No
             return list(pool.map(bits, range(len(specs))))
 
     # Kept in the user cache under a key of everything the bits depend on.
-    key = hashlib.sha256(repr((cfg, specs, seed, expert_dtype, np.__version__, _SOURCES)).encode()).hexdigest()
+    key = hashlib.sha256(repr((cfg, specs, seed, expert_dtype, np.__version__, _sources())).encode()).hexdigest()
     tensors = cached_arrays(f"k3-weights-{key}", np.uint16, [spec.shape for spec in specs], draw_all)
     return {spec.name: Bf16Tensor(t) for spec, t in zip(specs, tensors)}
 
