@@ -301,17 +301,17 @@ class Core:
                          *entry.block)
         self.I[lp.H_NRACE] = n + 1
 
-    def keep_in_flight(self, keep, dropped) -> None:
-        """Drop the entries for which keep(entry) is false (this core knows they landed),
-        calling dropped(entry) for each."""
-        flags = [keep(entry) for entry, _ in self.in_flight]
-        if all(flags):
+    def drop_in_flight(self, known, dropped) -> None:
+        """Drop the entries of the DMAs whose sequence numbers are in `known` (this core
+        knows they landed), calling dropped(entry) for each, in list order."""
+        in_flight = self.in_flight
+        gone = [k for k, (entry, _) in enumerate(in_flight) if entry.dma.seq in known]
+        if not gone:
             return
-        rows = [k for k, kept in enumerate(flags) if kept]
-        for (entry, _), kept in zip(self.in_flight, flags):
-            if not kept:
-                dropped(entry)
-        self.in_flight = [self.in_flight[k] for k in rows]
+        for k in gone:
+            dropped(in_flight[k][0])
+        rows = [k for k, (entry, _) in enumerate(in_flight) if entry.dma.seq not in known]
+        self.in_flight = [in_flight[k] for k in rows]
         self.races[:len(rows)] = self.races[rows]
         self.I[lp.H_NRACE] = len(rows)
 

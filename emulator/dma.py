@@ -100,19 +100,22 @@ class DmaMixin:
                 if extent is not None:
                     _check_extent(core, extent, lo, hi)
         src_size = self._space_size(core, src_space)
-        src_data = self._holds_data(src_space, *src_range)
-        dst_data = self._holds_data(dst_space, *dst_range)
+        if src_range[0] < 0 or src_range[1] > src_size:
+            check_bounds(src_size, f"{src_space.upper()} (DMA source)", *src_range)
+        config = self.config
+        src_data = dst_data = True      # (only timing-only runs leave memories without bytes)
+        if config.timing_only or config.record_readbacks:
+            src_data = self._holds_data(src_space, *src_range)
+            dst_data = self._holds_data(dst_space, *dst_range)
         computed = not src_data and dst_data
-        if self.config.timing_only and not (src_data and dst_data):
+        if config.timing_only and not (src_data and dst_data):
             # Nothing to move: one end holds no data in a timing-only run, except computed
             # bytes that land where control reads them: those a data run recorded.
-            check_bounds(src_size, f"{src_space.upper()} (DMA source)", *src_range)
             data = self._recorded_payload(core, inner * n1 * n2) if computed else None
         else:
             src_mem, base = self._memory(core, src_space, *src_range)
-            data = read_block(src_mem, f"{src_space.upper()} (DMA source)", src_addr, inner, n1, ss1, n2, ss2,
-                              base, src_size)
-            if computed and self.config.record_readbacks:
+            data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
+            if computed and config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
         dst_size = self._space_size(target, dst_space)
         if dst_range[0] < 0 or dst_range[1] > dst_size:
@@ -257,11 +260,10 @@ class DmaMixin:
             self.safety.landed(dma)
         if self.trace is not None:
             self.trace.on_dma_done(dma, t)
-        inner, n1, ds1, n2, ds2 = dma.shape
         if dma.data is not None:
+            # (The destination was checked to lie inside its memory when the DMA was issued.)
             mem, base = self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True)
-            write_block(mem, dma.dst_space.upper(), dma.dst_addr, inner, n1, ds1, n2, ds2, dma.data,
-                        base, self._space_size(dma.dst_core, dma.dst_space))
+            write_block(mem, dma.dst_addr - base, *dma.shape, dma.data)
             if dma.dst_space != "hbm":
                 dma.dst_core.note_write(dma.dst_space, *dma.dst_range)
         self._add_sem(dma.src_core, dma.sem, dma.size_bytes, t, by_dma=True, raiser=dma)

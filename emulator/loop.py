@@ -197,6 +197,22 @@ def first_logged_conflict(LOG, n, since, space, dma_writes, addr, inner, n1, s1,
 
 
 @jitable
+def first_dma_conflict(RACES, n, start, space, write, addr, inner, n1, s1, n2, s2):
+    """The first row k >= start of `RACES[:n]` (the DMAs in flight for a core) in
+    `space` that shares a byte with the block of a new DMA, where either of the two
+    writes it, or -1."""
+    lo, hi = block_span(addr, inner, n1, s1, n2, s2)
+    for k in range(start, n):
+        if RACES[k, 3] != space or not (write or RACES[k, 2] == 0):
+            continue
+        if RACES[k, 0] < hi and lo < RACES[k, 1] and \
+                blocks_overlap(RACES[k, 4], RACES[k, 5], RACES[k, 6], RACES[k, 7], RACES[k, 8], RACES[k, 9],
+                               addr, inner, n1, s1, n2, s2):
+            return k
+    return -1
+
+
+@jitable
 def mark_dirty(I, at, lo, hi):
     """Widen the written range [I[at], I[at + 1]) by [lo, hi)."""
     if lo < I[at]:
@@ -206,7 +222,7 @@ def mark_dirty(I, at, lo, hi):
 
 
 _SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_race, log_access,
-            first_logged_conflict, mark_dirty)
+            first_logged_conflict, first_dma_conflict, mark_dirty)
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
             "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
@@ -436,6 +452,8 @@ _MACHINE_SIDE = '''
 overlap = njit("boolean(" + ", ".join(["int64"] * 12) + ")", cache=True, nogil=True)(blocks_overlap)
 logged_conflict = njit("int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)",
                        cache=True, nogil=True)(first_logged_conflict)
+dma_conflict = njit("int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)",
+                    cache=True, nogil=True)(first_dma_conflict)
 '''
 
 
@@ -484,6 +502,6 @@ def compiled_loop():
 
 def compiled(name: str):
     """A function compiled with the loop for the machine's own use (`overlap`,
-    `logged_conflict`)."""
+    `logged_conflict`, `dma_conflict`)."""
     compiled_loop()
     return getattr(_compiled, name)

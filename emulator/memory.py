@@ -43,13 +43,9 @@ def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
     return np.ndarray((n2, n1, inner), np.uint8, mem, addr, (s2, s1, 1))
 
 
-def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
-               n2: int, s2: int, base: int = 0, size: int | None = None) -> np.ndarray:
-    """The bytes of a 3-D block. `mem` holds the memory's bytes from address `base` on
-    (a timing-only HBM keeps only its data buffers); `size` is the whole memory's."""
-    lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
-    check_bounds(mem.size if size is None else size, name, lo, hi)
-    addr -= base
+def read_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> np.ndarray:
+    """A copy of the bytes of a 3-D block starting `addr` bytes into `mem` (the caller
+    has checked that the block lies inside the memory)."""
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
     view = _block_view(mem, addr, inner, n1, s1, n2, s2)
@@ -60,11 +56,10 @@ def read_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: i
     return mem[idx].reshape(-1)
 
 
-def write_block(mem: np.ndarray, name: str, addr: int, inner: int, n1: int, s1: int,
-                n2: int, s2: int, data: np.ndarray, base: int = 0, size: int | None = None) -> None:
-    lo, hi = block_ranges(addr, inner, n1, s1, n2, s2)
-    check_bounds(mem.size if size is None else size, name, lo, hi)
-    addr -= base
+def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int,
+                data: np.ndarray) -> None:
+    """Write `data` into a 3-D block starting `addr` bytes into `mem` (checked by the
+    caller, as for `read_block`)."""
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         mem[addr:addr + inner * n1 * n2] = data
         return

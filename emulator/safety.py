@@ -33,7 +33,6 @@ core, cycle, pc, instruction and source line of the access and of the DMA's star
 from __future__ import annotations
 
 from mkemu.emulator import loop as lp
-from mkemu.emulator.footprint import block_span
 from mkemu.emulator.memory import Trap
 
 
@@ -42,11 +41,11 @@ class Entry:
 
     __slots__ = ("dma", "write", "block", "lo", "hi")
 
-    def __init__(self, dma, write: bool, block: tuple[int, int, int, int, int, int]):
+    def __init__(self, dma, write: bool, block: tuple[int, int, int, int, int, int], span: tuple[int, int]):
         self.dma = dma
         self.write = write
         self.block = block
-        self.lo, self.hi = block_span(*block)
+        self.lo, self.hi = span      # the block's outer [lo, hi) (`footprint.block_span`)
 
 
 class Safety:
@@ -54,6 +53,7 @@ class Safety:
         self.cores = cores
         self.overlap = lp.compiled("overlap")
         self.logged_conflict = lp.compiled("logged_conflict")
+        self.dma_conflict = lp.compiled("dma_conflict")
         self.launch()
 
     def launch(self) -> None:
@@ -73,15 +73,25 @@ class Safety:
         """Check a new DMA against every DMA it may race with, then list it."""
         issuer = dma.src_core
         known = self.known[issuer.gid]
-        sides = ((dma.src_space, issuer, False, src_block), (dma.dst_space, dma.dst_core, True, dst_block))
-        for space, owner, write, block in sides:
-            lo, hi = block_span(*block)
-            for entry in self._entries(space, owner):
-                if entry.lo < hi and lo < entry.hi and (entry.write != write or (write and space != "hbm")) \
-                        and entry.dma.seq not in known and self.overlap(*entry.block, *block):
+        sides = ((dma.src_space, issuer, False, src_block, dma.src_range),
+                 (dma.dst_space, dma.dst_core, True, dst_block, dma.dst_range))
+        for space, owner, write, block, (lo, hi) in sides:
+            if space == "hbm":
+                for entry in self.hbm.get(owner.chip, ()):
+                    if entry.lo < hi and lo < entry.hi and entry.write != write \
+                            and entry.dma.seq not in known and self.overlap(*entry.block, *block):
+                        raise Trap("race", _dma_race(write, space, owner, entry))
+                continue
+            # A core's VMEM and SMEM lists are its `races` rows (compiled scan).
+            n, code = len(owner.in_flight), SPACE_CODES[space]
+            k = self.dma_conflict(owner.races, n, 0, code, write, *block) if n else -1
+            while k >= 0:
+                entry = owner.in_flight[k][0]
+                if entry.dma.seq not in known:
                     raise Trap("race", _dma_race(write, space, owner, entry))
-        for space, owner, write, block in sides:
-            entry = Entry(dma, write, block)
+                k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
+        for space, owner, write, block, span in sides:
+            entry = Entry(dma, write, block, span)
             if space == "hbm":
                 self.hbm.setdefault(owner.chip, []).append(entry)
                 self.hbm_issued.setdefault(issuer.gid, []).append((owner.chip, entry))
@@ -144,7 +154,7 @@ class Safety:
         mine.update(new)
         self.snapshot[core.gid] = None
         if core.in_flight:
-            core.keep_in_flight(lambda entry: entry.dma.seq not in mine, self._unlisted)
+            core.drop_in_flight(mine, self._unlisted)
         issued = self.hbm_issued.get(core.gid)
         if issued:
             done = [(chip, e) for chip, e in issued if e.dma.seq in mine]
@@ -165,11 +175,6 @@ class Safety:
             self.live[seq] = left
         else:
             self.live.pop(seq, None)
-
-    def _entries(self, space: str, owner) -> list[Entry]:
-        if space == "hbm":
-            return self.hbm.get(owner.chip, [])
-        return [e for e, s in owner.in_flight if s == space]
 
     # -- a core that ran ahead -----------------------------------------------------
 
