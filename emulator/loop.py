@@ -69,7 +69,7 @@ def layout(nsreg: int, nready: int, nunits: int, nmreg: int, nmxu: int) -> dict[
     """Offsets of the register file and scoreboard inside I, and I's length."""
     offsets, at = {}, HEADER
     for name, size in (("S", nsreg), ("READY", nready), ("UFREE", nunits), ("BUSY", nunits),
-                       ("SPEC", 16), ("MR", 2 * nmreg), ("MXR", nmxu)):
+                       ("SPEC", 16), ("MR", 2 * nmreg), ("MXR", 2 * nmxu)):
         offsets[name] = at
         at += size
     offsets["size"] = at
@@ -351,7 +351,7 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
     BUSY = I[I[H_O_BUSY]:I[H_O_BUSY] + I[H_NUNITS]]
     SPEC = I[I[H_O_SPEC]:I[H_O_SPEC] + 16]
     MR = I[I[H_O_MR]:I[H_O_MR] + 2 * I[H_NMREG]].reshape(I[H_NMREG], 2)
-    MXR = I[I[H_O_MXR]:I[H_O_MXR] + I[H_NMXU]]
+    MXR = I[I[H_O_MXR]:I[H_O_MXR] + 2 * I[H_NMXU]]
     E = I[H_E:H_E + 5]
     MXD = I[H_MXD]
     n_ops = C.shape[0]

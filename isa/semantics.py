@@ -688,26 +688,25 @@ def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed,
     err = _check(VMEM.size, lo, hi, E)
     if err:
         return err
-    d = MXWU.shape[1]
+    W = MXWU[x]
     for k in range(rows):
         src = VMEM16[(addr + k * step) >> 1:((addr + k * step) >> 1) + cols]
         if transposed:
             for n in range(cols):
-                MXWU[x, n, k] = np.uint32(src[n]) << np.uint32(16)
+                W[n, k] = np.uint32(src[n]) << np.uint32(16)
         else:
-            dst = MXWU[x, k]
+            dst = W[k]
             for n in range(cols):
                 dst[n] = np.uint32(src[n]) << np.uint32(16)
+            dst[cols:] = 0     # (a slice assignment: a per-element loop here does not vectorise)
     if transposed:
         for n in range(cols):
-            for k in range(rows, d):
-                MXWU[x, n, k] = 0
+            W[n, rows:] = 0
         MXR[x] = cols
+        MXR[MXR.size // 2 + x] = rows
     else:
-        for k in range(rows):
-            for n in range(cols, d):
-                MXWU[x, k, n] = 0
         MXR[x] = rows
+        MXR[MXR.size // 2 + x] = cols
     return 0
 
 
@@ -749,7 +748,6 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
         return err
     table = np.empty((256, 16), np.uint32)   # scale byte -> the 16 codes' weights
     seen = np.zeros(256, np.bool_)
-    d = MXWU.shape[1]
     for k in range(rows):
         src = addr + k * step
         srow = sc + (k // MX_BLOCK) * 2 * step
@@ -762,9 +760,9 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
                 seen[e] = True
             byte = VMEM[src + (n >> 1)]
             dst[n] = table[e, (byte >> 4) & 15 if n & 1 else byte & 15]
-        for n in range(cols, d):
-            dst[n] = 0
+        dst[cols:] = 0
     MXR[x] = rows
+    MXR[MXR.size // 2 + x] = cols
     return 0
 
 
@@ -779,8 +777,14 @@ def push_lhs(V, MXLU, x, va, chunk):
 @compiled
 def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
     """mxu.mac: acc = (zero ? 0 : acc) + LHS @ W, each output summing its products in
-    increasing k (the contract's order; `numerics.mxu_matmul`). k outermost: each weight
-    row is read once while the 8 accumulator rows stay in cache."""
+    increasing k (the contract's order; `numerics.mxu_matmul`). Two LHS rows at a time
+    take each weight row (one load of a weight feeds two products).
+
+    `MXR` holds each unit's loaded weight rows, then its loaded columns: the columns
+    past those are +0.0, and adding a finite value times +0.0 (a signed zero) to an
+    accumulator leaves it as it was, except that -0.0 becomes +0.0 once a product is
+    +0.0 (an LHS value with its sign bit clear). So those columns are computed only
+    when an LHS value of the row is inf or NaN (inf * 0 is NaN)."""
     rows = MXR[x]
     if rows == 0:
         return fault(E, E_NOWEIGHTS, x, 0, 0, 0)
@@ -788,13 +792,33 @@ def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
     if zero:
         out[:] = 0.0
     lhs = MXL[x]
-    for k in range(rows):
-        w = MXW[x, k]
-        for r in range(ROWS):
-            av = lhs[r, k]
-            o = out[r]
-            for n in range(w.size):
-                o[n] = o[n] + av * w[n]
+    W = MXW[x]
+    d = W.shape[1]
+    cols = MXR[MXR.size // 2 + x]
+    for r in range(0, ROWS, 2):
+        o0 = out[r]
+        o1 = out[r + 1]
+        a0 = lhs[r]
+        a1 = lhs[r + 1]
+        finite, plus0, plus1 = True, False, False
+        for k in range(rows):
+            finite = finite and np.isfinite(a0[k]) and np.isfinite(a1[k])
+            plus0 = plus0 or not np.signbit(a0[k])
+            plus1 = plus1 or not np.signbit(a1[k])
+        end = cols if finite else d
+        for k in range(rows):
+            av0 = a0[k]
+            av1 = a1[k]
+            w = W[k]
+            for n in range(end):
+                wv = w[n]
+                o0[n] = o0[n] + av0 * wv
+                o1[n] = o1[n] + av1 * wv
+        for n in range(end, d):
+            if plus0 and o0[n] == 0.0:
+                o0[n] = 0.0
+            if plus1 and o1[n] == 0.0:
+                o1[n] = 0.0
     return 0
 
 

@@ -16,7 +16,7 @@ its operands by name (register numbers and immediates as ints), the core's state
 (`S` scalar registers, `V`/`VF`/`VI` vector registers as raw bits/f32/i32 with one
 row of 1024 elements per register, `M` masks and `MR` their known rectangles, `VMEM`,
 `SMEM` (and `VMEM16`, `VMEM32`, `SMEM32`: the same bytes as 16- and 32-bit words), the matrix units' `MXW`/`MXWU` weights, `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
-accumulators, `MXR` loaded weight rows, `SPEC` special registers, `MXD` the array
+accumulators, `MXR` loaded weight rows (per unit, then its loaded columns), `SPEC` special registers, `MXD` the array
 size, `n_ops` the kernel length), the helpers of `semantics.py`, and sets `nxt` to
 jump or `err` (via `fault`) to stop with a fault. `{check}` marks where the race
 check of its memory footprint goes when it is not simply first. In a timing-only run

@@ -493,6 +493,70 @@ def test_matrix_unit_against_the_contract(emu, rows):
     assert same_bits(twice, ran.core.vf[11])
 
 
+@covers("mxu.ldw", "mxu.ldwt", "mxu.mac", "mxu.pop")
+@pytest.mark.parametrize("special", ["finite", "negative", "inf", "nan", "past_rows"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_narrow_tile_leaves_the_columns_past_it_as_the_contract_does(emu, special, transposed):
+    # A 256-wide unit: a full tile fills all 256 accumulator columns, then a narrower
+    # tile accumulates into them. Past its columns the weights are +0.0, so the contract
+    # adds LHS x +0.0 there: nothing for finite LHS values, NaN for inf or NaN.
+    profile = emu.profile("mxu256", "[core]\nmxu_dim = 256\n")
+    rng = np.random.default_rng(len(special) + transposed)
+    rows, cols = (128, 72) if transposed else (200, 128)     # reduction rows, output columns
+    lhs = [rng.standard_normal((8, 256)).astype(np.float32) for _ in range(2)]
+    lhs[0][1::2] = -lhs[0][1::2]
+    if special == "negative":
+        lhs[1] = -np.abs(lhs[1])
+    elif special in ("inf", "nan"):
+        lhs[1][3, 17] = np.inf if special == "inf" else np.nan
+    elif special == "past_rows":
+        lhs[1][5, rows + 3] = np.inf        # beyond the tile's rows: never multiplied
+    full = nx.bf16_round(rng.standard_normal((256, 256)).astype(np.float32))
+    narrow = nx.bf16_round(rng.standard_normal((rows, cols)).astype(np.float32))
+    stored = narrow.T.copy() if transposed else narrow      # ldwt: memory row j is weight column j
+    lhs_at = 2 * (full.size + stored.size)
+    data = np.concatenate([nx.f32_to_bf16_bits(full).reshape(-1), nx.f32_to_bf16_bits(stored).reshape(-1),
+                           *(x.view(np.uint32).reshape(-1).view(np.uint16) for x in lhs)])
+    words = data.view(np.int32)
+    shape = (stored.shape[0] << 16) | stored.shape[1]
+    source = emu.kernel(f"""
+        li s1, @inp
+        li s2, 0
+        dma.start vmem[s2], hbm[s1], s0, s0
+        li s3, {words.size * 4}
+        sem.wait s0, s3
+        li s3, 512
+        li s4, {(256 << 16) | 256}
+        mxu.ldw x0, 0(s2), s3, s4
+        li s5, {lhs_at}
+        li s6, 1024
+        vld.w v0, 0(s5), s6, m0
+        vld.w v1, 512(s5), s6, m0
+        mxu.push x0, v0, 0
+        mxu.push x0, v1, 1
+        mxu.mac x0, a1, 1
+        li s7, {2 * stored.shape[1]}
+        li s4, {shape}
+        {"mxu.ldwt" if transposed else "mxu.ldw"} x0, {2 * full.size}(s2), s7, s4
+        vld.w v2, 8192(s5), s6, m0
+        vld.w v3, 8704(s5), s6, m0
+        mxu.push x0, v2, 0
+        mxu.push x0, v3, 1
+        mxu.mac x0, a1, 0
+        mxu.pop v10, x0, a1, 0
+        mxu.pop v11, x0, a1, 1
+    """, buffers=f".buffer inp i32 {words.size} input\n",
+        smem=f"0 {words.size * 4} 1 0 0 1 0 0")
+    ran = emu.run(source, profile=profile, inputs={"inp": words})
+    once = nx.mxu_matmul_numpy(np.zeros((8, 256), np.float32), lhs[0], full)
+    padded = np.zeros((rows, 256), np.float32)
+    padded[:, :cols] = narrow
+    expected = nx.mxu_matmul_numpy(once, lhs[1][:, :rows], padded)
+    got = np.concatenate([ran.core.vf[10], ran.core.vf[11]], axis=1)
+    assert same_bits(expected, got)
+    assert np.isnan(expected[:, cols:]).any() == (special in ("inf", "nan"))
+
+
 @covers("mxu.ldwt")
 @pytest.mark.parametrize("tokens", [128, 24])
 def test_transposed_weight_load(emu, tokens):
