@@ -1,7 +1,8 @@
 """DMAs: descriptors, the engines that move them, and when their bytes land.
 
 A DMA reads its 7-word descriptor from the issuing core's SMEM, checks both ends,
-and snapshots its source bytes when it is issued. After the start latency (plus the
+and snapshots its source bytes when it is issued (HBM bytes its chip never wrote,
+such as weights, cannot change, so those are copied when it lands). After the start latency (plus the
 path latency to a remote target) its bytes flow through the `FlowNetwork`, sharing
 each resource max-min fairly with the other flows; an engine moves at most
 `dma_max_in_flight` descriptors at once (one with `dma_order = "fifo"`). When the
@@ -27,7 +28,7 @@ import attrs
 import numpy as np
 
 from mkemu.emulator.core import Core
-from mkemu.emulator.memory import Trap, block_ranges, check_bounds, read_block, write_block
+from mkemu.emulator.memory import Trap, block_ranges, block_view, check_bounds, read_block, write_block
 from mkemu.isa.encoding import SPACES
 
 DESC_WORDS = 7
@@ -114,7 +115,13 @@ class DmaMixin:
             data = self._recorded_payload(core, inner * n1 * n2) if computed else None
         else:
             src_mem, base = self._memory(core, src_space, *src_range)
-            data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
+            data = None
+            if src_space == "hbm" and self._hbm.unchanging(src_mem):
+                # Bytes this chip never wrote (weights) stay as they are now: the landing
+                # copies them straight from there, no snapshot needed.
+                data = block_view(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
+            if data is None:
+                data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
             if computed and config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
         dst_size = self._space_size(target, dst_space)

@@ -78,6 +78,11 @@ class ChipMemories:
             return arrays[chip], 0
         return self._shared, 0
 
+    def unchanging(self, array: np.ndarray) -> bool:
+        """Is `array` (from `for_read`) the shared mapping, whose bytes never change once
+        mapped (every later write goes to a chip's own copy)?"""
+        return array is self._shared
+
     def for_write(self, chip: int, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
         """(array, address of its first byte) of chip `chip`'s own bytes, noting that it
         writes [lo, hi) (timing-only: as `for_read`)."""

@@ -33,7 +33,7 @@ def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> t
     return addr + min(0, last1) + min(0, last2), addr + max(0, last1) + max(0, last2) + inner
 
 
-def _block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
+def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
     """A (n2, n1, inner) view of a 3-D block when strides allow one (non-negative,
     rows and planes not overlapping), else None."""
     if s1 < inner or s2 < 0 or (n2 > 1 and s2 < (n1 - 1) * s1 + inner):
@@ -48,7 +48,7 @@ def read_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int
     has checked that the block lies inside the memory)."""
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
-    view = _block_view(mem, addr, inner, n1, s1, n2, s2)
+    view = block_view(mem, addr, inner, n1, s1, n2, s2)
     if view is not None:
         return view.reshape(-1)   # reshape of a strided view copies
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
@@ -58,15 +58,21 @@ def read_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int
 
 def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int,
                 data: np.ndarray) -> None:
-    """Write `data` into a 3-D block starting `addr` bytes into `mem` (checked by the
-    caller, as for `read_block`)."""
+    """Write `data` (the block's bytes in order, flat or shaped (n2, n1, inner)) into a
+    3-D block starting `addr` bytes into `mem` (checked by the caller, as for
+    `read_block`)."""
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
-        mem[addr:addr + inner * n1 * n2] = data
+        size = inner * n1 * n2
+        if data.ndim == 1:
+            mem[addr:addr + size] = data
+        else:
+            mem[addr:addr + size].reshape(data.shape)[...] = data
         return
-    view = _block_view(mem, addr, inner, n1, s1, n2, s2)
+    view = block_view(mem, addr, inner, n1, s1, n2, s2)
     if view is not None:
         view[...] = data.reshape(n2, n1, inner)
         return
+    data = data.reshape(-1)
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
            + np.arange(inner)[None, None, :])
     mem[idx.reshape(-1)] = data
