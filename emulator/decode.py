@@ -89,25 +89,45 @@ class DecodedKernel:
 
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     units = {name: i for i, name in enumerate(unit_names(profile))}
-    code = np.zeros((len(kernel.code), C_WIDTH), np.int64)
-    ops = []
-    regions = 1
+    # A kernel repeats words (a third of k3's are distinct): each is decoded once.
+    distinct: dict[int, int] = {}
+    rows: list[np.ndarray] = []
+    decoded: list[tuple[Instr | None, Op, dict]] = []
+    index = np.empty(len(kernel.code), np.int64)
     for pc, word in enumerate(kernel.code):
         word = int(word)
-        try:
-            instr, values = decode(word)
-        except EncodingError as exc:
-            ops.append(_illegal(code[pc], units, f".word {word:#018x}", str(exc)))
+        n = distinct.get(word)
+        if n is None:
+            n = distinct[word] = len(rows)
+            row = np.zeros(C_WIDTH, np.int64)
+            rows.append(row)
+            decoded.append(_decode_word(row, word, profile, units))
+        index[pc] = n
+    code = np.stack(rows)[index] if rows else np.zeros((0, C_WIDTH), np.int64)
+    ops = tuple(decoded[n][1] for n in index.tolist())
+    regions = 1
+    for pc, n in enumerate(index.tolist()):
+        instr, _, values = decoded[n]
+        if instr is None:
             continue
-        problem = _check_ranges(instr, values, profile)
-        if problem:
-            ops.append(_illegal(code[pc], units, format_instr(instr, values), problem))
-            continue
-        ops.append(_encode_row(code[pc], instr, values, profile, units))
         _encode_checks(code[pc], instr, kernel, pc)
         if instr.mnemonic == "mark.push":
             regions = max(regions, values["region"] + 1)
-    return DecodedKernel(code=code, ops=tuple(ops), region_slots=regions)
+    return DecodedKernel(code=code, ops=ops, region_slots=regions)
+
+
+def _decode_word(row: np.ndarray, word: int, profile: HardwareProfile,
+                 units: dict) -> tuple[Instr | None, Op, dict]:
+    """Fill `row` for `word`: (its table row, or None if it is illegal here, its Op,
+    its operand values)."""
+    try:
+        instr, values = decode(word)
+    except EncodingError as exc:
+        return None, _illegal(row, units, f".word {word:#018x}", str(exc)), {}
+    problem = _check_ranges(instr, values, profile)
+    if problem:
+        return None, _illegal(row, units, format_instr(instr, values), problem), values
+    return instr, _encode_row(row, instr, values, profile, units), values
 
 
 def _illegal(row: np.ndarray, units: dict, text: str, problem: str) -> Op:
