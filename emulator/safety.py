@@ -135,7 +135,7 @@ class Safety:
     def signal_arrived(self, target, sem: int, payload: frozenset) -> None:
         if payload:
             live = self.live
-            self.sem_known.setdefault((target.gid, sem), set()).update(s for s in payload if s in live)
+            self.sem_known.setdefault((target.gid, sem), set()).update(payload.intersection(live))
 
     def barrier(self, members) -> None:
         """Every member knows what any member knew."""
@@ -148,7 +148,7 @@ class Safety:
     def _learn(self, core, seqs) -> None:
         mine = self.known[core.gid]
         live = self.live
-        new = [s for s in seqs - mine if s in live]
+        new = (seqs - mine).intersection(live)    # (iterates `live`, the smaller side)
         if not new:
             return
         mine.update(new)
