@@ -24,7 +24,7 @@ import numpy as np
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.footprint import block_span
-from mkemu.emulator.decode import C_ARG, C_DST, C_NDST, DecodedKernel, Op, scoreboard_size, unit_names
+from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap
 from mkemu.emulator.safety import describe_dma
 from mkemu.errors import EmulatorFault
@@ -223,7 +223,7 @@ class Core:
             if self.trace is not None:
                 self.trace.drain(self)
             if code == lp.EXIT_GLOBAL:
-                return self.decoded.ops[self.pc], int(self.I[lp.H_ISSUE])
+                return self.decoded.ops[self.I[lp.H_PC]], int(self.I[lp.H_ISSUE])
             if code == lp.EXIT_FAULT:
                 raise self._trap()
             if code == lp.EXIT_LOG_FULL:
@@ -237,14 +237,16 @@ class Core:
 
     def retire(self, op: Op, issue: int) -> None:
         """Book the unit and the results of global `op` issued at `issue`."""
-        self.unit_free[op.unit] = issue + op.occupancy
-        self.unit_busy[op.unit] += op.occupancy
-        row = self.code[self.pc]
-        done = issue + op.latency
-        for j in range(row[C_NDST]):
-            self.ready[row[C_DST + j]] = done
-        self.t = issue + (1 if op.occupancy else 0)
-        self.I[lp.H_COUNT] += 1
+        occupancy = op.occupancy
+        self.unit_free[op.unit] = issue + occupancy
+        self.unit_busy[op.unit] += occupancy
+        if op.dsts:
+            done = issue + op.latency
+            for slot in op.dsts:
+                self.ready[slot] = done
+        I = self.I
+        I[lp.H_T] = issue + (1 if occupancy else 0)
+        I[lp.H_COUNT] += 1
 
     def _trap(self) -> Trap:
         code, a, b, c, d = (int(v) for v in self.I[lp.H_E:lp.H_E + 5])

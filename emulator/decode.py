@@ -74,6 +74,7 @@ class Op:
     latency: int
     occupancy: int
     problem: str | None = None  # why an illegal word is illegal
+    dsts: tuple[int, ...] = ()  # the scoreboard slots it writes
 
     @property
     def global_kind(self) -> str | None:
@@ -193,7 +194,7 @@ def _encode_row(row: np.ndarray, instr: Instr, values: dict, profile: HardwarePr
     row[C_DST:C_DST + len(dsts)] = dsts
     row[C_ARG:C_ARG + len(args)] = args
     return Op(instr=instr, args=args, text=format_instr(instr, values), unit=unit,
-              latency=latency, occupancy=occupancy)
+              latency=latency, occupancy=occupancy, dsts=tuple(dsts))
 
 
 def _encode_checks(row: np.ndarray, instr: Instr, kernel: Kernel, pc: int) -> None:

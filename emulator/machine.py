@@ -400,9 +400,9 @@ class Machine(DmaMixin):
         """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
         the DMA, or (core, pc, text) of the signal), waking a core that waits."""
         core.sems[sem] += value
-        if raiser is not None:
-            if by_dma:
-                raiser = (raiser.src_core, raiser.pc, raiser.text)
+        if by_dma:
+            core.sem_raisers[sem] = (raiser.src_core, raiser.pc, raiser.text, t)
+        elif raiser is not None:
             core.sem_raisers[sem] = (*raiser, t)
         waiting = core.waiting
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:
