@@ -23,7 +23,9 @@ completions) runs here, on:
   which live entry comes first is fixed by that order alone, so results do not
   depend on the heap's internal layout;
 - `M` (int): heap size, an epoch counter for the scratch marks, the number of ended
-  flows not yet popped, the number of active flows, the next free heap slot count;
+  flows not yet popped, the number of active flows, and the integer cycle of the
+  earliest completion (`k_next_cycle`) as left by the last entry point that changed
+  the network (-1: idle);
   `MF` (float): the network's clock;
 - `DONE`: the slots of ended flows not yet popped, in the order they ended;
 - `W`, `WF`: int and float scratch, sized from the row counts of `R` and `F`.
@@ -48,8 +50,8 @@ R_CAP, R_SUM, R_TREF, R_SETTLED, R_BUSY_SINCE, R_SETTLED_BUSY = range(6)
 NR = 6
 RI_N, RI_MARK, RI_SEED, RI_LOCAL = range(4)
 RI_LIST = 4
-M_HEAP, M_EPOCH, M_NDONE, M_NACTIVE = range(4)
-NM = 4
+M_HEAP, M_EPOCH, M_NDONE, M_NACTIVE, M_NEXT = range(5)
+NM = 5
 
 #: A flow whose remaining bytes are at most this fraction of its size is done.
 DONE_FRACTION = 1e-6
@@ -411,6 +413,7 @@ def k_advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     if now < MF[0]:
         return TIME_BACKWARDS
     _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    M[M_NEXT] = k_next_cycle(F, FI, HT, HI, M, DONE)
     return 0
 
 
@@ -456,6 +459,14 @@ def k_start(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now, size, cap, has_cap
     `size` bytes through the resources `path`, with a rate cap if `has_cap`. Returns
     0, or, having changed nothing, NEED_ROOM if a resource's row of RI is full or
     TIME_BACKWARDS if `now` is before the network's clock."""
+    code = _start_flow(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now, size, cap, has_cap, seq, path)
+    if code == 0:
+        M[M_NEXT] = k_next_cycle(F, FI, HT, HI, M, DONE)
+    return code
+
+
+@_jit
+def _start_flow(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, s, now, size, cap, has_cap, seq, path):
     if now < MF[0]:
         return TIME_BACKWARDS
     if FI_RES + path.size > FI.shape[1]:
@@ -555,6 +566,14 @@ def k_pop(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     """Advance to `now` and free every ended flow; their slots come back in DONE[:n]
     ordered by completion time, then start order. Returns n (TIME_BACKWARDS, having
     changed nothing, if `now` is before the network's clock)."""
+    n = _pop_done(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)
+    if n >= 0:
+        M[M_NEXT] = k_next_cycle(F, FI, HT, HI, M, DONE)
+    return n
+
+
+@_jit
+def _pop_done(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now):
     if now < MF[0]:
         return -TIME_BACKWARDS
     _advance(F, FI, R, RI, HT, HI, M, MF, DONE, W, WF, now)

@@ -71,6 +71,7 @@ class FlowNetwork:
         self._HT = np.zeros(0)
         self._HI = np.zeros((0, 3), np.int64)
         self._M = np.zeros(fc.NM, np.int64)
+        self._M[fc.M_NEXT] = -1
         self._MF = np.zeros(1)
         self._DONE = np.zeros(0, np.int64)
         self._names: list[str] = []
@@ -209,8 +210,9 @@ class FlowNetwork:
         return float(t), self._keys[slot]
 
     def next_completion_cycle(self) -> int | None:
-        """`completion_cycle` of the earliest completion's time; None if idle."""
-        cycle = fc.k_next_cycle(self._F, self._FI, self._HT, self._HI, self._M, self._DONE)
+        """`completion_cycle` of the earliest completion's time; None if idle (kept by
+        the compiled entry points that change the network)."""
+        cycle = int(self._M[fc.M_NEXT])
         return None if cycle < 0 else cycle
 
     def pop_completed(self, now: float) -> list[Hashable]:

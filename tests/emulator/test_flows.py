@@ -224,6 +224,12 @@ flow_spec = st.tuples(
 )
 
 
+def check_next_cycle(net: FlowNetwork) -> None:
+    """The cycle the network keeps for its next completion is that completion's."""
+    nxt = net.next_completion()
+    assert net.next_completion_cycle() == (None if nxt is None else completion_cycle(nxt[0]))
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     capacities=st.lists(st.floats(0.5, 50.0), min_size=6, max_size=6),
@@ -241,17 +247,22 @@ def test_random_flows_are_max_min_fair_and_deliver_every_byte(capacities, flows)
         t += delay / 10
         for key in net.pop_completed(t):
             finished[key] = t
+        check_next_cycle(net)
         resources = [rids[j] for j in idx]
         specs[i] = (size, resources, cap, t)
         net.start(i, size, resources, t, cap_bytes_per_cycle=cap)
         check_max_min(net, specs)
+        check_next_cycle(net)
     last = t
     while (nxt := net.next_completion()) is not None:
         assert nxt[0] >= last - 1e-9
         last = nxt[0]
+        net.advance((last + net.now) / 2)
+        check_next_cycle(net)
         for key in net.pop_completed(nxt[0]):
             finished[key] = nxt[0]
         check_max_min(net, specs)
+        check_next_cycle(net)
     assert sorted(finished) == list(range(len(flows)))
     for r in rids:
         expected = sum(size for size, res, _, _ in specs.values() if r in res)
