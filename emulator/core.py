@@ -76,6 +76,8 @@ class Core:
         self.races = np.zeros((RACE_SLOTS, 10), np.int64)
         self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
+        self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
+        self.mx_dirty = False                   # ... and whether it may have used a matrix unit
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -175,11 +177,15 @@ class Core:
         self.M[:] = 0
         self.M[0] = 1
         if not flags & lp.FLAG_TIMING_ONLY:
-            # (A timing-only run never writes them: vector-side rows compute nothing.)
-            self.V[:] = 0
-            self.mx_w[:] = 0
-            self.mx_lhs[:] = 0
-            self.mx_acc[:] = 0
+            # Cleared where an earlier launch's kernel could have written (a timing-only
+            # run never writes them: vector-side rows compute nothing).
+            if self.v_dirty.size:
+                self.V[self.v_dirty] = 0
+            if self.mx_dirty:
+                self.mx_w[:] = 0
+                self.mx_lhs[:] = 0
+                self.mx_acc[:] = 0
+            self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.writes_mxu
         smem_init = kernel.smem_init
         self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)
         I[lp.H_DIRTY], I[lp.H_DIRTY + 1] = 1 << 62, -(1 << 62)   # nothing written yet

@@ -86,6 +86,8 @@ class DecodedKernel:
     code: np.ndarray             # int64 [n, C_WIDTH]
     ops: tuple[Op, ...]
     region_slots: int            # 1 + the largest region id any mark.push names
+    vregs_written: np.ndarray    # the vector registers some instruction writes
+    writes_mxu: bool             # does some instruction write matrix-unit state?
 
 
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
@@ -114,7 +116,13 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
         _encode_checks(code[pc], instr, kernel, pc)
         if instr.mnemonic == "mark.push":
             regions = max(regions, values["region"] + 1)
-    return DecodedKernel(code=code, ops=ops, region_slots=regions)
+    # What a launch can leave behind in registers and matrix units (the next launch
+    # clears exactly that: `Core.start`).
+    legal = [(instr, op) for instr, op, _ in decoded if instr is not None]
+    vregs = sorted({slot - SB_V for _, op in legal for slot in op.dsts if SB_V <= slot < SB_M})
+    writes_mxu = any(instr.writes for instr, _ in legal)
+    return DecodedKernel(code=code, ops=ops, region_slots=regions,
+                         vregs_written=np.array(vregs, np.int64), writes_mxu=writes_mxu)
 
 
 def _decode_word(row: np.ndarray, word: int, profile: HardwareProfile,

@@ -619,6 +619,53 @@ def test_mxfp4_weight_load_out_of_vmem_faults(emu):
 
 # --- DMA, semaphores, barriers, regions ---------------------------------------------
 
+@pytest.mark.parametrize("between", [[], ["quiet"], ["quiet", "quiet"]])
+def test_a_launch_starts_with_clear_registers_and_matrix_units(emu, between):
+    # `dirty` leaves a vector register and a matrix unit's weights, LHS and accumulator
+    # set; `probe`, launched after it (and after kernels that write no vector or
+    # matrix state), must see all of them clear.
+    launches = "".join(f".launch {name}\n" for name in ["dirty", *between, "probe"])
+    source = f"""
+.buffer out f32 2x8x128 output
+{launches}
+.kernel dirty
+    rdsr s31, core
+    bne s31, s0, d_end
+    vli.f32 v5, 1.5
+    li s2, 0
+    li s3, 256
+    vst.bf16 v5, 0(s2), s3, m0
+    li s4, {(8 << 16) | 128}
+    mxu.ldw x0, 0(s2), s3, s4
+    mxu.push x0, v5, 0
+    mxu.mac x0, a0, 1
+d_end:
+    halt
+.kernel quiet
+    li s1, 7
+    halt
+.kernel probe
+    .smem 0 8192 1 0 0 1 0 0
+    rdsr s31, core
+    bne s31, s0, p_end
+    mxu.pop v6, x0, a0, 0
+    li s2, 0
+    li s3, 512
+    vst.w v6, 0(s2), s3, m0
+    vst.w v5, 4096(s2), s3, m0
+    mxu.mac x0, a1, 1
+p_end:
+    halt
+"""
+    with pytest.raises(Exception, match="before any weight tile was loaded"):
+        emu.run(source)     # the probe's mac: the weights are gone
+    ran = emu.run(source.replace("    mxu.mac x0, a1, 1\n", "    li s1, @out\n    dma.start hbm[s1], vmem[s2], s0, s0\n"
+                                 "    li s5, 8192\n    sem.wait s0, s5\n"))
+    assert not ran.buffer("out").any()
+    dirty_only = emu.run(source.replace(launches, ".launch dirty\n"))     # (what the probe must not see)
+    assert dirty_only.core.vf[5].min() == 1.5 and dirty_only.core.mx_acc[0, 0].view(np.float32).max() == 18.0
+
+
 @covers("dma.start", "sem.wait", "halt")
 def test_dma_strided_between_all_spaces(emu):
     src = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
