@@ -20,11 +20,13 @@ the previous one touched.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.footprint import block_span
-from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
+from mkemu.emulator.decode import C_ARG, SB_MXU, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap
 from mkemu.emulator.safety import describe_dma
 from mkemu.errors import EmulatorFault
@@ -37,6 +39,14 @@ TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop h
 TRACE_REGION_ROWS = 1 << 12
 RACE_SLOTS = 64            # DMAs in flight a core's race check sees at once (grown on demand)
 LOG_ROWS = 1 << 12         # accesses logged per run-ahead before the loop hands them over
+
+
+@functools.lru_cache(maxsize=256)
+def _argument_block(args: tuple[int, ...]) -> np.ndarray:
+    """The SMEM bytes of a launch's arguments (the same for every core of the launch)."""
+    block = np.array([v & 0xFFFFFFFF for v in args], np.uint32).view(np.uint8)
+    block.flags.writeable = False
+    return block
 
 
 class Core:
@@ -77,7 +87,7 @@ class Core:
         self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
         self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
-        self.mx_dirty = False                   # ... and whether it may have used a matrix unit
+        self.mx_dirty: tuple[int, ...] = ()     # ... and matrix-unit state (scoreboard slots)
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -181,22 +191,25 @@ class Core:
             # run never writes them: vector-side rows compute nothing).
             if self.v_dirty.size:
                 self.V[self.v_dirty] = 0
-            if self.mx_dirty:
-                self.mx_w[:] = 0
-                self.mx_lhs[:] = 0
-                self.mx_acc[:] = 0
-            self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.writes_mxu
+            per_unit = 2 + self.profile.mxu_accumulators    # scoreboard slots: w, lhs, accumulators
+            for slot in self.mx_dirty:
+                x, k = divmod(slot - SB_MXU, per_unit)
+                if k == 0:
+                    self.mx_w[x] = 0
+                elif k == 1:
+                    self.mx_lhs[x] = 0
+                else:
+                    self.mx_acc[x, k - 2] = 0
+            self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
         smem_init = kernel.smem_init
         self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)
         I[lp.H_DIRTY], I[lp.H_DIRTY + 1] = 1 << 62, -(1 << 62)   # nothing written yet
         I[lp.H_SDIRTY], I[lp.H_SDIRTY + 1] = 0, len(smem_init)
         # Launch arguments form the SMEM argument block: word i at byte 4*i.
         if args:
-            words = np.array([v & 0xFFFFFFFF for v in args], np.uint32)
-            self.smem[:4 * len(args)] = words.view(np.uint8)
+            self.smem[:4 * len(args)] = _argument_block(args)
             I[lp.H_SDIRTY + 1] = max(I[lp.H_SDIRTY + 1], 4 * len(args))
-        for i, name in enumerate(SPECIAL_REGS):
-            self.spec[i] = self.special[name]
+        self.spec[:len(SPECIAL_REGS)] = [self.special[name] for name in SPECIAL_REGS]
         I[lp.H_LIMIT] = limit
         I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
         I[lp.H_IMAX] = max_instructions

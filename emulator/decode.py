@@ -87,7 +87,7 @@ class DecodedKernel:
     ops: tuple[Op, ...]
     region_slots: int            # 1 + the largest region id any mark.push names
     vregs_written: np.ndarray    # the vector registers some instruction writes
-    writes_mxu: bool             # does some instruction write matrix-unit state?
+    mxu_written: tuple[int, ...]  # the matrix-unit scoreboard slots some instruction writes
 
 
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
@@ -118,11 +118,10 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
             regions = max(regions, values["region"] + 1)
     # What a launch can leave behind in registers and matrix units (the next launch
     # clears exactly that: `Core.start`).
-    legal = [(instr, op) for instr, op, _ in decoded if instr is not None]
-    vregs = sorted({slot - SB_V for _, op in legal for slot in op.dsts if SB_V <= slot < SB_M})
-    writes_mxu = any(instr.writes for instr, _ in legal)
-    return DecodedKernel(code=code, ops=ops, region_slots=regions,
-                         vregs_written=np.array(vregs, np.int64), writes_mxu=writes_mxu)
+    written = {slot for instr, op, _ in decoded if instr is not None for slot in op.dsts}
+    vregs = sorted(slot - SB_V for slot in written if SB_V <= slot < SB_M)
+    return DecodedKernel(code=code, ops=ops, region_slots=regions, vregs_written=np.array(vregs, np.int64),
+                         mxu_written=tuple(sorted(slot for slot in written if slot >= SB_MXU)))
 
 
 def _decode_word(row: np.ndarray, word: int, profile: HardwareProfile,
