@@ -75,6 +75,7 @@ class Core:
         self.mx_rows = self.I[o["MXR"]:o["MXR"] + p.mxus_per_core]
         self.V = np.zeros((p.vregs, ROWS * LANES), np.uint32)
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
+        self.M[0] = 1      # m0: every lane, read-only
         self.vmem = np.zeros(p.vmem_bytes, np.uint8)
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         d = p.mxu_dim
@@ -87,6 +88,7 @@ class Core:
         self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
         self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
+        self.m_dirty = np.zeros(0, np.int64)   # ... mask registers
         self.mx_dirty: tuple[int, ...] = ()     # ... and matrix-unit state (scoreboard slots)
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
@@ -184,8 +186,9 @@ class Core:
         I[o["S"]:o["BUSY"]] = 0
         I[o["MR"]:o["size"]] = 0
         self.mask_rects[0] = (ROWS, LANES)
-        self.M[:] = 0
-        self.M[0] = 1
+        if self.m_dirty.size:
+            self.M[self.m_dirty] = 0    # (m0, all lanes on, is never written)
+        self.m_dirty = decoded.mregs_written
         if not flags & lp.FLAG_TIMING_ONLY:
             # Cleared where an earlier launch's kernel could have written (a timing-only
             # run never writes them: vector-side rows compute nothing).

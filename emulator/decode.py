@@ -87,6 +87,7 @@ class DecodedKernel:
     ops: tuple[Op, ...]
     region_slots: int            # 1 + the largest region id any mark.push names
     vregs_written: np.ndarray    # the vector registers some instruction writes
+    mregs_written: np.ndarray    # ... and the mask registers
     mxu_written: tuple[int, ...]  # the matrix-unit scoreboard slots some instruction writes
 
 
@@ -120,7 +121,9 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     # clears exactly that: `Core.start`).
     written = {slot for instr, op, _ in decoded if instr is not None for slot in op.dsts}
     vregs = sorted(slot - SB_V for slot in written if SB_V <= slot < SB_M)
+    mregs = sorted(slot - SB_M for slot in written if SB_M <= slot < SB_MXU)
     return DecodedKernel(code=code, ops=ops, region_slots=regions, vregs_written=np.array(vregs, np.int64),
+                         mregs_written=np.array(mregs, np.int64),
                          mxu_written=tuple(sorted(slot for slot in written if slot >= SB_MXU)))
 
 

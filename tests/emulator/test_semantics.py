@@ -621,12 +621,12 @@ def test_mxfp4_weight_load_out_of_vmem_faults(emu):
 
 @pytest.mark.parametrize("between", [[], ["quiet"], ["quiet", "quiet"]])
 def test_a_launch_starts_with_clear_registers_and_matrix_units(emu, between):
-    # `dirty` leaves a vector register and a matrix unit's weights, LHS and accumulator
-    # set; `probe`, launched after it (and after kernels that write no vector or
-    # matrix state), must see all of them clear.
+    # `dirty` leaves a vector register, a mask and a matrix unit's weights, LHS and
+    # accumulator set; `probe`, launched after it (and after kernels that write no
+    # vector, mask or matrix state), must see all of them clear.
     launches = "".join(f".launch {name}\n" for name in ["dirty", *between, "probe"])
     source = f"""
-.buffer out f32 2x8x128 output
+.buffer out f32 3x8x128 output
 {launches}
 .kernel dirty
     rdsr s31, core
@@ -634,6 +634,9 @@ def test_a_launch_starts_with_clear_registers_and_matrix_units(emu, between):
     vli.f32 v5, 1.5
     li s2, 0
     li s3, 256
+    li s6, 3
+    li s7, 5
+    mrows m2, s6, s7
     vst.bf16 v5, 0(s2), s3, m0
     li s4, {(8 << 16) | 128}
     mxu.ldw x0, 0(s2), s3, s4
@@ -645,7 +648,7 @@ d_end:
     li s1, 7
     halt
 .kernel probe
-    .smem 0 8192 1 0 0 1 0 0
+    .smem 0 12288 1 0 0 1 0 0
     rdsr s31, core
     bne s31, s0, p_end
     mxu.pop v6, x0, a0, 0
@@ -653,6 +656,9 @@ d_end:
     li s3, 512
     vst.w v6, 0(s2), s3, m0
     vst.w v5, 4096(s2), s3, m0
+    vli.f32 v8, 2.0
+    vsel v7, m2, v8, v6
+    vst.w v7, 8192(s2), s3, m0
     mxu.mac x0, a1, 1
 p_end:
     halt
@@ -660,10 +666,11 @@ p_end:
     with pytest.raises(Exception, match="before any weight tile was loaded"):
         emu.run(source)     # the probe's mac: the weights are gone
     ran = emu.run(source.replace("    mxu.mac x0, a1, 1\n", "    li s1, @out\n    dma.start hbm[s1], vmem[s2], s0, s0\n"
-                                 "    li s5, 8192\n    sem.wait s0, s5\n"))
+                                 "    li s5, 12288\n    sem.wait s0, s5\n"))
     assert not ran.buffer("out").any()
     dirty_only = emu.run(source.replace(launches, ".launch dirty\n"))     # (what the probe must not see)
     assert dirty_only.core.vf[5].min() == 1.5 and dirty_only.core.mx_acc[0, 0].view(np.float32).max() == 18.0
+    assert dirty_only.core.m[2].sum() == 15
 
 
 @covers("dma.start", "sem.wait", "halt")
