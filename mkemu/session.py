@@ -67,9 +67,16 @@ class Session:
         return {b.name: (b.dtype, b.shape, b.kind) for b in self.program.buffers}
 
     def write(self, name: str, array, chip: int | None = None) -> None:
-        """Write an HBM buffer (bf16 buffers take float arrays of bf16 values, MXFP4 ones float arrays
-        that are quantised) on one or every chip."""
+        """Write an HBM buffer (bf16 buffers take float arrays of bf16 values, or an object
+        whose `bf16_bits` holds the bit patterns (uint16) as they are; MXFP4 ones float
+        arrays that are quantised) on one or every chip."""
         buf = self._buffer(name)
+        bits = getattr(array, "bf16_bits", None) if buf.dtype == "bf16" else None
+        if bits is not None:
+            # Bit patterns go in as they are: no widening to float32 and rounding back.
+            array = np.asarray(bits)
+            if array.dtype != np.uint16:
+                raise ConfigError(f"buffer {name}: bf16_bits must be uint16, got {array.dtype}", key=name)
         values = np.asarray(array)
         if values.shape != buf.shape and values.size == int(np.prod(buf.shape)):
             # Stacked tensors may be declared with leading dimensions merged (e.g.
@@ -78,7 +85,8 @@ class Session:
         if values.shape != buf.shape:
             raise ConfigError(f"buffer {name}: got shape {values.shape}, the program declares {buf.shape}",
                               key=name)
-        data = to_storage(values, buf.dtype)   # (MXFP4: its bytes, values then scales)
+        # (MXFP4: its bytes, values then scales)
+        data = values if bits is not None else to_storage(values, buf.dtype)
         if chip is None:
             self._machine.write_buffer_all(name, data)
         else:

@@ -203,3 +203,25 @@ def test_an_mxfp4_buffer_is_written_quantised_and_read_by_the_matrix_unit():
     expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), x[:, :64], held)
     assert np.array_equal(run.outputs["y@0"].view(np.uint32), expected.view(np.uint32))
     assert np.array_equal(run.output("w"), held)          # read back as the values it holds
+
+
+class _Bits:
+    """A bf16 tensor held as its bit patterns (like the K3 driver's weights)."""
+
+    def __init__(self, bits):
+        self.bf16_bits = bits
+
+
+def test_bf16_bit_patterns_are_written_as_they_are():
+    kernel = mkemu.compile_source(".buffer w bf16 2x4x128 input\n.kernel main\n    halt\n", "w.s", hw="test", mesh="1")
+    session = kernel.session()
+    bits = np.random.default_rng(5).integers(0, 1 << 16, (8, 128)).astype(np.uint16) & 0xBFFF   # finite
+    bits[0, :3] = [0x7F81, 0xFFC1, 0x8000]          # a signalling NaN, a NaN payload, -0.0: kept
+    session.write("w", _Bits(bits))                  # merged leading dimensions, as for arrays
+    assert np.array_equal(session.read("w").view(np.uint32).reshape(8, 128) >> 16, bits)
+    floats = (bits.astype(np.uint32) << 16).view(np.float32)
+    floats[0, :2] = 1.0                              # (rounding float32 would quiet NaNs)
+    session.write("w", floats.reshape(2, 4, 128))
+    assert np.array_equal(session.read("w").view(np.uint32).reshape(8, 128)[1:], floats[1:].view(np.uint32))
+    with pytest.raises(mkemu.ConfigError, match="bf16_bits must be uint16"):
+        session.write("w", _Bits(bits.astype(np.int32)))

@@ -150,6 +150,11 @@ class Bf16Tensor:
     def __len__(self) -> int:
         return len(self.bits)
 
+    @property
+    def bf16_bits(self) -> np.ndarray:
+        """The bit patterns (what `Session.write` stores as they are)."""
+        return self.bits
+
     def __getitem__(self, index) -> np.ndarray:
         return numerics.bf16_bits_to_f32(np.asarray(self.bits[index]))
 
