@@ -1,8 +1,10 @@
 """DMAs: descriptors, the engines that move them, and when their bytes land.
 
 A DMA reads its 7-word descriptor from the issuing core's SMEM, checks both ends,
-and snapshots its source bytes when it is issued (HBM bytes its chip never wrote,
-such as weights, cannot change, so those are copied when it lands). After the start latency (plus the
+and takes its source bytes as they are when it is issued: VMEM and SMEM bytes are
+copied then; HBM bytes are copied when it lands, straight into the destination,
+unless a DMA landing before it writes some of them, which first makes it copy them
+(weights in the shared mapping no chip writes never change). After the start latency (plus the
 path latency to a remote target) its bytes flow through the `FlowNetwork`, sharing
 each resource max-min fairly with the other flows; an engine moves at most
 `dma_max_in_flight` descriptors at once (one with `dma_order = "fifo"`). When the
@@ -109,6 +111,7 @@ class DmaMixin:
             src_data = self._holds_data(src_space, *src_range)
             dst_data = self._holds_data(dst_space, *dst_range)
         computed = not src_data and dst_data
+        lazy = False        # does the DMA copy its source bytes only when it lands?
         if config.timing_only and not (src_data and dst_data):
             # Nothing to move: one end holds no data in a timing-only run, except computed
             # bytes that land where control reads them: those a data run recorded.
@@ -116,10 +119,13 @@ class DmaMixin:
         else:
             src_mem, base = self._memory(core, src_space, *src_range)
             data = None
-            if src_space == "hbm" and self._hbm.unchanging(src_mem):
-                # Bytes this chip never wrote (weights) stay as they are now: the landing
-                # copies them straight from there, no snapshot needed.
+            if src_space == "hbm":
+                # HBM bytes are copied once, straight into the destination when the DMA
+                # lands: those of the shared mapping (weights no chip wrote) never
+                # change; a chip's own are snapshotted first if a landing DMA would
+                # overwrite them before (`_keep_sources`).
                 data = block_view(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
+                lazy = data is not None and not self._hbm.unchanging(src_mem)
             if data is None:
                 data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
             if computed and config.record_readbacks:
@@ -144,6 +150,8 @@ class DmaMixin:
             self.hbm_bytes += size
         self.link_bytes += size * hops
         self.dmas[dma.seq] = dma
+        if lazy:
+            self.lazy_sources.setdefault(core.chip, {})[dma.seq] = dma
         if self.trace is not None:
             self.trace.on_dma_issue(dma)
         if self.safety is not None:
@@ -268,6 +276,11 @@ class DmaMixin:
         if self.trace is not None:
             self.trace.on_dma_done(dma, t)
         if dma.data is not None:
+            lazy = self.lazy_sources.get(dma.src_core.chip)
+            if dma.dst_space == "hbm":
+                self._keep_sources(dma.dst_core.chip, *dma.dst_range)
+            if lazy:
+                lazy.pop(dma.seq, None)
             # (The destination was checked to lie inside its memory when the DMA was issued.)
             mem, base = self._memory(dma.dst_core, dma.dst_space, *dma.dst_range, write=True)
             write_block(mem, dma.dst_addr - base, *dma.shape, dma.data)
@@ -276,6 +289,16 @@ class DmaMixin:
         self._add_sem(dma.src_core, dma.sem, dma.size_bytes, t, by_dma=True, raiser=dma)
         if dma.rsem is not None:
             self._add_sem(dma.dst_core, dma.rsem, dma.size_bytes, t, by_dma=True, raiser=dma)
+
+    def _keep_sources(self, chip: int, lo: int, hi: int) -> None:
+        """HBM bytes [lo, hi) of `chip` are about to be written: the DMAs in flight that
+        read some of them (and copy them only when they land) take their bytes now."""
+        lazy = self.lazy_sources.get(chip)
+        if not lazy:
+            return
+        for seq in [seq for seq, d in lazy.items() if d.src_range[0] < hi and lo < d.src_range[1]]:
+            d = lazy.pop(seq)
+            d.data = d.data.copy()
 
     # -- the late schedule: a DMA lands only when something waits for it ------------
 

@@ -188,6 +188,7 @@ class Machine(DmaMixin):
         self.engine_queue = {c.gid: [] for c in self.cores}
         self.engine_active = {c.gid: 0 for c in self.cores}
         self.dmas: dict[int, Dma] = {}
+        self.lazy_sources: dict[int, dict[int, Dma]] = {}   # chip -> DMAs reading its own HBM bytes at landing
         self.held: list[Dma] = []      # the late schedule's DMAs that moved but have not landed
         self.flow_version = 0
         if self.trace is not None:

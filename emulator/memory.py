@@ -35,8 +35,13 @@ def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> t
 
 def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
     """A (n2, n1, inner) view of a 3-D block when strides allow one (non-negative,
-    rows and planes not overlapping), else None."""
-    if s1 < inner or s2 < 0 or (n2 > 1 and s2 < (n1 - 1) * s1 + inner):
+    rows and planes not overlapping; the stride of a single row or plane does not
+    matter), else None."""
+    if n1 == 1:
+        s1 = inner
+    if n2 == 1:
+        s2 = n1 * s1
+    if s1 < inner or s2 < (n1 - 1) * s1 + inner:
         return None
     # Memories are contiguous byte arrays: the view built directly (as_strided's
     # result, at a fraction of its cost).

@@ -673,6 +673,38 @@ p_end:
     assert dirty_only.core.m[2].sum() == 15
 
 
+@pytest.mark.parametrize("schedule", ["normal", "shuffle", "late"])
+def test_a_dma_delivers_its_source_as_it_was_at_issue(emu, schedule):
+    # A copies 64 KiB out of HBM buffer x; B, issued just after it, writes zeros over
+    # x's first KiB and lands first. With the race check off (it reports exactly this),
+    # A still delivers x as it was when A was issued.
+    from mkemu.emulator.config import RunConfig
+
+    x = np.arange(16384, dtype=np.int32) * 7 + 1
+    source = emu.kernel("""
+        li s1, @x
+        li s2, 0
+        li s3, 1
+        dma.start vmem[s2], hbm[s1], s0, s0
+        li s4, 200000
+        li s5, 28
+        dma.start hbm[s1], vmem[s4], s5, s3
+        li s6, 1024
+        sem.wait s3, s6
+        li s6, 65536
+        sem.wait s0, s6
+        li s7, @y
+        dma.start hbm[s7], vmem[s2], s0, s3
+        sem.wait s3, s6
+    """, buffers=".buffer x i32 16384 input\n.buffer y i32 16384 output\n",
+        smem="0 65536 1 0 0 1 0 0\n28 1024 1 0 0 1 0 0")
+    ran = emu.run(source, inputs={"x": x}, config=RunConfig(checks=("semaphores",), schedule=schedule))
+    assert np.array_equal(ran.buffer("y"), x)
+    assert not ran.buffer("x")[:256].any() and np.array_equal(ran.buffer("x")[256:], x[256:])
+    with pytest.raises(Exception, match="race"):
+        emu.run(source, inputs={"x": x})
+
+
 @covers("dma.start", "sem.wait", "halt")
 def test_dma_strided_between_all_spaces(emu):
     src = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
