@@ -102,30 +102,6 @@ def test_launches_per_step_megakernel_one_superop_a_tenth_of_per_op(capsys):
     assert mega["tokens"] == per_op["tokens"] == superop["tokens"]
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
-@pytest.mark.parametrize("batch,scheme", [(1, 0), (8, 0), (8, 1)])
-def test_k3_full_fits_the_profile_on_4x2x2(program, batch, scheme):
-    """k3-full (93 layers, 896 experts) compiles for 16 chips of tpu-v7-like: every kernel's
-    VMEM map inside the profile (the back end refuses a kernel that does not fit), the
-    megakernel's weight ring 12 x 1.75 MiB (two halves of 6) at batch 1."""
-    from mkemu.dsl.compiler import compile_program
-    from mkemu.dsl.frontend import load_program
-    from mkemu.emulator.topology import Mesh
-    from mkemu.isa.hardware import load_profile
-    from mkemu.programs.k3 import driver
-    from mkemu.session import machine_info
-
-    profile = load_profile("tpu-v7-like")
-    params = driver.params({"model": "k3-full", "batch": batch, "timing_only": True}, machine_info(profile, Mesh((4, 2, 2))))
-    params["SCHEME"] = scheme
-    checked = load_program(program, params)
-    compiled = compile_program(checked, profile)
-    assert max(k.vmem_bytes for k in compiled.kernels.values()) <= profile.vmem_bytes
-    if program.endswith("megakernel.mk") and batch == 1:
-        ring = [b for b in checked.kernels["k3_step"].buffers if b.name in ("r.w0", "r.w1")]
-        assert [(b.slots, b.shape) for b in ring] == [(6, (7168, 128))] * 2
-
-
 def hbm_need_bytes(buffers, expert_dtype: str) -> int:
     """What the emulator's out-of-memory check compares with the profile (Program.hbm_bytes)
     for these buffers, with the routed experts stored as `expert_dtype` instead."""
@@ -143,7 +119,10 @@ def test_k3_full_fits_hbm_on_4x2x2(program, batch, scheme):
     """k3-full on 16 chips of tpu-v7-like: each chip's HBM holds its 56 experts per layer
     (expert homes), stored as MXFP4 (k3-full's expert_dtype), and its 6 of 96 KDA heads'
     projection columns (head shards), the rest whole: the program's HBM need fits the
-    chip's 192 GiB (with bf16 experts it would not)."""
+    chip's 192 GiB (with bf16 experts it would not). The same compile (k3-full's front
+    end takes seconds) also has every kernel's VMEM map inside the profile (the back end
+    refuses a kernel that does not fit), and the megakernel's weight ring is 12 x 1.75 MiB
+    (two halves of 6) at batch 1."""
     from mkemu.dsl.compiler import compile_program
     from mkemu.dsl.frontend import load_program
     from mkemu.emulator.topology import Mesh
@@ -156,7 +135,14 @@ def test_k3_full_fits_hbm_on_4x2x2(program, batch, scheme):
     params = driver.params({"model": "k3-full", "batch": batch, "timing_only": True},
                            machine_info(profile, Mesh((4, 2, 2))))
     params["SCHEME"] = scheme
-    compiled = compile_program(load_program(program, params), profile)
+    checked = load_program(program, params)
+    compiled = compile_program(checked, profile)
+    # VMEM and the weight ring.
+    assert max(k.vmem_bytes for k in compiled.kernels.values()) <= profile.vmem_bytes
+    if program.endswith("megakernel.mk") and batch == 1:
+        ring = [b for b in checked.kernels["k3_step"].buffers if b.name in ("r.w0", "r.w1")]
+        assert [(b.slots, b.shape) for b in ring] == [(6, (7168, 128))] * 2
+    # HBM.
     arrays = {b.name: (b.dtype, b.shape) for b in compiled.buffers}
     assert arrays["moe_w1"] == ("mxfp4", (92 * 56, 3584, 3072))   # 896 experts / 32 cores * 2 cores a chip
     assert arrays["moe_shared_w1"][0] == "bf16"
