@@ -30,7 +30,8 @@ import attrs
 import numpy as np
 
 from mkemu.emulator.core import Core
-from mkemu.emulator.memory import Trap, block_ranges, block_view, check_bounds, read_block, write_block
+from mkemu.emulator.footprint import block_span
+from mkemu.emulator.memory import Trap, block_view, check_bounds, read_block, write_block
 from mkemu.isa.encoding import SPACES
 
 DESC_WORDS = 7
@@ -95,8 +96,8 @@ class DmaMixin:
                                          "(every count must be positive)")
         src_space, dst_space = SPACES[ssp], SPACES[dsp]
         src_addr, dst_addr = s[src], s[dst]
-        src_range = block_ranges(src_addr, inner, n1, ss1, n2, ss2)
-        dst_range = block_ranges(dst_addr, inner, n1, ds1, n2, ds2)
+        src_range = block_span(src_addr, inner, n1, ss1, n2, ss2)
+        dst_range = block_span(dst_addr, inner, n1, ds1, n2, ds2)
         extents = self.kernel.extents.get(core.pc)
         if extents:
             for extent, (lo, hi) in zip(extents, (src_range, dst_range)):

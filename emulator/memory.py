@@ -27,12 +27,6 @@ def check_bounds(size: int, name: str, lo: int, hi: int) -> None:
         raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {size} bytes")
 
 
-def block_ranges(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
-    """The byte span [lo, hi) a 3-D block touches (also the race checks' bounding range)."""
-    last1, last2 = (n1 - 1) * s1, (n2 - 1) * s2
-    return addr + min(0, last1) + min(0, last2), addr + max(0, last1) + max(0, last2) + inner
-
-
 def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
     """A (n2, n1, inner) view of a 3-D block when strides allow one (non-negative,
     rows and planes not overlapping; the stride of a single row or plane does not
