@@ -26,7 +26,7 @@ import numpy as np
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.footprint import block_span
-from mkemu.emulator.decode import C_ARG, SB_MXU, DecodedKernel, Op, scoreboard_size, unit_names
+from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap
 from mkemu.emulator.safety import describe_dma
 from mkemu.errors import EmulatorFault
@@ -72,7 +72,6 @@ class Core:
         self.unit_busy = self.I[o["BUSY"]:o["BUSY"] + len(self.units)]
         self.spec = self.I[o["SPEC"]:o["SPEC"] + 16]
         self.mask_rects = self.I[o["MR"]:o["MR"] + 2 * p.mregs].reshape(p.mregs, 2)
-        self.mx_rows = self.I[o["MXR"]:o["MXR"] + p.mxus_per_core]
         self.V = np.zeros((p.vregs, ROWS * LANES), np.uint32)
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
         self.M[0] = 1      # m0: every lane, read-only
@@ -89,7 +88,7 @@ class Core:
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
         self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
         self.m_dirty = np.zeros(0, np.int64)   # ... mask registers
-        self.mx_dirty: tuple[int, ...] = ()     # ... and matrix-unit state (scoreboard slots)
+        self.mx_dirty: tuple = ()               # ... and matrix-unit state (decode.mxu_state)
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -194,15 +193,13 @@ class Core:
             # run never writes them: vector-side rows compute nothing).
             if self.v_dirty.size:
                 self.V[self.v_dirty] = 0
-            per_unit = 2 + self.profile.mxu_accumulators    # scoreboard slots: w, lhs, accumulators
-            for slot in self.mx_dirty:
-                x, k = divmod(slot - SB_MXU, per_unit)
-                if k == 0:
+            for which, x, acc in self.mx_dirty:
+                if which == "mxu.w":
                     self.mx_w[x] = 0
-                elif k == 1:
+                elif which == "mxu.lhs":
                     self.mx_lhs[x] = 0
                 else:
-                    self.mx_acc[x, k - 2] = 0
+                    self.mx_acc[x, acc] = 0
             self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
         smem_init = kernel.smem_init
         self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)

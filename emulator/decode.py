@@ -59,6 +59,12 @@ def mxu_slot(profile: HardwareProfile, x: int, which: str, acc: int = 0) -> int:
     return {"mxu.w": base, "mxu.lhs": base + 1, "mxu.acc": base + 2 + acc}[which]
 
 
+def mxu_state(profile: HardwareProfile, slot: int) -> tuple[str, int, int]:
+    """(which, unit, accumulator) of a matrix-unit scoreboard slot (`mxu_slot` inverted)."""
+    x, k = divmod(slot - SB_MXU, 2 + profile.mxu_accumulators)
+    return ("mxu.w", x, 0) if k == 0 else ("mxu.lhs", x, 0) if k == 1 else ("mxu.acc", x, k - 2)
+
+
 def scoreboard_size(profile: HardwareProfile) -> int:
     return SB_MXU + profile.mxus_per_core * (2 + profile.mxu_accumulators)
 
@@ -88,7 +94,7 @@ class DecodedKernel:
     region_slots: int            # 1 + the largest region id any mark.push names
     vregs_written: np.ndarray    # the vector registers some instruction writes
     mregs_written: np.ndarray    # ... and the mask registers
-    mxu_written: tuple[int, ...]  # the matrix-unit scoreboard slots some instruction writes
+    mxu_written: tuple[tuple[str, int, int], ...]   # matrix-unit state some instruction writes (`mxu_state`)
 
 
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
@@ -124,7 +130,7 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     mregs = sorted(slot - SB_M for slot in written if SB_M <= slot < SB_MXU)
     return DecodedKernel(code=code, ops=ops, region_slots=regions, vregs_written=np.array(vregs, np.int64),
                          mregs_written=np.array(mregs, np.int64),
-                         mxu_written=tuple(sorted(slot for slot in written if slot >= SB_MXU)))
+                         mxu_written=tuple(mxu_state(profile, slot) for slot in sorted(written) if slot >= SB_MXU))
 
 
 def _decode_word(row: np.ndarray, word: int, profile: HardwareProfile,

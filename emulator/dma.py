@@ -31,7 +31,7 @@ import numpy as np
 
 from mkemu.emulator.core import Core
 from mkemu.emulator.footprint import block_span
-from mkemu.emulator.memory import Trap, block_view, check_bounds, read_block, write_block
+from mkemu.emulator.memory import Trap, block_view, read_block, write_block
 from mkemu.isa.encoding import SPACES
 
 DESC_WORDS = 7
@@ -105,7 +105,9 @@ class DmaMixin:
                     _check_extent(core, extent, lo, hi)
         src_size = self._space_size(core, src_space)
         if src_range[0] < 0 or src_range[1] > src_size:
-            check_bounds(src_size, f"{src_space.upper()} (DMA source)", *src_range)
+            name = f"{src_space.upper()} (DMA source)"
+            raise Trap("out-of-bounds", f"{name} access [{src_range[0]}, {src_range[1]}) is outside {name} "
+                                        f"of {src_size} bytes")
         config = self.config
         src_data = dst_data = True      # (only timing-only runs leave memories without bytes)
         if config.timing_only or config.record_readbacks:

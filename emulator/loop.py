@@ -151,21 +151,31 @@ def tile_footprint(MR, M, mask, size):
 
 
 @jitable
+def first_conflict_in_flight(RACES, n, start, space, write, addr, inner, n1, s1, n2, s2):
+    """The first row k >= start of `RACES[:n]` (the DMAs in flight for a core: lo, hi,
+    reads-only, space, block) in `space` that shares a byte with the block, where it
+    writes the bytes or the block is written; -1 if none."""
+    lo, hi = block_span(addr, inner, n1, s1, n2, s2)
+    for k in range(start, n):
+        if RACES[k, 3] != space or not (write or RACES[k, 2] == 0):
+            continue
+        if RACES[k, 0] < hi and lo < RACES[k, 1] and \
+                blocks_overlap(RACES[k, 4], RACES[k, 5], RACES[k, 6], RACES[k, 7], RACES[k, 8], RACES[k, 9],
+                               addr, inner, n1, s1, n2, s2):
+            return k
+    return -1
+
+
+@jitable
 def access_race(RACES, n, space, addr, stride, rows, lo_off, hi_off, write, E):
-    """The first DMA in flight (RACES rows: lo, hi, reads-only, space, block) that this
-    access shares a byte with, where it writes the bytes or the access writes them."""
+    """Fault if this access shares a byte with a DMA in flight where either writes it."""
     if rows <= 0 or hi_off <= lo_off:
         return 0
+    k = first_conflict_in_flight(RACES, n, 0, space, write, addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
+    if k < 0:
+        return 0
     lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
-    for k in range(n):
-        if RACES[k, 3] != space or (RACES[k, 2] == 1 and not write):
-            continue
-        if lo >= RACES[k, 1] or RACES[k, 0] >= hi:
-            continue
-        if blocks_overlap(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0, RACES[k, 4], RACES[k, 5],
-                          RACES[k, 6], RACES[k, 7], RACES[k, 8], RACES[k, 9]):
-            return fault(E, E_RACE, k, lo, hi, 0)
-    return 0
+    return fault(E, E_RACE, k, lo, hi, 0)
 
 
 @jitable
@@ -197,22 +207,6 @@ def first_logged_conflict(LOG, n, since, space, dma_writes, addr, inner, n1, s1,
 
 
 @jitable
-def first_dma_conflict(RACES, n, start, space, write, addr, inner, n1, s1, n2, s2):
-    """The first row k >= start of `RACES[:n]` (the DMAs in flight for a core) in
-    `space` that shares a byte with the block of a new DMA, where either of the two
-    writes it, or -1."""
-    lo, hi = block_span(addr, inner, n1, s1, n2, s2)
-    for k in range(start, n):
-        if RACES[k, 3] != space or not (write or RACES[k, 2] == 0):
-            continue
-        if RACES[k, 0] < hi and lo < RACES[k, 1] and \
-                blocks_overlap(RACES[k, 4], RACES[k, 5], RACES[k, 6], RACES[k, 7], RACES[k, 8], RACES[k, 9],
-                               addr, inner, n1, s1, n2, s2):
-            return k
-    return -1
-
-
-@jitable
 def mark_dirty(I, at, lo, hi):
     """Widen the written range [I[at], I[at + 1]) by [lo, hi)."""
     if lo < I[at]:
@@ -222,7 +216,7 @@ def mark_dirty(I, at, lo, hi):
 
 
 _SUPPORT = (region_enter, region_leave, region_named, tile_footprint, access_race, log_access,
-            first_logged_conflict, first_dma_conflict, mark_dirty)
+            first_logged_conflict, first_conflict_in_flight, mark_dirty)
 _HELPERS = ("fault", "w32", "idiv", "irem", "f32_max", "f32_min", "bf16_round_bits", "f32_to_i32",
             "i32_to_f32", "exp_f32", "exp2_f32", "log_f32", "log2_f32", "rcp_f32", "sqrt_f32",
             "rsqrt_f32", "sigmoid_f32", "silu_f32", "tanh_f32", "exp_row", "log_row", "exp2_row",
@@ -450,10 +444,9 @@ _EPILOGUE = '''
 _MACHINE_SIDE = '''
 
 overlap = njit("boolean(" + ", ".join(["int64"] * 12) + ")", cache=True, nogil=True)(blocks_overlap)
-logged_conflict = njit("int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)",
-                       cache=True, nogil=True)(first_logged_conflict)
-dma_conflict = njit("int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)",
-                    cache=True, nogil=True)(first_dma_conflict)
+_SCAN = "int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)"
+logged_conflict = njit(_SCAN, cache=True, nogil=True)(first_logged_conflict)
+dma_conflict = njit(_SCAN, cache=True, nogil=True)(first_conflict_in_flight)
 '''
 
 

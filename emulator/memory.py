@@ -1,9 +1,10 @@
 """Byte-addressed memories and the DMA engines' access to them.
 
 VMEM, SMEM and HBM are numpy uint8 arrays. DMAs move up to 3-D strided byte
-blocks; every block is bounds-checked and a bad one raises `Trap`, which the
-machine turns into a fault naming chip, core, cycle and instruction. (Vector
-loads and stores are instruction semantics: `isa/semantics.py`.)
+blocks; the DMA checks both ends against their memories (`dma.py`) before these
+functions copy them, and a bad one raises `Trap`, which the machine turns into a
+fault naming chip, core, cycle and instruction. (Vector loads and stores are
+instruction semantics: `isa/semantics.py`.)
 """
 
 from __future__ import annotations
@@ -18,13 +19,6 @@ class Trap(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
-
-
-
-def check_bounds(size: int, name: str, lo: int, hi: int) -> None:
-    """Fault unless [lo, hi) lies inside a memory of `size` bytes."""
-    if lo < 0 or hi > size:
-        raise Trap("out-of-bounds", f"{name} access [{lo}, {hi}) is outside {name} of {size} bytes")
 
 
 def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):

@@ -148,7 +148,7 @@ class Safety:
     def _learn(self, core, seqs) -> None:
         mine = self.known[core.gid]
         live = self.live
-        new = (seqs - mine).intersection(live)    # (iterates `live`, the smaller side)
+        new = (seqs - mine).intersection(live)    # (C set operations, no Python loop)
         if not new:
             return
         mine.update(new)

@@ -135,31 +135,26 @@ class Bf16Tensor:
     """A weight tensor stored as bf16 bits whose slices come out as float32 arrays."""
 
     def __init__(self, bits: np.ndarray):
-        self.bits = bits
+        self.bf16_bits = bits    # the bit patterns (`Session.write` stores them as they are)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.bits.shape
+        return self.bf16_bits.shape
 
     @property
     def ndim(self) -> int:
-        return self.bits.ndim
+        return self.bf16_bits.ndim
 
     dtype = np.dtype(np.float32)
 
     def __len__(self) -> int:
-        return len(self.bits)
-
-    @property
-    def bf16_bits(self) -> np.ndarray:
-        """The bit patterns (what `Session.write` stores as they are)."""
-        return self.bits
+        return len(self.bf16_bits)
 
     def __getitem__(self, index) -> np.ndarray:
-        return numerics.bf16_bits_to_f32(np.asarray(self.bits[index]))
+        return numerics.bf16_bits_to_f32(np.asarray(self.bf16_bits[index]))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        values = numerics.bf16_bits_to_f32(self.bits)
+        values = numerics.bf16_bits_to_f32(self.bf16_bits)
         return values if dtype is None else values.astype(dtype)
 
 
