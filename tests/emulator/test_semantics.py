@@ -493,6 +493,43 @@ def test_matrix_unit_against_the_contract(emu, rows):
     assert same_bits(twice, ran.core.vf[11])
 
 
+@covers("mxu.ldw", "mxu.push", "mxu.mac", "mxu.pop")
+@pytest.mark.parametrize("weights", ["finite", "inf", "nan", "inf_past_rows"])
+def test_zero_lhs_rows_against_the_contract(emu, weights):
+    # A batch smaller than 8 leaves LHS rows of zeros (+0.0 and -0.0 here). Times finite
+    # weights they add nothing; times an inf or NaN weight they make NaN.
+    rng = np.random.default_rng(len(weights))
+    rows = 100
+    lhs = [rng.standard_normal((8, 128)).astype(np.float32) for _ in range(2)]
+    lhs[0][2:] = 0.0        # live rows 0 and 1, then live rows 0 and 2
+    lhs[1][1] = 0.0
+    lhs[1][3:] = 0.0
+    lhs[1][0, 7] = 0.0
+    for x in lhs:
+        x[5, ::3] = -0.0
+    w = nx.bf16_round(rng.standard_normal((128, 128)).astype(np.float32))
+    if weights in ("inf", "nan"):
+        w[37, 90] = np.inf if weights == "inf" else np.nan
+    elif weights == "inf_past_rows":
+        w[rows + 5, 3] = np.inf       # loaded memory past the tile's rows: never multiplied
+    w_tiles = list(nx.f32_to_bf16_bits(w).view(np.int32).reshape(8, 8, 128))
+    ran = emu.run_vec(f"""
+        li s2, {emu.STAGE_VMEM + 2 * emu.TILE_BYTES}
+        li s3, 256
+        li s4, {(rows << 16) | 128}
+        mxu.ldw x1, 0(s2), s3, s4
+        mxu.push x1, v0, 0
+        mxu.mac x1, a2, 1
+        mxu.push x1, v1, 0
+        mxu.mac x1, a2, 0
+        mxu.pop v10, x1, a2, 0
+    """, vregs=[*lhs, *w_tiles])
+    once = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), lhs[0][:, :rows], w[:rows])
+    expected = nx.mxu_matmul_numpy(once, lhs[1][:, :rows], w[:rows])
+    assert same_bits(expected, ran.core.vf[10])
+    assert np.isnan(expected[3:]).any() == (weights in ("inf", "nan"))
+
+
 @covers("mxu.ldw", "mxu.ldwt", "mxu.mac", "mxu.pop")
 @pytest.mark.parametrize("special", ["finite", "negative", "inf", "nan", "past_rows"])
 @pytest.mark.parametrize("transposed", [False, True])
