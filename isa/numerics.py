@@ -540,7 +540,7 @@ def _get_mxu_kernel():
     if _mxu_kernel is None:
         import numba
 
-        @numba.njit(cache=True)
+        @numba.njit(cache=True, nogil=True)
         def kernel(out, a, w):
             rows, depth = a.shape
             cols = w.shape[1]

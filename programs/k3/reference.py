@@ -272,17 +272,19 @@ def moe(cfg, w, i: int, x: np.ndarray, emit: Trace, at: str) -> np.ndarray:
     emit(f"{at}.moe.weights", weight)
     xl = mm(x, w["moe_down"][i])
     emit(f"{at}.moe.xl", xl)
-    w1, w3, w2 = w["moe_w1"][i], w["moe_w3"][i], w["moe_w2"][i]
+    # (Each expert's matrices are taken on their own: bf16-held weights are widened
+    # to float32 only for the experts used.)
+    w1, w3, w2 = w["moe_w1"], w["moe_w3"], w["moe_w2"]
     parts = []
     for j in range(cfg.top_k):
         out = np.empty_like(xl)
         # Rows that chose the same expert in slot j share one matmul (rows are independent).
         for e in np.unique(idx[:, j]):
             rows = np.nonzero(idx[:, j] == e)[0]
-            out[rows] = gated_ffn(xl[rows], w1[e], w3[e], w2[e])
+            out[rows] = gated_ffn(xl[rows], w1[i, e], w3[i, e], w2[i, e])
         parts.append(weight[:, j, None] * out)
     for j in range(cfg.n_shared):
-        parts.append(gated_ffn(xl, w["moe_shared_w1"][i][j], w["moe_shared_w3"][i][j], w["moe_shared_w2"][i][j]))
+        parts.append(gated_ffn(xl, w["moe_shared_w1"][i, j], w["moe_shared_w3"][i, j], w["moe_shared_w2"][i, j]))
     emit(f"{at}.moe.parts", np.stack(parts))
     z = psum(parts)
     emit(f"{at}.moe.z", z)
