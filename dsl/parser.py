@@ -1,6 +1,8 @@
 """Parsing .mk text into `mkemu.dsl.ast` nodes.
 
 The Lark LALR parser is built once per process, on first use, from `grammar.lark`.
+A text parsed before in the process (the K3 programs and their imports, compiled
+again for every set of parameters) gives back its tree: the nodes are immutable.
 Every Lark exception becomes a `SourceError` with file, line, column, the source
 line, carets and the expected tokens spelled as a reader would write them.
 """
@@ -119,6 +121,11 @@ def _accepted(e: lark.exceptions.UnexpectedToken) -> set[str]:
 
 def parse(text: str, filename: str = "<string>") -> ast.Module:
     """Parse one .mk file. Raises `SourceError` on any syntax error."""
+    return _parse_text(text, filename)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_text(text: str, filename: str) -> ast.Module:
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedCharacters as e:
