@@ -259,8 +259,17 @@ class FlowNetwork:
 
     def active(self) -> list[Hashable]:
         """Keys of the flows still moving bytes, in start order."""
-        state = self._FI[:, fc.FI_STATE]
-        return [key for key, slot in self._flows.items() if state[slot] == fc.ACTIVE]
+        return [key for key, _ in self.active_rates()]
+
+    def active_rates(self) -> list[tuple[Hashable, float]]:
+        """(key, `rate`) of each flow still moving bytes, in start order."""
+        flows = self._flows
+        if not flows:
+            return []
+        slots = np.fromiter(flows.values(), np.int64, len(flows))
+        live = self._FI[slots, fc.FI_STATE] == fc.ACTIVE
+        rates = self._F[slots[live], fc.F_RATE].tolist()
+        return list(zip([key for key, on in zip(flows, live.tolist()) if on], rates))
 
     # -- internals ---------------------------------------------------------------
 

@@ -168,8 +168,7 @@ class Recorder:
     def on_rates(self, net, t: int) -> None:
         """Note every flow whose rate changed; rates only change when a flow starts or ends."""
         last = self._last_rate
-        for key in net.active():
-            rate = net.rate(key)
+        for key, rate in net.active_rates():
             if last.get(key) != rate:
                 last[key] = rate
                 self.rate.extend((key, t))
