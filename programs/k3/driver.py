@@ -15,7 +15,6 @@ to it by `mkemu run` or by `mkemu.compile("k3_megakernel")(...)`); the reference
 from __future__ import annotations
 
 import io
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -165,20 +164,19 @@ def drive(session, options: dict) -> dict:
     generated, per_step, ref_logits_all, emu_logits_all = [], [], [], []
     mismatch = None
     progress = opts.get("progress")
-    # The reference's step runs on a second thread while the emulator runs the same
-    # step (numpy releases the interpreter lock; the two share no data).
-    reference = ThreadPoolExecutor(max_workers=1)
+    # (The reference's step runs before the emulator's, not on a thread beside it: both
+    # are mostly Python, and on the 2-core machine the two threads handing the
+    # interpreter lock to each other made the whole run slower, not faster.)
     for step in range(n_steps):
         session.write("tokens", tokens.astype(np.int32))
         session.write("pos", np.array([step], np.int32))
         trace = {} if check_layers else None
         before = state   # decode_step never modifies its input state
-        pending = reference.submit(ref.decode_step, cfg, weights, before, tokens, trace=trace)
+        expected, state = ref.decode_step(cfg, weights, before, tokens, trace=trace)
         figures = session.run()
         per_step.append(figures)
         if record is not None:
             record.add(tokens, step, session.take_readbacks(), session.take_payloads())
-        expected, state = pending.result()
         got, bad = _compare_step(session, cfg, buffers, expected, trace,
                                  lambda t: ref.decode_step(cfg, weights, before, tokens, trace=t))
         ref_logits_all.append(expected)
@@ -193,7 +191,6 @@ def drive(session, options: dict) -> dict:
             progress(step + 1, n_steps, figures)
         if mismatch:
             break
-    reference.shutdown()
     report = _with_budget(_report(session, cfg, opts, per_step, generated, mismatch), cfg, per_step, session.info)
     if record is not None:
         record.save(opts["record_routing"])
