@@ -480,9 +480,10 @@ def _tree(x, axis: int, keepdims: bool, combine) -> np.ndarray:
     if n < 1 or n & (n - 1):
         raise ValueError(f"tree reduction needs a power-of-two length, axis {axis} has {n}")
     lead = (slice(None),) * axis
-    while n > 1:
-        n //= 2
-        x = combine(x[lead + (slice(0, n),)], x[lead + (slice(n, 2 * n),)])
+    with np.errstate(all="ignore"):     # IEEE results (inf + -inf is NaN), no warnings
+        while n > 1:
+            n //= 2
+            x = combine(x[lead + (slice(0, n),)], x[lead + (slice(n, 2 * n),)])
     return x if keepdims else np.squeeze(x, axis)
 
 
