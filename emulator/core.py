@@ -322,16 +322,18 @@ class Core:
                          *entry.block)
         self.I[lp.H_NRACE] = n + 1
 
-    def drop_in_flight(self, known, dropped) -> None:
-        """Drop the entries of the DMAs whose sequence numbers are in `known` (this core
-        knows they landed), calling dropped(entry) for each, in list order."""
+    def drop_in_flight(self, known: int, base: int, dropped) -> None:
+        """Drop the entries of the DMAs in mask `known` (bit seq - base: this core knows
+        they landed), calling dropped(entry) for each, in list order."""
         in_flight = self.in_flight
-        gone = [k for k, (entry, _) in enumerate(in_flight) if entry.dma.seq in known]
-        if not gone:
+        rows = []
+        for k, item in enumerate(in_flight):
+            if known >> (item[0].dma.seq - base) & 1:
+                dropped(item[0])
+            else:
+                rows.append(k)
+        if len(rows) == len(in_flight):
             return
-        for k in gone:
-            dropped(in_flight[k][0])
-        rows = [k for k, (entry, _) in enumerate(in_flight) if entry.dma.seq not in known]
         self.in_flight = [in_flight[k] for k in rows]
         self.races[:len(rows)] = self.races[rows]
         self.I[lp.H_NRACE] = len(rows)

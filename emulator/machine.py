@@ -195,7 +195,7 @@ class Machine(DmaMixin):
             self.trace.on_launch(self, launch, start)
         flags = 0
         if self.safety is not None:
-            self.safety.launch()
+            self.safety.launch(self.dma_count)
             flags |= lp.FLAG_RACES
         if self.config.timing_only:
             flags |= lp.FLAG_TIMING_ONLY

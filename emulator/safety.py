@@ -56,14 +56,20 @@ class Safety:
         self.dma_conflict = lp.compiled("dma_conflict")
         self.launch()
 
-    def launch(self) -> None:
-        """A kernel launch starts with nothing in flight and nothing to know."""
-        self.known = [set() for _ in self.cores]        # per core: seqs of DMAs it knows landed
-        self.snapshot: list[frozenset | None] = [None for _ in self.cores]   # frozen copies of `known`
-        self.sem_known: dict[tuple[int, int], set] = {}  # (core, semaphore) -> seqs it carries
+    def launch(self, base: int = 0) -> None:
+        """A kernel launch starts with nothing in flight and nothing to know; its DMAs
+        are numbered from base + 1.
+
+        What a core knows, what a semaphore carries and which DMAs are still listed
+        are sets of this launch's DMAs held as bit masks (bit seq - base): their
+        unions and differences are single integer operations."""
+        self.base = base
+        self.known = [0 for _ in self.cores]              # per core: the DMAs it knows landed
+        self.sem_known: dict[tuple[int, int], int] = {}   # (core, semaphore) -> DMAs it carries
         self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
         self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
         self.live: dict[int, int] = {}                    # seq -> entries of it still listed
+        self.live_bits = 0                                # ... the same DMAs as a mask
         for core in self.cores:
             core.clear_in_flight()
 
@@ -72,14 +78,14 @@ class Safety:
     def issued(self, dma, src_block, dst_block) -> None:
         """Check a new DMA against every DMA it may race with, then list it."""
         issuer = dma.src_core
-        known = self.known[issuer.gid]
+        known, base = self.known[issuer.gid], self.base
         sides = ((dma.src_space, issuer, False, src_block, dma.src_range),
                  (dma.dst_space, dma.dst_core, True, dst_block, dma.dst_range))
         for space, owner, write, block, (lo, hi) in sides:
             if space == "hbm":
                 for entry in self.hbm.get(owner.chip, ()):
                     if entry.lo < hi and lo < entry.hi and entry.write != write \
-                            and entry.dma.seq not in known and self.overlap(*entry.block, *block):
+                            and not known >> (entry.dma.seq - base) & 1 and self.overlap(*entry.block, *block):
                         raise Trap("race", _dma_race(write, space, owner, entry))
                 continue
             # A core's VMEM and SMEM lists are its `races` rows (compiled scan).
@@ -87,7 +93,7 @@ class Safety:
             k = self.dma_conflict(owner.races, n, 0, code, write, *block) if n else -1
             while k >= 0:
                 entry = owner.in_flight[k][0]
-                if entry.dma.seq not in known:
+                if not known >> (entry.dma.seq - base) & 1:
                     raise Trap("race", _dma_race(write, space, owner, entry))
                 k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
         for space, owner, write, block, span in sides:
@@ -100,23 +106,17 @@ class Safety:
                     self._check_run_ahead(owner, entry, space)
                 owner.add_in_flight(entry, space)
         self.live[dma.seq] = 2
-        if known:
-            # Shared by the DMAs a core issues until it learns something new.
-            snap = self.snapshot[issuer.gid]
-            if snap is None:
-                snap = self.snapshot[issuer.gid] = frozenset(known)
-            dma.knowledge = snap
+        self.live_bits |= 1 << (dma.seq - base)
+        dma.knowledge = known
 
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that, and what
         its issuer knew when it issued it."""
-        # (What the semaphores carry is pruned to the DMAs still listed when it grows.)
+        carried = dma.knowledge | 1 << (dma.seq - self.base)
         for gid, sem in ((dma.src_core.gid, dma.sem), (dma.dst_core.gid, dma.rsem)):
             if sem is not None:
-                carried = self.sem_known.setdefault((gid, sem), set())
-                carried.add(dma.seq)
-                carried |= dma.knowledge
-        dma.knowledge = frozenset()
+                self.sem_known[gid, sem] = self.sem_known.get((gid, sem), 0) | carried
+        dma.knowledge = 0
 
     # -- synchronisation -----------------------------------------------------------
 
@@ -125,47 +125,44 @@ class Safety:
         carried = self.sem_known.get((core.gid, sem))
         if carried:
             self._learn(core, carried)
-            if len(carried) > 4 * len(self.live) + 64:
-                carried.intersection_update(self.live)
 
-    def signal_payload(self, core) -> frozenset:
+    def signal_payload(self, core) -> int:
         """What a signal sent by `core` now carries to its target."""
-        return frozenset(self.known[core.gid])
+        return self.known[core.gid]
 
-    def signal_arrived(self, target, sem: int, payload: frozenset) -> None:
+    def signal_arrived(self, target, sem: int, payload: int) -> None:
         if payload:
-            live = self.live
-            self.sem_known.setdefault((target.gid, sem), set()).update(payload.intersection(live))
+            self.sem_known[target.gid, sem] = self.sem_known.get((target.gid, sem), 0) | payload
 
     def barrier(self, members) -> None:
         """Every member knows what any member knew."""
-        union = set()
+        union = 0
         for core in members:
             union |= self.known[core.gid]
         for core in members:
             self._learn(core, union)
 
-    def _learn(self, core, seqs) -> None:
+    def _learn(self, core, seqs: int) -> None:
+        """`core` now knows the DMAs of mask `seqs` landed (those still listed matter)."""
         mine = self.known[core.gid]
-        live = self.live
-        new = (seqs - mine).intersection(live)    # (C set operations, no Python loop)
+        new = seqs & ~mine & self.live_bits
         if not new:
             return
-        mine.update(new)
-        self.snapshot[core.gid] = None
+        mine |= new
+        self.known[core.gid] = mine
         if core.in_flight:
-            core.drop_in_flight(mine, self._unlisted)
+            core.drop_in_flight(mine, self.base, self._unlisted)
         issued = self.hbm_issued.get(core.gid)
         if issued:
-            done = [(chip, e) for chip, e in issued if e.dma.seq in mine]
-            if done:
-                self.hbm_issued[core.gid] = [(chip, e) for chip, e in issued if e.dma.seq not in mine]
-                for chip, e in done:
+            base, kept = self.base, []
+            for chip, e in issued:
+                if mine >> (e.dma.seq - base) & 1:
                     self.hbm[chip].remove(e)
                     self._unlisted(e)
-        if len(mine) > 4 * len(live) + 64:
-            mine.intersection_update(live)
-            self.snapshot[core.gid] = None
+                else:
+                    kept.append((chip, e))
+            if len(kept) < len(issued):
+                self.hbm_issued[core.gid] = kept
 
     def _unlisted(self, entry: Entry) -> None:
         """One list no longer holds this entry; a DMA no list holds is forgotten."""
@@ -175,6 +172,7 @@ class Safety:
             self.live[seq] = left
         else:
             self.live.pop(seq, None)
+            self.live_bits &= ~(1 << (seq - self.base))
 
     # -- a core that ran ahead -----------------------------------------------------
 
