@@ -62,7 +62,7 @@ class Dma:
     src_range: tuple[int, int] = (0, 0)
     begun_at: int | None = None
     done_at: int | None = None
-    knowledge: int = 0        # DMAs its issuer knew had landed when it issued it (`Safety` mask)
+    knowledge: tuple[int, int] = (0, 0)   # DMAs its issuer knew had landed when it issued it (`Safety`: mask, base)
 
     @property
     def source(self) -> str | None:

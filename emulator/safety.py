@@ -70,6 +70,7 @@ class Safety:
         self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
         self.live: dict[int, int] = {}                    # seq -> entries of it still listed
         self.live_bits = 0                                # ... the same DMAs as a mask
+        self.rebase_at = base + REBASE_SPAN               # renumber the masks after this DMA
         for core in self.cores:
             core.clear_in_flight()
 
@@ -107,16 +108,31 @@ class Safety:
                 owner.add_in_flight(entry, space)
         self.live[dma.seq] = 2
         self.live_bits |= 1 << (dma.seq - base)
-        dma.knowledge = known
+        dma.knowledge = (known, base)
+        if dma.seq > self.rebase_at:
+            self._rebase(dma.seq)
 
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that, and what
         its issuer knew when it issued it."""
-        carried = dma.knowledge | 1 << (dma.seq - self.base)
+        known, base = dma.knowledge
+        carried = known >> (self.base - base) | 1 << (dma.seq - self.base)
         for gid, sem in ((dma.src_core.gid, dma.sem), (dma.dst_core.gid, dma.rsem)):
             if sem is not None:
                 self.sem_known[gid, sem] = self.sem_known.get((gid, sem), 0) | carried
-        dma.knowledge = 0
+        dma.knowledge = (0, 0)
+
+    def _rebase(self, last: int) -> None:
+        """Number the masks' bits from the oldest DMA still listed (`last` if none): the
+        DMAs before it are in no list and never matter again. Keeps a long launch's
+        masks as short as the span of DMAs in flight, not as long as the launch."""
+        live = self.live_bits
+        shift = (live & -live).bit_length() - 1 if live else last - self.base
+        self.base += shift
+        self.known = [mask >> shift for mask in self.known]
+        self.sem_known = {key: mask >> shift for key, mask in self.sem_known.items()}
+        self.live_bits = live >> shift
+        self.rebase_at = last + REBASE_SPAN
 
     # -- synchronisation -----------------------------------------------------------
 
@@ -190,6 +206,7 @@ class Safety:
 
 
 SPACE_CODES = {"vmem": 0, "smem": 1}
+REBASE_SPAN = 8192   # DMAs between renumberings of the masks (`Safety._rebase`)
 
 
 def _dma_race(write: bool, space: str, owner, entry: Entry) -> str:
