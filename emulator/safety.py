@@ -123,11 +123,12 @@ class Safety:
         dma.knowledge = (0, 0)
 
     def _rebase(self, last: int) -> None:
-        """Number the masks' bits from the oldest DMA still listed (`last` if none): the
-        DMAs before it are in no list and never matter again. Keeps a long launch's
-        masks as short as the span of DMAs in flight, not as long as the launch."""
+        """Number the masks' bits from the oldest DMA still listed (there is one: DMA
+        `last` was just listed); the DMAs before it are in no list and never matter
+        again. Keeps a long launch's masks as short as the span of DMAs in flight, not
+        as long as the launch."""
         live = self.live_bits
-        shift = (live & -live).bit_length() - 1 if live else last - self.base
+        shift = (live & -live).bit_length() - 1
         self.base += shift
         self.known = [mask >> shift for mask in self.known]
         self.sem_known = {key: mask >> shift for key, mask in self.sem_known.items()}
