@@ -778,7 +778,8 @@ def push_lhs(V, MXLU, x, va, chunk):
 def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
     """mxu.mac: acc = (zero ? 0 : acc) + LHS @ W, each output summing its products in
     increasing k (the contract's order; `numerics.mxu_matmul`). Two LHS rows at a time
-    take each weight row (one load of a weight feeds two products).
+    take four weight rows at a time (one load of a weight feeds two products; one load
+    and store of an output, four).
 
     `MXR` holds each unit's loaded weight rows, then its loaded columns: the columns
     past those are +0.0, and adding a finite value times +0.0 (a signed zero) to an
@@ -806,7 +807,20 @@ def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
             plus0 = plus0 or not np.signbit(a0[k])
             plus1 = plus1 or not np.signbit(a1[k])
         end = cols if finite else d
-        for k in range(rows):
+        k = 0
+        while k + 4 <= rows:
+            # Four weight rows per pass: each output takes its four products in
+            # increasing k (Python's `+` is left-associative and nothing may
+            # reassociate it), and is loaded and stored once instead of four times.
+            w0, w1, w2, w3 = W[k], W[k + 1], W[k + 2], W[k + 3]
+            b0, b1, b2, b3 = a0[k], a0[k + 1], a0[k + 2], a0[k + 3]
+            c0, c1, c2, c3 = a1[k], a1[k + 1], a1[k + 2], a1[k + 3]
+            for n in range(end):
+                x0, x1, x2, x3 = w0[n], w1[n], w2[n], w3[n]
+                o0[n] = o0[n] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+                o1[n] = o1[n] + c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
+            k += 4
+        while k < rows:
             av0 = a0[k]
             av1 = a1[k]
             w = W[k]
@@ -814,6 +828,7 @@ def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
                 wv = w[n]
                 o0[n] = o0[n] + av0 * wv
                 o1[n] = o1[n] + av1 * wv
+            k += 1
         for n in range(end, d):
             if plus0 and o0[n] == 0.0:
                 o0[n] = 0.0

@@ -470,7 +470,7 @@ def test_extract_and_insert_elements(emu):
 # --- matrix unit ------------------------------------------------------------------
 
 @covers("mxu.ldw", "mxu.push", "mxu.mac", "mxu.pop")
-@pytest.mark.parametrize("rows", [128, 40, 1])
+@pytest.mark.parametrize("rows", [128, 43, 40, 3, 1])   # (mac takes weight rows four at a time)
 def test_matrix_unit_against_the_contract(emu, rows):
     rng = np.random.default_rng(rows)
     lhs = rng.standard_normal((8, 128)).astype(np.float32)             # rounded to bf16 by push
