@@ -7,6 +7,7 @@ exits 2. Anything else escaping is a bug in mkemu and shows as such.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -34,6 +35,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def entry() -> int:
+    """The `mkemu` command: `main`, then the process ends without collecting its heap.
+
+    The interpreter's shutdown runs full garbage collections over every object still
+    alive (numba's alone are some 100 k); frozen, they are skipped: 0.26-0.39 s less
+    per command on the main job. Outputs are closed (written atomically) before
+    `main` returns, and the standard streams are flushed at shutdown as always."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -539,4 +552,4 @@ def cmd_model_show(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
