@@ -24,6 +24,7 @@ from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
+from .reference_steps import ReferenceSteps, next_input, replay_reference
 from . import homes
 from . import timing
 from .config import param_counts
@@ -158,39 +159,33 @@ def drive(session, options: dict) -> dict:
 
     rng = np.random.default_rng([seed, 1])
     prompt = rng.integers(0, cfg.vocab, size=(batch, prompt_len))
-    state = ref.init_state(cfg, batch)
     check_layers = bool(opts.get("check_layers"))
     tokens = prompt[:, 0]
     generated, per_step, ref_logits_all, emu_logits_all = [], [], [], []
     mismatch = None
     progress = opts.get("progress")
-    # (The reference's step runs before the emulator's, not on a thread beside it: both
-    # are mostly Python, and on the 2-core machine the two threads handing the
-    # interpreter lock to each other made the whole run slower, not faster.)
-    for step in range(n_steps):
-        session.write("tokens", tokens.astype(np.int32))
-        session.write("pos", np.array([step], np.int32))
-        trace = {} if check_layers else None
-        before = state   # decode_step never modifies its input state
-        expected, state = ref.decode_step(cfg, weights, before, tokens, trace=trace)
-        figures = session.run()
-        per_step.append(figures)
-        if record is not None:
-            record.add(tokens, step, session.take_readbacks(), session.take_payloads())
-        got, bad = _compare_step(session, cfg, buffers, expected, trace,
-                                 lambda t: ref.decode_step(cfg, weights, before, tokens, trace=t))
-        ref_logits_all.append(expected)
-        emu_logits_all.append(got)
-        if bad is not None:
-            mismatch = f"step {step}: {bad}"
-        nxt = ref.next_tokens(expected)
-        if step >= prompt_len - 1:
-            generated.append(nxt)
-        tokens = prompt[:, step + 1] if step + 1 < prompt_len else nxt
-        if progress:
-            progress(step + 1, n_steps, figures)
-        if mismatch:
-            break
+    with ReferenceSteps(cfg, weights, prompt, n_steps, traced=check_layers) as reference:
+        for step in range(n_steps):
+            session.write("tokens", tokens.astype(np.int32))
+            session.write("pos", np.array([step], np.int32))
+            figures = session.run()
+            per_step.append(figures)
+            if record is not None:
+                record.add(tokens, step, session.take_readbacks(), session.take_payloads())
+            expected, trace = reference.next()
+            got, bad = _compare_step(session, cfg, buffers, expected, trace,
+                                     lambda t, step=step: replay_reference(cfg, weights, prompt, step, t))
+            ref_logits_all.append(expected)
+            emu_logits_all.append(got)
+            if bad is not None:
+                mismatch = f"step {step}: {bad}"
+            if step >= prompt_len - 1:
+                generated.append(ref.next_tokens(expected))
+            tokens = next_input(prompt, step, expected)
+            if progress:
+                progress(step + 1, n_steps, figures)
+            if mismatch:
+                break
     report = _with_budget(_report(session, cfg, opts, per_step, generated, mismatch), cfg, per_step, session.info)
     if record is not None:
         record.save(opts["record_routing"])

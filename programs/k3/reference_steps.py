@@ -1,0 +1,120 @@
+"""The reference's side of a decode run: each step's logits, in order, computed ahead.
+
+The reference alone decides what every step is fed (the prompt's tokens, then its own
+greedy choice), so it never waits for the emulator. Where the operating system can
+fork, a child process computes all the steps on another core while the emulator runs
+the same steps here, and hands each step's logits over a pipe; the driver only
+compares. Elsewhere, and when every step's per-layer trace is wanted, the steps run
+here, one as each is asked for. Either way the logits are the same bits: the child
+runs the same code on the same weights.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import warnings
+
+import numpy as np
+
+from . import reference as ref
+
+
+def next_input(prompt: np.ndarray, step: int, logits: np.ndarray) -> np.ndarray:
+    """The tokens of step `step + 1`: the prompt's while it lasts, then the greedy choice
+    from step `step`'s logits."""
+    return prompt[:, step + 1] if step + 1 < prompt.shape[1] else ref.next_tokens(logits)
+
+
+def reference_logits(cfg, weights, prompt: np.ndarray, steps: int, traced: bool = False):
+    """Yield (logits, per-layer trace or None) of each of `steps` steps."""
+    state = ref.init_state(cfg, prompt.shape[0])
+    tokens = prompt[:, 0]
+    for step in range(steps):
+        trace = {} if traced else None
+        logits, state = ref.decode_step(cfg, weights, state, tokens, trace=trace)
+        yield logits, trace
+        tokens = next_input(prompt, step, logits)
+
+
+def replay_reference(cfg, weights, prompt: np.ndarray, step: int, trace: dict) -> np.ndarray:
+    """Step `step`'s logits again, from the start, filling `trace` with its layers (to
+    name the first layer that differs after a mismatch)."""
+    state = ref.init_state(cfg, prompt.shape[0])
+    tokens = prompt[:, 0]
+    for k in range(step + 1):
+        logits, state = ref.decode_step(cfg, weights, state, tokens, trace=trace if k == step else None)
+        tokens = next_input(prompt, k, logits)
+    return logits
+
+
+def _child(conn, cfg, weights, prompt, steps) -> None:
+    try:
+        for logits, _ in reference_logits(cfg, weights, prompt, steps):
+            conn.send(("logits", logits))
+    except BaseException as exc:      # (handed to the parent, which raises it)
+        conn.send(("error", exc))
+    finally:
+        conn.close()
+
+
+class ReferenceSteps:
+    """`next()` gives (logits, trace or None) of the next step; use it as a context
+    manager so a forked child never outlives the run."""
+
+    def __init__(self, cfg, weights, prompt: np.ndarray, steps: int, traced: bool = False):
+        self._args = (cfg, weights, prompt, steps)
+        self._done = 0
+        self._conn = self._proc = None
+        self._local = None
+        if traced or "fork" not in multiprocessing.get_all_start_methods():
+            self._local = reference_logits(cfg, weights, prompt, steps, traced)
+            return
+        context = multiprocessing.get_context("fork")
+        self._conn, child = context.Pipe(duplex=False)
+        self._proc = context.Process(target=_child, args=(child, *self._args), daemon=True,
+                                     name="mkemu-k3-reference")
+        with warnings.catch_warnings():
+            # (Python 3.12+ warns about forking a process with threads; the child only
+            # computes with numpy and numba and sends on its own pipe, and if it fails
+            # in any way the steps are computed here instead.)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._proc.start()
+        child.close()
+
+    def next(self) -> tuple[np.ndarray, dict | None]:
+        if self._conn is not None:
+            try:
+                kind, value = self._conn.recv()
+            except (EOFError, OSError):
+                self._fall_back()
+            else:
+                if kind == "error":
+                    self.close()
+                    raise value
+                self._done += 1
+                return value, None
+        logits, trace = next(self._local)
+        self._done += 1
+        return logits, trace
+
+    def _fall_back(self) -> None:
+        """The child is gone: compute the rest here (the steps it gave are recomputed
+        to reach the state, and not handed out again)."""
+        self.close()
+        self._local = reference_logits(*self._args)
+        for _ in range(self._done):
+            next(self._local)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._conn.close()
+            self._proc.kill()
+            self._proc.join()
+            self._proc.close()
+            self._conn = self._proc = None
+
+    def __enter__(self) -> ReferenceSteps:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

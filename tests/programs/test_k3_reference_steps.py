@@ -1,0 +1,102 @@
+"""The reference's steps computed ahead (a forked child) against the same steps computed
+in this process: same bits, errors raised here, a lost child made up for."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from mkemu.programs.k3 import reference as R
+from mkemu.programs.k3 import reference_steps as RS
+from mkemu.programs.k3.config import load_config
+from mkemu.programs.k3.weights import generate_weight_bits
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = load_config("k3-tiny")
+    weights = generate_weight_bits(cfg, 0, "bf16")
+    prompt = np.random.default_rng(3).integers(0, cfg.vocab, size=(2, 2))   # shorter than the run
+    return cfg, weights, prompt
+
+
+def _bits(logits) -> list[bytes]:
+    return [np.asarray(x, np.float32).tobytes() for x in logits]
+
+
+def _local(model) -> list[np.ndarray]:
+    cfg, weights, prompt = model
+    return [logits for logits, _ in RS.reference_logits(cfg, weights, prompt, STEPS)]
+
+
+def test_steps_computed_ahead_are_the_steps_computed_here(model):
+    cfg, weights, prompt = model
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+        got = [ahead.next() for _ in range(STEPS)]
+    assert all(trace is None for _, trace in got)
+    assert _bits(logits for logits, _ in got) == _bits(_local(model))
+    # The tokens after the prompt are the reference's own greedy choices.
+    tokens = RS.next_input(prompt, 1, got[1][0])
+    assert np.array_equal(tokens, np.argmax(got[1][0], axis=-1))
+
+
+def test_traced_steps_run_here_with_every_layer(model):
+    cfg, weights, prompt = model
+    with RS.ReferenceSteps(cfg, weights, prompt, 2, traced=True) as here:
+        logits, trace = here.next()
+    assert f"layer{cfg.n_layers - 1}.ffn" in trace
+    assert _bits([logits]) == _bits(_local(model)[:1])
+
+
+def test_replaying_a_step_gives_its_logits_and_trace(model):
+    cfg, weights, prompt = model
+    trace = {}
+    logits = RS.replay_reference(cfg, weights, prompt, 2, trace)
+    assert _bits([logits]) == _bits(_local(model)[2:3])
+    assert "layer0.attn" in trace
+
+
+def test_an_error_in_the_reference_is_raised_here(model, monkeypatch):
+    cfg, weights, prompt = model
+    real = R.decode_step
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("the second step fails")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(R, "decode_step", failing)   # (the child is forked with it)
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+        ahead.next()
+        with pytest.raises(ValueError, match="the second step fails"):
+            ahead.next()
+
+
+def test_a_child_that_dies_is_made_up_for_here(model, monkeypatch):
+    cfg, weights, prompt = model
+    real_child = RS._child
+
+    def dies_after_one(conn, *args):
+        real_child(_OneStep(conn), *args)
+
+    monkeypatch.setattr(RS, "_child", dies_after_one)
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+        got = [ahead.next()[0] for _ in range(STEPS)]
+    assert _bits(got) == _bits(_local(model))
+
+
+class _OneStep:
+    """A pipe end that passes on the first message, then the child process ends."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def send(self, message):
+        self.conn.send(message)
+        os._exit(0)
