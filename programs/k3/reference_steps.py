@@ -15,6 +15,7 @@ import multiprocessing
 import warnings
 
 import numpy as np
+from numba.core.compiler_lock import global_compiler_lock
 
 from . import reference as ref
 
@@ -73,11 +74,12 @@ class ReferenceSteps:
         self._conn, child = context.Pipe(duplex=False)
         self._proc = context.Process(target=_child, args=(child, *self._args), daemon=True,
                                      name="mkemu-k3-reference")
-        with warnings.catch_warnings():
-            # (Python 3.12+ warns about forking a process with threads; the child only
-            # computes with numpy and numba and sends on its own pipe, and if it fails
-            # in any way the steps are computed here instead.)
-            warnings.simplefilter("ignore", DeprecationWarning)
+        # A fork copies only this thread: a lock another thread holds stays held in the
+        # child. The child computes with numpy and numba and sends on its own pipe; the
+        # one lock it needs is numba's compiler lock (to load its kernels), so the fork
+        # happens holding it, and the child, this thread's copy, holds it too.
+        with global_compiler_lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)   # (3.12+: forking with threads)
             self._proc.start()
         child.close()
 
