@@ -78,7 +78,7 @@ class Core:
         self.vmem = np.zeros(p.vmem_bytes, np.uint8)
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         d = p.mxu_dim
-        self.mx_w = np.zeros((p.mxus_per_core, d, d), np.uint32)
+        self.mx_w = np.zeros((p.mxus_per_core, d, d), np.uint16)   # bf16 bits
         self.mx_lhs = np.zeros((p.mxus_per_core, ROWS, d), np.uint32)
         self.mx_acc = np.zeros((p.mxus_per_core, p.mxu_accumulators, ROWS, d), np.uint32)
         self.rstack = np.zeros((lp.REGION_DEPTH, 5), np.int64)   # region, index, start, pc, nested time

@@ -61,7 +61,7 @@ REGION_DEPTH = 64
 REGION_OPEN, REGION_CLOSE = 0, 1
 # Compiled eagerly for exactly these array types (all C-contiguous).
 SIGNATURE = ("int64(int64[:, ::1], int64[::1], uint32[:, ::1], uint8[:, ::1], uint8[::1], uint8[::1], "
-             "uint32[:, :, ::1], uint32[:, :, ::1], uint32[:, :, :, ::1], int64[:, ::1], int64[:, ::1], "
+             "uint16[:, :, ::1], uint32[:, :, ::1], uint32[:, :, :, ::1], int64[:, ::1], int64[:, ::1], "
              "int64[:, ::1], int64[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1])")
 
 
@@ -336,7 +336,6 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
     SMEM32 = SMEM.view(np.uint32)
     VF = V.view(np.float32)
     VI = V.view(np.int32)
-    MXW = MXWU.view(np.float32)
     MXL = MXLU.view(np.float32)
     MXA = MXAU.view(np.float32)
     S = I[I[H_O_S]:I[H_O_S] + I[H_NSREG]]

@@ -677,7 +677,7 @@ def wtile_shape(shape_value, d, E):
 @compiled
 def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed, E):
     """mxu.ldw / mxu.ldwt: the weight tile of matrix unit x from VMEM bf16 rows
-    (MXWU: the weight tiles as float32 bits)."""
+    (MXWU: the weight tiles as bf16 bits, as in memory)."""
     err = _align(addr, step, 2, E)
     if err:
         return err
@@ -693,11 +693,11 @@ def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed,
         src = VMEM16[(addr + k * step) >> 1:((addr + k * step) >> 1) + cols]
         if transposed:
             for n in range(cols):
-                W[n, k] = np.uint32(src[n]) << np.uint32(16)
+                W[n, k] = src[n]
         else:
             dst = W[k]
-            for n in range(cols):
-                dst[n] = np.uint32(src[n]) << np.uint32(16)
+            for n in range(cols):     # (not `dst[:cols] = src`: numba copies a source that
+                dst[n] = src[n]       # may overlap the destination into a temporary first)
             dst[cols:] = 0     # (a slice assignment: a per-element loop here does not vectorise)
     if transposed:
         for n in range(cols):
@@ -746,7 +746,7 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
     err = _check(VMEM.size, lo, hi, E)
     if err:
         return err
-    table = np.empty((256, 16), np.uint32)   # scale byte -> the 16 codes' weights
+    table = np.empty((256, 16), np.uint16)   # scale byte -> the 16 codes' weights (bf16 bits)
     seen = np.zeros(256, np.bool_)
     for k in range(rows):
         src = addr + k * step
@@ -756,7 +756,8 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
             e = VMEM[srow + n]
             if not seen[e]:
                 for c in range(16):
-                    table[e, c] = mxfp4_bits(c, e)
+                    # (every MXFP4 weight is exactly a bf16: its low 16 bits are zero)
+                    table[e, c] = np.uint16(mxfp4_bits(c, e) >> np.uint32(16))
                 seen[e] = True
             byte = VMEM[src + (n >> 1)]
             dst[n] = table[e, (byte >> 4) & 15 if n & 1 else byte & 15]
@@ -775,17 +776,18 @@ def push_lhs(V, MXLU, x, va, chunk):
 
 
 @compiled
-def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
+def mac(MXWU, MXL, MXA, MXR, x, acc, zero, E):
     """mxu.mac: acc = (zero ? 0 : acc) + LHS @ W, each output summing its products in
-    increasing k (the contract's order; `numerics.mxu_matmul`). Two LHS rows at a time
-    take four weight rows at a time (one load of a weight feeds two products; one load
-    and store of an output, four).
+    increasing k (the contract's order; `numerics.mxu_matmul`). The weights are bf16
+    bits (MXWU): four rows at a time are widened into a float32 buffer, and every pair
+    of LHS rows takes those four (one load of a weight feeds two products; one load
+    and store of an output, four products).
 
     `MXR` holds each unit's loaded weight rows, then its loaded columns: the columns
     past those are +0.0, and adding a finite value times +0.0 (a signed zero) to an
     accumulator leaves it as it was, except that -0.0 becomes +0.0 once a product is
     +0.0 (an LHS value with its sign bit clear). So those columns are computed only
-    when an LHS value of the row is inf or NaN (inf * 0 is NaN)."""
+    for a pair of rows with an LHS value that is inf or NaN (inf * 0 is NaN)."""
     rows = MXR[x]
     if rows == 0:
         return fault(E, E_NOWEIGHTS, x, 0, 0, 0)
@@ -793,47 +795,68 @@ def mac(MXW, MXL, MXA, MXR, x, acc, zero, E):
     if zero:
         out[:] = 0.0
     lhs = MXL[x]
-    W = MXW[x]
+    W = MXWU[x]
     d = W.shape[1]
     cols = MXR[MXR.size // 2 + x]
-    for r in range(0, ROWS, 2):
-        o0 = out[r]
-        o1 = out[r + 1]
-        a0 = lhs[r]
-        a1 = lhs[r + 1]
+    pairs = ROWS // 2
+    ends = np.empty(pairs, np.int64)    # per pair of rows: the columns it computes
+    plus = np.empty(ROWS, np.bool_)     # per row: has an LHS value with its sign bit clear
+    widest = cols
+    for p in range(pairs):
+        a0 = lhs[2 * p]
+        a1 = lhs[2 * p + 1]
         finite, plus0, plus1 = True, False, False
         for k in range(rows):
             finite = finite and np.isfinite(a0[k]) and np.isfinite(a1[k])
             plus0 = plus0 or not np.signbit(a0[k])
             plus1 = plus1 or not np.signbit(a1[k])
-        end = cols if finite else d
-        k = 0
-        while k + 4 <= rows:
-            # Four weight rows per pass: each output takes its four products in
-            # increasing k (Python's `+` is left-associative and nothing may
-            # reassociate it), and is loaded and stored once instead of four times.
-            w0, w1, w2, w3 = W[k], W[k + 1], W[k + 2], W[k + 3]
-            b0, b1, b2, b3 = a0[k], a0[k + 1], a0[k + 2], a0[k + 3]
-            c0, c1, c2, c3 = a1[k], a1[k + 1], a1[k + 2], a1[k + 3]
-            for n in range(end):
-                x0, x1, x2, x3 = w0[n], w1[n], w2[n], w3[n]
-                o0[n] = o0[n] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
-                o1[n] = o1[n] + c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
-            k += 4
-        while k < rows:
-            av0 = a0[k]
-            av1 = a1[k]
-            w = W[k]
-            for n in range(end):
-                wv = w[n]
-                o0[n] = o0[n] + av0 * wv
-                o1[n] = o1[n] + av1 * wv
-            k += 1
-        for n in range(end, d):
-            if plus0 and o0[n] == 0.0:
-                o0[n] = 0.0
-            if plus1 and o1[n] == 0.0:
-                o1[n] = 0.0
+        ends[p] = cols if finite else d
+        plus[2 * p], plus[2 * p + 1] = plus0, plus1
+        widest = max(widest, ends[p])
+    buf = np.empty((4, d), np.uint32)
+    wf = buf.view(np.float32)
+    k = 0
+    while k < rows:
+        g = min(4, rows - k)
+        for j in range(g):
+            src = W[k + j]
+            dst = buf[j]
+            for n in range(widest):
+                dst[n] = np.uint32(src[n]) << np.uint32(16)
+        if g == 4:
+            # Each output takes the four products in increasing k (Python's `+` is
+            # left-associative and nothing may reassociate it).
+            w0, w1, w2, w3 = wf[0], wf[1], wf[2], wf[3]
+            for p in range(pairs):
+                o0 = out[2 * p]
+                o1 = out[2 * p + 1]
+                a0 = lhs[2 * p]
+                a1 = lhs[2 * p + 1]
+                b0, b1, b2, b3 = a0[k], a0[k + 1], a0[k + 2], a0[k + 3]
+                c0, c1, c2, c3 = a1[k], a1[k + 1], a1[k + 2], a1[k + 3]
+                for n in range(ends[p]):
+                    x0, x1, x2, x3 = w0[n], w1[n], w2[n], w3[n]
+                    o0[n] = o0[n] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+                    o1[n] = o1[n] + c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
+        else:
+            for j in range(g):
+                w = wf[j]
+                for p in range(pairs):
+                    o0 = out[2 * p]
+                    o1 = out[2 * p + 1]
+                    av0 = lhs[2 * p, k + j]
+                    av1 = lhs[2 * p + 1, k + j]
+                    for n in range(ends[p]):
+                        wv = w[n]
+                        o0[n] = o0[n] + av0 * wv
+                        o1[n] = o1[n] + av1 * wv
+        k += g
+    for r in range(ROWS):
+        if plus[r]:
+            o = out[r]
+            for n in range(ends[r // 2], d):
+                if o[n] == 0.0:
+                    o[n] = 0.0
     return 0
 
 

@@ -15,7 +15,7 @@ An `exec` clause is a few Python statements in the subset numba compiles. It see
 its operands by name (register numbers and immediates as ints), the core's state
 (`S` scalar registers, `V`/`VF`/`VI` vector registers as raw bits/f32/i32 with one
 row of 1024 elements per register, `M` masks and `MR` their known rectangles, `VMEM`,
-`SMEM` (and `VMEM16`, `VMEM32`, `SMEM32`: the same bytes as 16- and 32-bit words), the matrix units' `MXW`/`MXWU` weights, `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
+`SMEM` (and `VMEM16`, `VMEM32`, `SMEM32`: the same bytes as 16- and 32-bit words), the matrix units' `MXWU` weights (bf16 bits), `MXL`/`MXLU` staged LHS, `MXA`/`MXAU`
 accumulators, `MXR` loaded weight rows (per unit, then its loaded columns), `SPEC` special registers, `MXD` the array
 size, `n_ops` the kernel length), the helpers of `semantics.py`, and sets `nxt` to
 jump or `err` (via `fault`) to stop with a fault. `{check}` marks where the race
@@ -411,7 +411,7 @@ def _declare() -> list[dict]:
         doc="Stage va (rounded to bf16) as LHS columns chunk*128 .. chunk*128+127.")
     add(g, "mxu.mac", [_i("x", MXU), _i("acc", ACC), _i("zero", FLAG)], "{x}, {acc}, {zero}",
         "mxu", "mxu_mac", "matrix", reads=("mxu.w", "mxu.lhs"), writes=("mxu.acc",), accumulates=True,
-        exec="err = mac(MXW, MXL, MXA, MXR, x, acc, zero, E)",
+        exec="err = mac(MXWU, MXL, MXA, MXR, x, acc, zero, E)",
         doc="acc = (zero ? 0 : acc) + LHS @ W, products of bf16 accumulated in f32 in "
             "increasing k over the tile's loaded rows.")
     add(g, "mxu.pop", [_v("vd", "w"), _i("x", MXU), _i("acc", ACC), _i("chunk", UIMM8)],

@@ -643,7 +643,7 @@ def test_mxfp4_weight_load_decodes_the_contract(emu, rows):
     """, vregs=[lhs, *tiles])
     decoded = nx.mxfp4_decode(values, scales)
     assert np.array_equal(nx.bf16_round(decoded).view(np.uint32), decoded.view(np.uint32))   # exact in bf16
-    assert np.array_equal(ran.core.mx_w[1, :rows, :128], decoded[:rows].view(np.uint32))
+    assert np.array_equal(ran.core.mx_w[1, :rows, :128], nx.f32_to_bf16_bits(decoded[:rows]))   # the tile: bf16 bits
     expected = nx.mxu_matmul_numpy(np.zeros((8, 128), np.float32), lhs[:, :rows], decoded[:rows])
     assert same_bits(expected, ran.core.vf[10])
 
