@@ -100,6 +100,7 @@ class Core:
         self.sync_stalls = {"semaphore": 0, "barrier": 0}
         self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
         self.in_flight: list = []   # (safety.Entry, space): DMAs in flight for this core, for race checks
+        self.dead_in_flight = 0     # ... entries of it dropped (None) whose rows stay until compacted
         self.halted = True
         self._loop = lp.compiled_loop()
 
@@ -308,7 +309,8 @@ class Core:
     # -- DMAs in flight, as the loop's race check sees them ----------------------
 
     def clear_in_flight(self) -> None:
-        self.in_flight = []
+        self.in_flight = []        # (entry, space), or None: a dropped entry's row not yet compacted
+        self.dead_in_flight = 0
         self.I[lp.H_NRACE] = 0
 
     def add_in_flight(self, entry, space: str) -> None:
@@ -324,19 +326,29 @@ class Core:
 
     def drop_in_flight(self, known: int, base: int, dropped) -> None:
         """Drop the entries of the DMAs in mask `known` (bit seq - base: this core knows
-        they landed), calling dropped(entry) for each, in list order."""
-        in_flight = self.in_flight
-        rows = []
+        they landed), calling dropped(entry) for each, in list order.
+
+        A dropped entry leaves a dead row (space -1: no scan matches it) in place, so
+        the rows need not move at every drop; once dead rows are at least 16 and as
+        many as the live ones, the live rows move up, in order."""
+        in_flight, races = self.in_flight, self.races
+        dead = self.dead_in_flight
         for k, item in enumerate(in_flight):
-            if known >> (item[0].dma.seq - base) & 1:
+            if item is not None and known >> (item[0].dma.seq - base) & 1:
                 dropped(item[0])
-            else:
-                rows.append(k)
-        if len(rows) == len(in_flight):
+                in_flight[k] = None
+                races[k, 3] = -1
+                dead += 1
+        if dead == len(in_flight):
+            self.clear_in_flight()
             return
-        self.in_flight = [in_flight[k] for k in rows]
-        self.races[:len(rows)] = self.races[rows]
-        self.I[lp.H_NRACE] = len(rows)
+        if dead >= 16 and 2 * dead >= len(in_flight):
+            rows = [k for k, item in enumerate(in_flight) if item is not None]
+            self.in_flight = [in_flight[k] for k in rows]
+            races[:len(rows)] = races[rows]
+            self.I[lp.H_NRACE] = len(rows)
+            dead = 0
+        self.dead_in_flight = dead
 
     def race_trap(self, k: int, lo: int, hi: int) -> Trap:
         entry, space = self.in_flight[k]
