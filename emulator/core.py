@@ -373,6 +373,9 @@ class Core:
     def note_write(self, space: str, lo: int, hi: int) -> None:
         """A DMA wrote [lo, hi) of this core's VMEM or SMEM: the next launch clears it."""
         at = lp.H_DIRTY if space == "vmem" else lp.H_SDIRTY
-        self.I[at] = min(self.I[at], lo)
-        self.I[at + 1] = max(self.I[at + 1], hi)
+        I = self.I
+        if lo < I[at]:
+            I[at] = lo
+        if hi > I[at + 1]:
+            I[at + 1] = hi
 
