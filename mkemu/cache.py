@@ -12,7 +12,9 @@ kept; the least recently used are dropped.
 Modules compiled by numba (the issue loop, the flow model's kernels) are written into
 the same directory under a name that hashes their source (`module_in_cache`), so
 numba's on-disk cache next to them is keyed by content: compiled once per machine and
-version whether mkemu runs from a checkout, a read-only one or a fresh install.
+version whether mkemu runs from a checkout, a read-only one or a fresh install. Of
+each kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled
+code is 3 MB a version); older ones go, with numba's cache of them.
 
 Arrays that take longer to make than to read back (the K3 weights of a model and
 seed: a second or more for 67 M parameters) are kept the same way by
@@ -38,6 +40,7 @@ import numpy as np
 
 MAX_PROGRAMS = 256
 MAX_ARRAY_BYTES = 1 << 30
+MAX_MODULES = 8      # versions kept of each kind of generated module
 
 
 def cache_dir(sub: str = "") -> Path:
@@ -71,6 +74,8 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
     text = source.encode()
     if not path.is_file() or path.read_bytes() != text:
         _replace(path, lambda fh: fh.write(text))
+        _evict_modules(path.parent, prefix, name)
+    _touch(path.with_suffix(".used"))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered before it runs: numba's cache finds the module again by name.
@@ -81,6 +86,38 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
         del sys.modules[name]
         raise
     return module
+
+
+def _touch(path: Path) -> None:
+    """Mark a module used (a file of its own: touching the module's source would make
+    numba's cache of it stale)."""
+    try:
+        path.touch()
+    except OSError:
+        pass
+
+
+def _evict_modules(directory: Path, prefix: str, keep: str) -> None:
+    """Of the modules named `prefix`_<hash>, drop all but the `MAX_MODULES` used last
+    (and never `keep`, just written), each with its compiled files in __pycache__
+    (Python's and numba's). Another process may be doing the same: a vanished file is
+    skipped."""
+    found = []
+    for path in directory.glob(f"{prefix}_*.py"):
+        name = path.stem
+        if len(name) != len(keep) or name == keep:
+            continue
+        marker = path.with_suffix(".used")       # (none: a version from before the markers)
+        try:
+            used = (marker if marker.exists() else path).stat().st_mtime
+        except OSError:
+            continue
+        found.append((used, name))
+    found.sort(reverse=True)
+    for _, name in found[MAX_MODULES - 1:]:
+        for path in (directory / f"{name}.py", directory / f"{name}.used",
+                     *(directory / "__pycache__").glob(f"{name}.*")):
+            path.unlink(missing_ok=True)
 
 
 _fingerprint: str | None = None

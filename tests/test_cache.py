@@ -118,3 +118,35 @@ def test_array_cache_keeps_at_most_its_byte_budget(cache_home, monkeypatch):
         cache.cached_arrays(f"a{k}", np.uint8, [(1000,)], lambda: [np.full(1000, k, np.uint8)])
     kept = sorted(p.name for p in cache.cache_dir("arrays").glob("*.npy"))
     assert len(kept) == 2 and "a3.npy" in kept
+
+
+def test_only_the_module_versions_used_last_are_kept_with_their_compiled_files(cache_home, monkeypatch):
+    import os
+    import sys
+
+    import mkemu.cache as cache
+
+    monkeypatch.setattr(cache, "MAX_MODULES", 3)
+    directory = cache.cache_dir()
+    (directory / "__pycache__").mkdir(exist_ok=True)
+
+    def make(k: int, used_at: float) -> str:
+        name = cache.module_in_cache("mkemu_evicttest", f"VALUE = {k}\n").__name__
+        monkeypatch.delitem(sys.modules, name)          # (as if each ran in a process of its own)
+        (directory / "__pycache__" / f"{name}.run-1.py311.nbi").write_text("numba's index")
+        os.utime(directory / f"{name}.used", (used_at, used_at))
+        return name
+
+    def kept() -> set[str]:
+        return {p.stem for p in directory.glob("mkemu_evicttest_*.py")}
+
+    names = [make(k, 1000.0 + k) for k in range(5)]
+    assert kept() == set(names[2:])
+    for gone in names[:2]:
+        assert not list(directory.glob(f"{gone}.*")) and not list((directory / "__pycache__").glob(f"{gone}.*"))
+    assert (directory / "__pycache__" / f"{names[4]}.run-1.py311.nbi").exists()
+    # Using an old version again keeps it: the next new one drops the least recently used.
+    assert cache.module_in_cache("mkemu_evicttest", "VALUE = 2\n").VALUE == 2
+    assert (directory / f"{names[2]}.used").stat().st_mtime > 1004.0
+    newest = make(5, 1500.0)
+    assert kept() == {names[2], names[4], newest}
