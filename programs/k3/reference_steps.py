@@ -78,9 +78,14 @@ class ReferenceSteps:
         # child. The child computes with numpy and numba and sends on its own pipe; the
         # one lock it needs is numba's compiler lock (to load its kernels), so the fork
         # happens holding it, and the child, this thread's copy, holds it too.
-        with global_compiler_lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)   # (3.12+: forking with threads)
-            self._proc.start()
+        try:
+            with global_compiler_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)   # (3.12+: forking with threads)
+                self._proc.start()
+        except OSError:       # (no process to be had: the steps are computed here)
+            self._conn.close()
+            self._conn = self._proc = None
+            self._local = reference_logits(*self._args)
         child.close()
 
     def next(self) -> tuple[np.ndarray, dict | None]:

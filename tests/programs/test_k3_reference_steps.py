@@ -100,3 +100,15 @@ class _OneStep:
     def send(self, message):
         self.conn.send(message)
         os._exit(0)
+
+
+def test_without_a_process_to_fork_the_steps_run_here(model, monkeypatch):
+    cfg, weights, prompt = model
+
+    def no_fork(self):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(RS.multiprocessing.get_context("fork").Process, "start", no_fork)
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as here:
+        got = [here.next()[0] for _ in range(STEPS)]
+    assert _bits(got) == _bits(_local(model))
