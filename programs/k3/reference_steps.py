@@ -2,16 +2,21 @@
 
 The reference alone decides what every step is fed (the prompt's tokens, then its own
 greedy choice), so it never waits for the emulator. Where the operating system can
-fork, a child process computes all the steps on another core while the emulator runs
-the same steps here, and hands each step's logits over a pipe; the driver only
-compares. Elsewhere, and when every step's per-layer trace is wanted, the steps run
-here, one as each is asked for. Either way the logits are the same bits: the child
-runs the same code on the same weights.
+fork and a core is idle, a child process computes all the steps on that core while
+the emulator runs the same steps here, and hands each step's logits over a pipe; the
+driver only compares. Otherwise, and when every step's per-layer trace is wanted, the
+steps run here, one as each is asked for. Either way the logits are the same bits: the
+child runs the same code on the same weights.
+
+(Without an idle core the child only competes with the run, and forking a large
+process costs CPU of its own: the pages both then share are copied as the run writes
+them. A suite of small K3 runs on every core took 15-20% longer with the child.)
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import warnings
 
 import numpy as np
@@ -58,16 +63,38 @@ def _child(conn, cfg, weights, prompt, steps) -> None:
         conn.close()
 
 
+def idle_core() -> bool:
+    """Is a core this process may use idle now? (Linux: fewer processes running than
+    usable cores, this one included; elsewhere: the last minute's load.)"""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg") as fh:
+            running = int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            running = os.getloadavg()[0] + 1
+        except OSError:
+            return False
+    return running < cores
+
+
 class ReferenceSteps:
     """`next()` gives (logits, trace or None) of the next step; use it as a context
-    manager so a forked child never outlives the run."""
+    manager so a forked child never outlives the run. `ahead`: compute the steps in a
+    child (where the OS can fork), or here; by default, in a child if a core is idle."""
 
-    def __init__(self, cfg, weights, prompt: np.ndarray, steps: int, traced: bool = False):
+    def __init__(self, cfg, weights, prompt: np.ndarray, steps: int, traced: bool = False,
+                 ahead: bool | None = None):
         self._args = (cfg, weights, prompt, steps)
         self._done = 0
         self._conn = self._proc = None
         self._local = None
-        if traced or "fork" not in multiprocessing.get_all_start_methods():
+        if ahead is None:
+            ahead = not traced and idle_core()
+        if traced or not ahead or "fork" not in multiprocessing.get_all_start_methods():
             self._local = reference_logits(cfg, weights, prompt, steps, traced)
             return
         context = multiprocessing.get_context("fork")

@@ -1,5 +1,6 @@
 """The reference's steps computed ahead (a forked child) against the same steps computed
-in this process: same bits, errors raised here, a lost child made up for."""
+in this process: same bits, errors raised here, a lost child made up for. (The tests
+ask for the child: by default one is forked only when a core is idle.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _local(model) -> list[np.ndarray]:
 
 def test_steps_computed_ahead_are_the_steps_computed_here(model):
     cfg, weights, prompt = model
-    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS, ahead=True) as ahead:
         got = [ahead.next() for _ in range(STEPS)]
     assert all(trace is None for _, trace in got)
     assert _bits(logits for logits, _ in got) == _bits(_local(model))
@@ -72,7 +73,7 @@ def test_an_error_in_the_reference_is_raised_here(model, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(R, "decode_step", failing)   # (the child is forked with it)
-    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS, ahead=True) as ahead:
         ahead.next()
         with pytest.raises(ValueError, match="the second step fails"):
             ahead.next()
@@ -86,7 +87,7 @@ def test_a_child_that_dies_is_made_up_for_here(model, monkeypatch):
         real_child(_OneStep(conn), *args)
 
     monkeypatch.setattr(RS, "_child", dies_after_one)
-    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as ahead:
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS, ahead=True) as ahead:
         got = [ahead.next()[0] for _ in range(STEPS)]
     assert _bits(got) == _bits(_local(model))
 
@@ -109,6 +110,24 @@ def test_without_a_process_to_fork_the_steps_run_here(model, monkeypatch):
         raise OSError("Resource temporarily unavailable")
 
     monkeypatch.setattr(RS.multiprocessing.get_context("fork").Process, "start", no_fork)
-    with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as here:
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS, ahead=True) as here:
         got = [here.next()[0] for _ in range(STEPS)]
     assert _bits(got) == _bits(_local(model))
+
+
+def test_by_default_the_child_is_forked_only_when_a_core_is_idle(model, monkeypatch):
+    cfg, weights, prompt = model
+    forks = []
+    real_start = RS.multiprocessing.get_context("fork").Process.start
+
+    def counted(self):
+        forks.append(1)
+        real_start(self)
+
+    monkeypatch.setattr(RS.multiprocessing.get_context("fork").Process, "start", counted)
+    for idle in (False, True):
+        monkeypatch.setattr(RS, "idle_core", lambda idle=idle: idle)
+        with RS.ReferenceSteps(cfg, weights, prompt, STEPS) as steps:
+            got = [steps.next()[0] for _ in range(STEPS)]
+        assert _bits(got) == _bits(_local(model))
+        assert len(forks) == int(idle)
