@@ -94,7 +94,8 @@ class ReferenceSteps:
         self._local = None
         if ahead is None:
             ahead = not traced and idle_core()
-        if traced or not ahead or "fork" not in multiprocessing.get_all_start_methods():
+        if (traced or not ahead or "fork" not in multiprocessing.get_all_start_methods()
+                or multiprocessing.current_process().daemon):   # (a daemon, e.g. a Dask worker, may not have children)
             self._local = reference_logits(cfg, weights, prompt, steps, traced)
             return
         context = multiprocessing.get_context("fork")

@@ -131,3 +131,11 @@ def test_by_default_the_child_is_forked_only_when_a_core_is_idle(model, monkeypa
             got = [steps.next()[0] for _ in range(STEPS)]
         assert _bits(got) == _bits(_local(model))
         assert len(forks) == int(idle)
+
+
+def test_a_daemon_process_computes_the_steps_itself(model, monkeypatch):
+    cfg, weights, prompt = model
+    monkeypatch.setattr(RS.multiprocessing.current_process(), "daemon", True, raising=False)
+    with RS.ReferenceSteps(cfg, weights, prompt, STEPS, ahead=True) as here:
+        got = [here.next()[0] for _ in range(STEPS)]
+    assert _bits(got) == _bits(_local(model))
