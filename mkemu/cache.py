@@ -74,7 +74,7 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
     text = source.encode()
     if not path.is_file() or path.read_bytes() != text:
         _replace(path, lambda fh: fh.write(text))
-        _evict_modules(path.parent, prefix, name)
+        _evict(path.parent, f"{prefix}_*.py", MAX_MODULES, used=_module_used, files=_module_files)
     _touch(path.with_suffix(".used"))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -97,27 +97,16 @@ def _touch(path: Path) -> None:
         pass
 
 
-def _evict_modules(directory: Path, prefix: str, keep: str) -> None:
-    """Of the modules named `prefix`_<hash>, drop all but the `MAX_MODULES` used last
-    (and never `keep`, just written), each with its compiled files in __pycache__
-    (Python's and numba's). Another process may be doing the same: a vanished file is
-    skipped."""
-    found = []
-    for path in directory.glob(f"{prefix}_*.py"):
-        name = path.stem
-        if len(name) != len(keep) or name == keep:
-            continue
-        marker = path.with_suffix(".used")       # (none: a version from before the markers)
-        try:
-            used = (marker if marker.exists() else path).stat().st_mtime
-        except OSError:
-            continue
-        found.append((used, name))
-    found.sort(reverse=True)
-    for _, name in found[MAX_MODULES - 1:]:
-        for path in (directory / f"{name}.py", directory / f"{name}.used",
-                     *(directory / "__pycache__").glob(f"{name}.*")):
-            path.unlink(missing_ok=True)
+def _module_used(path: Path) -> Path:
+    """The file whose time says when module `path` was last used (none yet: a version
+    from before the markers, or the one just written: its source)."""
+    marker = path.with_suffix(".used")
+    return marker if marker.exists() else path
+
+
+def _module_files(path: Path) -> list[Path]:
+    """Module `path`, its marker and its compiled files (Python's and numba's)."""
+    return [path, path.with_suffix(".used"), *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
 
 
 _fingerprint: str | None = None
@@ -209,23 +198,26 @@ def _store(entry: Path, hashes: dict[str, str], program) -> None:
 
 
 def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGRAMS,
-           max_bytes: int | None = None) -> None:
+           max_bytes: int | None = None, used: Callable[[Path], Path] = lambda path: path,
+           files: Callable[[Path], Sequence[Path]] = lambda path: (path,)) -> None:
     """Drop the least recently used entries beyond `max_entries` (and beyond `max_bytes`
-    in all); other processes may be loading, storing or evicting at the same time: a
-    file that vanished is skipped."""
+    in all): an entry's time is that of `used(entry)`, and dropping it deletes
+    `files(entry)`. Other processes may be loading, storing or evicting at the same
+    time: a file that vanished is skipped."""
     entries = []
     for path in directory.glob(pattern):
         try:
-            stat = path.stat()
+            size, stamp = path.stat().st_size, used(path).stat().st_mtime
         except OSError:
             continue
-        entries.append((stat.st_mtime, stat.st_size, path))
+        entries.append((stamp, size, path))
     entries.sort(reverse=True)          # most recently used first
     total = 0
     for k, (_, size, path) in enumerate(entries):
         total += size
         if k >= max_entries or (max_bytes is not None and total > max_bytes and k):
-            path.unlink(missing_ok=True)
+            for name in files(path):
+                name.unlink(missing_ok=True)
 
 
 def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
