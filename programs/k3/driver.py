@@ -179,9 +179,9 @@ def drive(session, options: dict) -> dict:
             emu_logits_all.append(got)
             if bad is not None:
                 mismatch = f"step {step}: {bad}"
-            if step >= prompt_len - 1:
-                generated.append(ref.next_tokens(expected))
             tokens = next_input(prompt, step, expected)
+            if step >= prompt_len - 1:
+                generated.append(tokens)    # (past the prompt: the greedy choice)
             if progress:
                 progress(step + 1, n_steps, figures)
             if mismatch:

@@ -31,12 +31,13 @@ def next_input(prompt: np.ndarray, step: int, logits: np.ndarray) -> np.ndarray:
     return prompt[:, step + 1] if step + 1 < prompt.shape[1] else ref.next_tokens(logits)
 
 
-def reference_logits(cfg, weights, prompt: np.ndarray, steps: int, traced: bool = False):
-    """Yield (logits, per-layer trace or None) of each of `steps` steps."""
+def reference_logits(cfg, weights, prompt: np.ndarray, steps: int, traced_from: int | None = None):
+    """Yield (logits, per-layer trace or None) of each of `steps` steps; the steps from
+    `traced_from` on (None: none) are traced."""
     state = ref.init_state(cfg, prompt.shape[0])
     tokens = prompt[:, 0]
     for step in range(steps):
-        trace = {} if traced else None
+        trace = {} if traced_from is not None and step >= traced_from else None
         logits, state = ref.decode_step(cfg, weights, state, tokens, trace=trace)
         yield logits, trace
         tokens = next_input(prompt, step, logits)
@@ -45,11 +46,8 @@ def reference_logits(cfg, weights, prompt: np.ndarray, steps: int, traced: bool 
 def replay_reference(cfg, weights, prompt: np.ndarray, step: int, trace: dict) -> np.ndarray:
     """Step `step`'s logits again, from the start, filling `trace` with its layers (to
     name the first layer that differs after a mismatch)."""
-    state = ref.init_state(cfg, prompt.shape[0])
-    tokens = prompt[:, 0]
-    for k in range(step + 1):
-        logits, state = ref.decode_step(cfg, weights, state, tokens, trace=trace if k == step else None)
-        tokens = next_input(prompt, k, logits)
+    *_, (logits, layers) = reference_logits(cfg, weights, prompt, step + 1, traced_from=step)
+    trace.update(layers)
     return logits
 
 
@@ -96,7 +94,7 @@ class ReferenceSteps:
             ahead = not traced and idle_core()
         if (traced or not ahead or "fork" not in multiprocessing.get_all_start_methods()
                 or multiprocessing.current_process().daemon):   # (a daemon, e.g. a Dask worker, may not have children)
-            self._local = reference_logits(cfg, weights, prompt, steps, traced)
+            self._local = reference_logits(cfg, weights, prompt, steps, 0 if traced else None)
             return
         context = multiprocessing.get_context("fork")
         self._conn, child = context.Pipe(duplex=False)
