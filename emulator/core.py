@@ -99,8 +99,7 @@ class Core:
         self.sems = [0] * p.semaphores
         self.sync_stalls = {"semaphore": 0, "barrier": 0}
         self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
-        self.in_flight: list = []   # (safety.Entry, space): DMAs in flight for this core, for race checks
-        self.dead_in_flight = 0     # ... entries of it dropped (None) whose rows stay until compacted
+        self.clear_in_flight()      # the DMAs in flight for this core, for race checks
         self.halted = True
         self._loop = lp.compiled_loop()
 
@@ -309,8 +308,8 @@ class Core:
     # -- DMAs in flight, as the loop's race check sees them ----------------------
 
     def clear_in_flight(self) -> None:
-        self.in_flight = []        # (entry, space), or None: a dropped entry's row not yet compacted
-        self.dead_in_flight = 0
+        self.in_flight: list = []  # (safety.Entry, space), or None: a dropped entry's row not yet compacted
+        self.dead_in_flight = 0    # ... how many are None
         self.I[lp.H_NRACE] = 0
 
     def add_in_flight(self, entry, space: str) -> None:
