@@ -77,6 +77,7 @@ class Core:
         self.M[0] = 1      # m0: every lane, read-only
         self.vmem = np.zeros(p.vmem_bytes, np.uint8)
         self.smem = np.zeros(p.smem_bytes, np.uint8)
+        self.smem32 = self.smem.view(np.int32)     # its words (DMA descriptors, launch arguments)
         d = p.mxu_dim
         self.mx_w = np.zeros((p.mxus_per_core, d, d), np.uint16)   # bf16 bits
         self.mx_lhs = np.zeros((p.mxus_per_core, ROWS, d), np.uint32)

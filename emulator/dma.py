@@ -90,7 +90,7 @@ class DmaMixin:
         daddr = s[desc]
         if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
             raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
-        inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem[daddr:daddr + 4 * DESC_WORDS].view(np.int32).tolist()
+        inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem32[daddr >> 2:(daddr >> 2) + DESC_WORDS].tolist()
         if inner <= 0 or n1 <= 0 or n2 <= 0:
             raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "
                                          "(every count must be positive)")
@@ -339,8 +339,8 @@ def _check_extent(core: Core, extent, lo: int, hi: int) -> None:
     (an HBM parameter's address comes from the launch arguments in SMEM)."""
     base = 0
     if extent.param is not None:
-        words = core.smem[4 * extent.param:4 * extent.param + 8].view(np.uint32)
-        base = int(words[0]) | (int(words[1]) << 32)
+        low, high = core.smem32[extent.param:extent.param + 2].tolist()
+        base = (low & 0xFFFFFFFF) | (high & 0xFFFFFFFF) << 32
     start = base + extent.lo
     if lo < start or hi > start + extent.size:
         raise Trap("out-of-bounds", extent.describe(lo, hi, base))

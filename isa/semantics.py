@@ -795,6 +795,7 @@ def mac(MXWU, MXL, MXA, MXR, x, acc, zero, E):
     if zero:
         out[:] = 0.0
     lhs = MXL[x]
+    bits = lhs.view(np.uint32)
     W = MXWU[x]
     d = W.shape[1]
     cols = MXR[MXR.size // 2 + x]
@@ -803,15 +804,16 @@ def mac(MXWU, MXL, MXA, MXR, x, acc, zero, E):
     plus = np.empty(ROWS, np.bool_)     # per row: has an LHS value with its sign bit clear
     widest = cols
     for p in range(pairs):
-        a0 = lhs[2 * p]
-        a1 = lhs[2 * p + 1]
-        finite, plus0, plus1 = True, False, False
-        for k in range(rows):
-            finite = finite and np.isfinite(a0[k]) and np.isfinite(a1[k])
-            plus0 = plus0 or not np.signbit(a0[k])
-            plus1 = plus1 or not np.signbit(a1[k])
-        ends[p] = cols if finite else d
-        plus[2 * p], plus[2 * p + 1] = plus0, plus1
+        special = 0
+        for r in range(2 * p, 2 * p + 2):
+            row = bits[r]
+            positive = 0
+            for k in range(rows):    # (counts without branches: the loop vectorises)
+                v = row[k]
+                special += (v & 0x7F800000) == 0x7F800000    # inf or NaN
+                positive += v < 0x80000000
+            plus[r] = positive > 0
+        ends[p] = cols if special == 0 else d
         widest = max(widest, ends[p])
     buf = np.empty((4, d), np.uint32)
     wf = buf.view(np.float32)
