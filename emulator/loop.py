@@ -487,7 +487,8 @@ def compiled_loop():
         t0 = time.perf_counter()
         source = generate_source()
         _compiled = module_in_cache("mkemu_loop", source, inspect.getsource(semantics),
-                                    inspect.getsource(sys.modules[__name__]), numba.__version__, sys.version)
+                                    inspect.getsource(sys.modules[__name__]), numba.__version__, sys.version,
+                                    announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
 

@@ -61,10 +61,16 @@ def cache_dir(sub: str = "") -> Path:
     raise OSError("no writable cache directory for mkemu")
 
 
-def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
+def module_in_cache(prefix: str, source: str, *depends: str, announce: str | None = None) -> ModuleType:
     """`source` imported as a module written to the cache directory, named `prefix`
     plus a hash of the source and `depends` (other texts its compiled code depends on,
-    e.g. versions); imported once per process."""
+    e.g. versions); imported once per process.
+
+    `announce` is what importing it does the first time on this machine (numba
+    compiling it, which can take a minute): said on a terminal's stderr before a
+    version with no compiled code yet is imported, so a first run does not look hung
+    (`mkemu: <announce> ...`). A version counts as compiled once an import of it has
+    completed (a `.compiled` marker next to it)."""
     digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
     name = f"{prefix}_{digest}"
     module = sys.modules.get(name)
@@ -76,6 +82,9 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
         _replace(path, lambda fh: fh.write(text))
         _evict(path.parent, f"{prefix}_*.py", MAX_MODULES, used=_module_used, files=_module_files)
     _touch(path.with_suffix(".used"))
+    compiled = path.with_suffix(".compiled")
+    if announce and not compiled.exists() and sys.stderr is not None and sys.stderr.isatty():
+        print(f"mkemu: {announce} ...", file=sys.stderr, flush=True)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered before it runs: numba's cache finds the module again by name.
@@ -85,6 +94,7 @@ def module_in_cache(prefix: str, source: str, *depends: str) -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    _touch(compiled)
     return module
 
 
@@ -105,8 +115,9 @@ def _module_used(path: Path) -> Path:
 
 
 def _module_files(path: Path) -> list[Path]:
-    """Module `path`, its marker and its compiled files (Python's and numba's)."""
-    return [path, path.with_suffix(".used"), *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
+    """Module `path`, its markers and its compiled files (Python's and numba's)."""
+    return [path, path.with_suffix(".used"), path.with_suffix(".compiled"),
+            *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
 
 
 _fingerprint: str | None = None

@@ -150,3 +150,33 @@ def test_only_the_module_versions_used_last_are_kept_with_their_compiled_files(c
     assert (directory / f"{names[2]}.used").stat().st_mtime > 1004.0
     newest = make(5, 1500.0)
     assert kept() == {names[2], names[4], newest}
+
+
+def test_the_first_compile_of_a_module_version_is_announced_on_a_terminal(cache_home, monkeypatch):
+    import io
+    import sys
+
+    import mkemu.cache as cache
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    said = Terminal()
+    monkeypatch.setattr(sys, "stderr", said)
+    what = "compiling the test module"
+    name = cache.module_in_cache("mkemu_announcetest", "VALUE = 1\n", announce=what).__name__
+    assert said.getvalue() == "mkemu: compiling the test module ...\n"
+    monkeypatch.delitem(sys.modules, name)     # a later process: compiled already, nothing said
+    assert cache.module_in_cache("mkemu_announcetest", "VALUE = 1\n", announce=what).VALUE == 1
+    assert said.getvalue().count("compiling") == 1
+    # An import that fails leaves the version uncompiled: the next try says so again.
+    for _ in range(2):
+        with pytest.raises(ZeroDivisionError):
+            cache.module_in_cache("mkemu_announcetest", "VALUE = 1 / 0\n", announce=what)
+    assert said.getvalue().count("compiling") == 3
+    # Not a terminal (a pipe, a test's capture): nothing is said.
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    cache.module_in_cache("mkemu_announcetest", "VALUE = 2\n", announce=what)
+    assert piped.getvalue() == ""
