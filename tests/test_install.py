@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from mkemu.cache import cache_dir
+
 ROOT = Path(__file__).parents[1]
 PACKAGE_DATA = ("isa/profiles/tpu-v7-like.toml", "dsl/grammar.lark", "programs/k3_megakernel.mk",
                 "programs/k3/model.mk", "programs/k3/configs/k3-mini.toml", "programs/lib/collectives.mk",
@@ -77,3 +79,26 @@ def test_a_users_program_names_its_own_reference_file(installed, tmp_path):
     missing = _run(installed, elsewhere, str(installed / "bin" / "mkemu"), "run", "no_such_program")
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert "no program file or shipped program named 'no_such_program'" in missing.stderr
+
+
+def test_an_install_that_cannot_be_written_runs_and_stays_as_installed(installed, tmp_path):
+    """Compiled code goes to the user cache directory, never into the install (a
+    read-only site-packages, or a read-only checkout, works the same way)."""
+    def listing() -> dict[str, int]:
+        return {str(p.relative_to(installed)): p.stat().st_size for p in installed.rglob("*")}
+
+    before = listing()
+    modes = {p: p.stat().st_mode for p in [installed, *installed.rglob("*")]}
+    env = dict(os.environ, PYTHONPATH=str(installed))
+    try:
+        for p, mode in modes.items():
+            p.chmod(mode & ~0o222)
+        run = subprocess.run([str(installed / "bin" / "mkemu"), "run", "vector_add", "--hw", "test"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+    assert run.returncode == 0 and run.stdout.startswith("PASS"), run.stderr
+    assert "Warning" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert listing() == before
+    assert list(cache_dir().glob("mkemu_loop_*.compiled")), "the issue loop is compiled into the user cache"
