@@ -107,7 +107,7 @@ class Options:
 
     hw: str = attrs.field(default=DEFAULT_PROFILE)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
-    seed: int = attrs.field(default=0, validator=_int())
+    seed: int = attrs.field(default=0, validator=_int(0))
     max_cycles: int = attrs.field(default=10**12, validator=_int(1))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset, validator=_checks)

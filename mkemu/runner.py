@@ -185,6 +185,14 @@ def _show(value) -> str:
 def atomic_write(path: str, data: bytes) -> None:
     """Write a file so that a crash leaves either the old file or the new one."""
     target = Path(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        # A device or a pipe (/dev/null, /dev/stdout, a FIFO): write into it, never replace it.
+        try:
+            with open(target, "wb") as fh:
+                fh.write(data)
+        except OSError as exc:
+            raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None
+        return
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:

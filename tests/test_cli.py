@@ -222,6 +222,7 @@ def test_a_program_file_that_is_not_text_is_one_clear_error(capsys, tmp_path, mo
     (["--mesh=-2x1x1"], "bad mesh '-2x1x1'"),
     (["--max-instructions", "0"], "max_instructions must be an integer >= 1"),
     (["--schedules", "-1"], "--schedules must be 0 or more"),
+    (["--seed", "-1"], "seed: error: seed must be an integer >= 0, not -1"),
 ])
 def test_bad_run_options_are_one_line_errors(capsys, argv, message):
     assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", *argv]) == 1
@@ -237,3 +238,13 @@ def test_schedules_report_every_adversarial_schedule(capsys):
     assert main(["run", "programs/examples/all_reduce.mk", "--mesh", "2x1x1", "--schedules", "2"]) == 0
     out = capsys.readouterr().out
     assert "schedules: 2 adversarial" in out and "late: same" in out and "shuffle seed 1: same" in out
+
+
+def test_asm_output_to_a_device_writes_into_it_and_leaves_it_a_device(capsys):
+    # Atomic writes go through a temporary file and a rename, which must not replace
+    # /dev/null (or /dev/stdout, a FIFO) with a regular file.
+    import stat
+
+    code, out, err = cli(capsys, "asm", EXAMPLE, "--hw", "test", "-o", "/dev/null")
+    assert code == 0 and out == ""
+    assert stat.S_ISCHR(Path("/dev/null").stat().st_mode)
