@@ -26,7 +26,7 @@ from pathlib import Path
 
 import attrs
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, not_text
 from mkemu.isa.program import ParamInfo
 from mkemu.options import Options
 from mkemu.runner import atomic_write
@@ -254,19 +254,59 @@ def _require_optuna(size: int, budget: int) -> None:
 def load_resume(path: str, settings: dict) -> dict[str, dict]:
     """The finished trials of a tune record, by label, after checking it is the same tune."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the tune record: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not a tune record ({not_text(exc)})", file=path) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not a tune record (invalid JSON: {exc.msg} at line {exc.lineno})", file=path) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"not a tune record (no \"format\": \"{FORMAT}\")", file=path)
     theirs = doc.get("settings", {})
+    if not isinstance(theirs, dict):
+        raise ConfigError("bad tune record: \"settings\" is not an object", file=path, key="settings")
     for key, mine in settings.items():
         if theirs.get(key) != mine:
             raise ConfigError(f"the record is of another tune: its {key} is {theirs.get(key)!r}, this tune's is "
                               f"{mine!r}", file=path, key=key)
-    return {label(t["params"]): t for t in doc.get("trials", []) if "status" in t}
+    trials = doc.get("trials", [])
+    if not isinstance(trials, list):
+        raise ConfigError("bad tune record: \"trials\" is not a list", file=path, key="trials")
+    finished = {}
+    for index, t in enumerate(trials):
+        if isinstance(t, dict) and "status" not in t:
+            continue   # a trial that was running when the record was saved: run it again
+        _check_resumed(t, settings.get("objective", "us_per_step"), path, f"trials[{index}]")
+        finished[label(t["params"])] = t
+    return finished
+
+
+def _check_resumed(t, objective: str, path: str, key: str) -> None:
+    """A finished trial of a tune record has what `Tune.finish` reads from it, or the record is bad."""
+    def bad(why: str):
+        raise ConfigError(f"bad tune record: {why}", file=path, key=key)
+
+    if not isinstance(t, dict):
+        bad("a trial is not an object")
+    params = t.get("params")
+    if not isinstance(params, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                               for v in params.values()):
+        bad("\"params\" is not an object of integers")
+    if t["status"] not in ("ok", "rejected"):
+        bad(f"\"status\" is {t['status']!r}, not \"ok\" or \"rejected\"")
+    for field in ("reason", "wall_s", "report"):
+        if field not in t:
+            bad(f"the trial lacks \"{field}\"")
+    if t["report"] is not None and not isinstance(t["report"], dict):
+        bad("\"report\" is not an object")
+    if t["status"] == "ok" or t["report"]:
+        try:
+            if t["status"] == "ok":
+                float(objective_of(t["report"], objective))
+            breakdown(t["report"])
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            bad(f"its report cannot be read ({type(exc).__name__}: {exc})")
 
 
 # ----------------------------------------------------------------------- text

@@ -101,6 +101,28 @@ def test_resume_refuses_the_record_of_another_tune(capsys, tmp_path):
                            "this tune's is 5")
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: b"\xff\xfe", "not a tune record (not UTF-8 text (byte 0xff at offset 0))"),
+    (lambda r: dict(r, settings=None), "settings: error: bad tune record: \"settings\" is not an object"),
+    (lambda r: dict(r, trials=None), "trials: error: bad tune record: \"trials\" is not a list"),
+    (lambda r: dict(r, trials=[5]), "trials[0]: error: bad tune record: a trial is not an object"),
+    (lambda r: dict(r, trials=[dict(r["trials"][0], params=None)]), "\"params\" is not an object of integers"),
+    (lambda r: dict(r, trials=[dict(r["trials"][0], status="weird")]), "\"status\" is 'weird'"),
+    (lambda r: dict(r, trials=[{k: v for k, v in r["trials"][0].items() if k != "wall_s"}]),
+     "the trial lacks \"wall_s\""),
+    (lambda r: dict(r, trials=[dict(r["trials"][0], report="x")]), "\"report\" is not an object"),
+    (lambda r: dict(r, trials=[dict(r["trials"][0], report={})]), "its report cannot be read"),
+])
+def test_resume_refuses_a_damaged_record(capsys, tmp_path, damage, message):
+    tune(capsys, tmp_path, SCALE, *TEST_HW, "--param", "TN=512", out="a.json")
+    damaged = damage(json.loads((tmp_path / "a.json").read_text()))
+    path = tmp_path / "bad.json"
+    path.write_bytes(damaged if isinstance(damaged, bytes) else json.dumps(damaged).encode())
+    code, stdout, stderr, _ = tune(capsys, tmp_path, SCALE, *TEST_HW, "--param", "TN=512", "--resume", str(path),
+                                   out="b.json")
+    assert code == 1 and message in stderr and stderr.startswith(f"{path}: ")
+
+
 def test_local_processes_give_the_same_tune(capsys, tmp_path):
     argv = (SCALE, *TEST_HW, "--param", "TN=256,512,1024", "--param", "SYNC=0,1")
     _, _, _, alone = tune(capsys, tmp_path, *argv, out="one.json")
