@@ -22,6 +22,18 @@ from mkemu.errors import TraceError
 MAGIC = b"MKTRACE\x00"
 SUPPORTED_VERSIONS = (1,)
 HEADER = struct.Struct("<8sIIQQI")
+# The columns the tools read (the writer is emulator/trace.py); all integers but one.
+COLUMNS = {
+    "instr": ("core", "launch", "pc", "issue", "stall_unit", "stall_dep"),
+    "dma": ("seq", "launch", "src_core", "dst_core", "src_space", "dst_space", "size_bytes", "issued", "begun",
+            "done", "pc", "sem", "rsem", "res_start", "res_count"),
+    "dma_res": ("resource",),
+    "rate": ("dma", "cycle", "bytes_per_cycle"),
+    "wait": ("core", "launch", "kind", "sem", "value", "start", "end", "pc"),
+    "signal": ("src_core", "dst_core", "launch", "sem", "value", "issued", "arrival", "pc"),
+    "region": ("core", "launch", "name", "index", "depth", "start", "end", "pc"),
+}
+FLOAT_COLUMNS = ("bytes_per_cycle",)
 REQUIRED_META = ("clock_hz", "cores", "units", "resources", "kernels", "launches", "tables", "end_cycle",
                  "region_names", "spaces")
 
@@ -146,6 +158,7 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
         fail(f"corrupted trace: metadata lacks {', '.join(missing)}")
+    _check_meta(meta, fail)
     tables: dict[str, dict[str, np.ndarray]] = {}
     base = 8 + meta_size
     described = 0
@@ -173,14 +186,74 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
         fail(f"corrupted trace: bad table description ({exc})")
     if base + described != len(raw):
         fail(f"corrupted trace: {len(raw) - base - described} bytes of data not described by the metadata")
-    for table in ("instr", "dma", "dma_res", "rate", "wait", "signal", "region"):
+    for table, names in COLUMNS.items():
         if table not in tables:
             fail(f"corrupted trace: table {table} is missing")
+        for name in names:
+            if name not in tables[table]:
+                fail(f"corrupted trace: table {table} lacks column {name}")
+            if name not in FLOAT_COLUMNS and np.dtype(meta["tables"][table][name]["dtype"]).kind not in "iu":
+                fail(f"corrupted trace: column {table}.{name} is not of an integer type")
     _check_ranges(tables, meta, fail)
     try:
         return Trace(meta, tables, path)
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         fail(f"corrupted trace: inconsistent metadata ({type(exc).__name__}: {exc})")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_meta(meta: dict, fail) -> None:
+    """The metadata the tools read has the types they expect: refuse anything else now."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            fail(f"corrupted trace: bad metadata: {what}")
+
+    def list_of(key: str, check) -> list:
+        value = meta[key]
+        need(isinstance(value, list) and all(check(v) for v in value), f"{key} is not a list of the right items")
+        return value
+
+    clock = meta["clock_hz"]
+    need(isinstance(clock, (int, float)) and not isinstance(clock, bool) and 0 < clock < float("inf"),
+         "clock_hz is not a positive number")
+    need(_is_int(meta["end_cycle"]), "end_cycle is not an integer")
+    need(len(list_of("units", lambda u: isinstance(u, str))) > 0, "units is empty")
+    need("hbm" in list_of("spaces", lambda v: isinstance(v, str)), "spaces lacks hbm")
+    list_of("region_names", lambda v: isinstance(v, str))
+    cores = list_of("cores", lambda c: isinstance(c, dict) and all(_is_int(c.get(k)) and c[k] >= 0
+                                                                   for k in ("gid", "chip", "core")))
+    need(all(c["gid"] == i for i, c in enumerate(cores)), "cores are not numbered 0, 1, ... in order")
+    resources = list_of("resources", lambda r: isinstance(r, dict) and _is_int(r.get("id"))
+                        and _is_int(r.get("chip")) and r["chip"] >= -1
+                        and isinstance(r.get("name"), str) and isinstance(r.get("kind"), str)
+                        and isinstance(r.get("bw_bytes_per_cycle"), (int, float))
+                        and not isinstance(r.get("bw_bytes_per_cycle"), bool) and r["bw_bytes_per_cycle"] > 0)
+    need(all(r["id"] == i for i, r in enumerate(resources)), "resources are not numbered 0, 1, ... in order")
+    need({c["chip"] for c in cores} <= {r["chip"] for r in resources if r["kind"] == "hbm"},
+         "a chip has no hbm resource")
+    list_of("launches", lambda l: isinstance(l, dict) and isinstance(l.get("kernel"), str)
+            and _is_int(l.get("start")) and _is_int(l.get("end")) and l["start"] <= l["end"])
+    kernels = meta["kernels"]
+    need(isinstance(kernels, dict), "kernels is not an object")
+    nunits = len(meta["units"])
+    for name, k in kernels.items():
+        need(isinstance(k, dict) and all(isinstance(k.get(f), list) for f in ("text", "source", "unit",
+                                                                               "occupancy", "latency")),
+             f"kernel {name} lacks its per-pc lists")
+        n = len(k["text"])
+        need(all(len(k[f]) == n for f in ("source", "unit", "occupancy", "latency")),
+             f"kernel {name}'s per-pc lists have different lengths")
+        need(all(isinstance(t, str) for t in k["text"]) and all(s is None or isinstance(s, str) for s in k["source"]),
+             f"kernel {name}'s text or source is not text")
+        need(all(_is_int(u) and 0 <= u < nunits for u in k["unit"]), f"kernel {name} names a unit outside 0..{nunits - 1}")
+        need(all(_is_int(v) and 0 <= v <= 2**62 for f in ("occupancy", "latency") for v in k[f]),
+             f"kernel {name}'s occupancy or latency is not a small integer")
+    need(isinstance(meta["tables"], dict) and all(isinstance(t, dict) and all(isinstance(c, dict) for c in t.values())
+                                                  for t in meta["tables"].values()),
+         "tables is not an object of column descriptions")
 
 
 def _check_ranges(tables: dict, meta: dict, fail) -> None:
@@ -189,19 +262,26 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
     checks = [("instr", "core", ncores), ("instr", "launch", nlaunch), ("dma", "src_core", ncores),
               ("dma", "dst_core", ncores), ("wait", "core", ncores), ("region", "core", ncores),
               ("region", "name", len(meta["region_names"])), ("dma_res", "resource", len(meta["resources"])),
-              ("signal", "src_core", ncores), ("signal", "dst_core", ncores)]
+              ("signal", "src_core", ncores), ("signal", "dst_core", ncores),
+              ("dma", "src_space", len(meta["spaces"])), ("dma", "dst_space", len(meta["spaces"]))]
+    checks += [(table, "launch", nlaunch) for table in ("dma", "wait", "signal", "region")]
     for table, col, limit in checks:
         values = tables[table][col]
         if values.size and (values.min() < 0 or values.max() >= limit):
             fail(f"corrupted trace: {table}.{col} has a value outside 0..{limit - 1}")
-    instr = tables["instr"]
     for index, launch in enumerate(meta["launches"]):
         kernel = meta["kernels"].get(launch.get("kernel"))
         if kernel is None:
             fail(f"corrupted trace: launch {index} names unknown kernel {launch.get('kernel')!r}")
-        pcs = instr["pc"][instr["launch"] == index]
-        if pcs.size and (pcs.min() < 0 or pcs.max() >= len(kernel["text"])):
-            fail(f"corrupted trace: an instruction pc of launch {index} is outside kernel {launch['kernel']}")
+        for table in ("instr", "dma", "wait", "signal", "region"):
+            pcs = tables[table]["pc"][tables[table]["launch"] == index]
+            if pcs.size and (pcs.min() < 0 or pcs.max() >= len(kernel["text"])):
+                fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel {launch['kernel']}")
+    for table, col in (("dma", "res_start"), ("dma", "res_count")):
+        if tables[table][col].size and tables[table][col].min() < 0:
+            fail(f"corrupted trace: {table}.{col} has a negative value")
     dma = tables["dma"]
+    if not np.isin(tables["rate"]["dma"], dma["seq"]).all():
+        fail("corrupted trace: rate.dma names a DMA that is not in the dma table")
     if dma["res_start"].size and (dma["res_start"] + dma["res_count"]).max() > tables["dma_res"]["resource"].size:
         fail("corrupted trace: a DMA's resource list runs past the resource table")

@@ -182,6 +182,40 @@ def test_reader_rejects_inconsistent_metadata(dma_bound):
         parse_trace(data)
 
 
+@pytest.mark.parametrize("where, value", [
+    (("units",), [1, 2]), (("units",), []), (("spaces",), "x"), (("cores", 0, "core"), None),
+    (("cores", 0, "gid"), None), (("launches", 0, "end"), "x"), (("launches", 0, "kernel"), []),
+    (("resources", 0, "name"), None), (("resources", 0, "chip"), None), (("resources", 0, "kind"), "x"),
+    (("kernels", "main", "source"), "x"), (("kernels", "main", "text"), None),
+    (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
+    (("tables", "region", "depth"), "delete"),
+])
+def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
+    # A well-formed container (right checksum) whose metadata the tools could not read.
+    import zlib
+
+    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(dma_bound.data)
+    raw = bytearray(zlib.decompress(dma_bound.data[HEADER.size:]))
+    (meta_size,) = struct.unpack_from("<Q", raw)
+    meta = json.loads(raw[8:8 + meta_size])
+    inner = meta
+    for key in where[:-1]:
+        inner = inner[key]
+    if value == "delete":
+        del inner[where[-1]]
+    else:
+        inner[where[-1]] = value
+    head = json.dumps(meta).encode()
+    raw = struct.pack("<Q", len(head)) + head + bytes(raw[8 + meta_size:])
+    packed = zlib.compress(raw)
+    path = tmp_path / "odd.mkt"
+    path.write_bytes(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
+    for argv in ([], ["--json"], ["--html", str(tmp_path / "o.html")], ["--perfetto", str(tmp_path / "o.pf")]):
+        assert main(["trace", str(path), *argv]) == 1
+        out, err = capsys.readouterr()
+        assert f"{path}: error: corrupted trace" in err and "Traceback" not in out + err
+
+
 def test_cli_run_trace_and_commands(tmp_path, capsys):
     src = tmp_path / "copy.s"
     src.write_text(DMA_BOUND)
