@@ -61,6 +61,9 @@ DEFAULT_PROFILE = "tpu-v7-like"
 MAX_SREGS = 32
 MAX_VREGS = 32
 MAX_MREGS = 8
+MAX_MXUS = 4            # the 2-bit MXU operand field (isa/encoding.py)
+MAX_ACCUMULATORS = 16   # the 4-bit accumulator operand field
+MAX_INT = 2**62         # cycles and byte counts are 64-bit integers in the emulator
 # One (8, 128) tile of 32-bit words: VMEM is allocated in these.
 VMEM_TILE_BYTES = 8 * 128 * 4
 MXU_DIM_QUANTUM = 128
@@ -213,7 +216,7 @@ _SCHEMA = (
     _Key("core", "vregs", "vregs", "int", _between(1, MAX_VREGS, "encoding limit")),
     _Key("core", "mregs", "mregs", "int", _between(2, MAX_MREGS, "m0 is all true; encoding limit")),
     _Key("core", "semaphores", "semaphores", "int", _at_least(1)),
-    _Key("core", "mxus_per_core", "mxus_per_core", "int", _at_least(1)),
+    _Key("core", "mxus_per_core", "mxus_per_core", "int", _between(1, MAX_MXUS, "encoding limit")),
     _Key(
         "core",
         "mxu_dim",
@@ -221,7 +224,7 @@ _SCHEMA = (
         "int",
         _positive_multiple(MXU_DIM_QUANTUM, "the MXU works on whole 128-lane vregs"),
     ),
-    _Key("core", "mxu_accumulators", "mxu_accumulators", "int", _at_least(1)),
+    _Key("core", "mxu_accumulators", "mxu_accumulators", "int", _between(1, MAX_ACCUMULATORS, "encoding limit")),
     _Key("core", "vmem_bw", "vmem_bw_bytes_per_cycle", "bw"),
     _Key("dma", "engine_bw", "dma_engine_bw_bytes_per_cycle", "bw"),
     _Key("dma", "max_in_flight", "dma_max_in_flight", "int", _at_least(1)),
@@ -507,6 +510,10 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
             raise ConfigError(f"must not be negative, got {value}", file=file, key=dotted)
     else:  # pragma: no cover - the schema above names only the kinds handled here
         raise AssertionError(spec.kind)
+    for v in result if spec.kind == "ints" else (result,):
+        if spec.kind in ("int", "ints", "time") and v > MAX_INT:
+            raise ConfigError(f"must be at most {MAX_INT:,} (the emulator counts in 64-bit integers), got {v}",
+                              file=file, key=dotted)
     if spec.check is not None:
         problem = spec.check(result)
         if problem:
@@ -528,6 +535,9 @@ def _read_timing(table: dict[str, Any], file: str) -> dict[str, TimingClass]:
             values[field] = _as_int(entry[field], file, dotted)
             if values[field] < 1:
                 raise ConfigError(f"must be at least 1, got {values[field]}", file=file, key=dotted)
+            if values[field] > MAX_INT:
+                raise ConfigError(f"must be at most {MAX_INT:,} (the emulator counts in 64-bit integers), "
+                                  f"got {values[field]}", file=file, key=dotted)
         timing[name] = TimingClass(**values)
     return timing
 

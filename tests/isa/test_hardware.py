@@ -316,6 +316,18 @@ def test_missing_timing_field(tmp_path):
         ("mregs = 8", "mregs = 9", "core.mregs", "2..8"),
         ("max_in_flight = 4", "max_in_flight = 0", "dma.max_in_flight", "at least 1"),
         ("hop_latency_cycles = 50", "hop_latency_cycles = -1", "ici.hop_latency_cycles", "negative"),
+        ("mxus_per_core = 2", "mxus_per_core = 5", "core.mxus_per_core", "1..4"),
+        (
+            "mxu_mac    = { latency_cycles = 16, occupancy_cycles = 8 }",
+            "mxu_mac = { latency_cycles = 99999999999999999999, occupancy_cycles = 8 }",
+            "timing.mxu_mac.latency_cycles",
+            "64-bit integers",
+        ),
+        ("mxu_accumulators = 4", "mxu_accumulators = 17", "core.mxu_accumulators", "1..16"),
+        ("semaphores = 16", "semaphores = 99999999999999999999", "core.semaphores", "64-bit integers"),
+        ("kernel_launch_cycles = 1000", "kernel_launch_cycles = 99999999999999999999",
+         "launch.kernel_launch_cycles", "64-bit integers"),
+        ("dims = [2, 1, 1]", "dims = [2, 99999999999999999999, 1]", "mesh.dims", "64-bit integers"),
         (
             "vld        = { latency_cycles = 2,  occupancy_cycles = 1 }",
             "vld = { latency_cycles = 0, occupancy_cycles = 1 }",
