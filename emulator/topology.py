@@ -71,9 +71,18 @@ class Link:
     lane: int
 
 
+# The most chips a mesh may have (8x the 128-chip SD200 size): every core of every chip
+# is emulated with memories of its own, and a mistyped mesh should be an error, not a
+# machine that runs out of memory.
+MAX_CHIPS = 1024
+
+
 def _check_dims(instance, attribute, value) -> None:
     if len(value) != 3 or any(type(d) is not int or d < 1 for d in value):
         raise ConfigError(f"mesh dims must be three integers >= 1, got {value!r}", key="mesh")
+    if value[0] * value[1] * value[2] > MAX_CHIPS:
+        raise ConfigError(f"mesh {'x'.join(map(str, value))} has {value[0] * value[1] * value[2]:,} chips; "
+                          f"the emulator takes at most {MAX_CHIPS:,}", key="mesh")
 
 
 def _check_wrap(instance, attribute, value) -> None:

@@ -64,6 +64,12 @@ MAX_MREGS = 8
 MAX_MXUS = 4            # the 2-bit MXU operand field (isa/encoding.py)
 MAX_ACCUMULATORS = 16   # the 4-bit accumulator operand field
 MAX_INT = 2**62         # cycles and byte counts are 64-bit integers in the emulator
+# What the emulator holds per core, bounded so a mistyped profile is an error, not a
+# machine that runs out of memory: every core's VMEM and SMEM are arrays of their own.
+MAX_CORES_PER_CHIP = 16
+MAX_SEMAPHORES = 1 << 16
+MAX_VMEM_BYTES = 1 << 30
+MAX_SMEM_BYTES = 1 << 26
 # One (8, 128) tile of 32-bit words: VMEM is allocated in these.
 VMEM_TILE_BYTES = 8 * 128 * 4
 MXU_DIM_QUANTUM = 128
@@ -176,6 +182,11 @@ def _between(low: int, high: int, why: str) -> Callable[[Any], str | None]:
     return lambda v: None if low <= v <= high else f"must be {low}..{high} ({why}), got {v}"
 
 
+def _at_most(check: Callable[[Any], str | None], high: int, why: str) -> Callable[[Any], str | None]:
+    """`check`, and at most `high`."""
+    return lambda v: check(v) or (None if v <= high else f"must be at most {high:,} ({why}), got {v:,}")
+
+
 def _positive_multiple(quantum: int, why: str) -> Callable[[Any], str | None]:
     def check(v: int) -> str | None:
         if v <= 0:
@@ -197,7 +208,7 @@ def _all_at_least_one(v: tuple[int, ...]) -> str | None:
 
 _SCHEMA = (
     _Key("chip", "clock_hz", "clock_hz", "float", _positive),
-    _Key("chip", "cores_per_chip", "cores_per_chip", "int", _at_least(1)),
+    _Key("chip", "cores_per_chip", "cores_per_chip", "int", _between(1, MAX_CORES_PER_CHIP, "emulator limit")),
     _Key("chip", "hbm_bytes", "hbm_bytes", "int", _positive_multiple(4096, "whole 4 KiB pages")),
     _Key("chip", "hbm_bw", "hbm_bw_bytes_per_cycle", "bw"),
     _Key("chip", "sibling_bw", "sibling_bw_bytes_per_cycle", "bw"),
@@ -208,14 +219,16 @@ _SCHEMA = (
         "vmem_bytes",
         "vmem_bytes",
         "int",
-        _positive_multiple(VMEM_TILE_BYTES, "whole (8,128) tiles of 32-bit words"),
+        _at_most(_positive_multiple(VMEM_TILE_BYTES, "whole (8,128) tiles of 32-bit words"), MAX_VMEM_BYTES,
+                 "emulator limit: each core holds its VMEM"),
     ),
-    _Key("core", "smem_bytes", "smem_bytes", "int", _positive_multiple(4, "whole 32-bit words")),
+    _Key("core", "smem_bytes", "smem_bytes", "int",
+         _at_most(_positive_multiple(4, "whole 32-bit words"), MAX_SMEM_BYTES, "emulator limit")),
     _Key("core", "vmem_tile", "vmem_tile", "ints", _all_at_least_one, length=2),
     _Key("core", "sregs", "sregs", "int", _between(2, MAX_SREGS, "s0 reads as zero; encoding limit")),
     _Key("core", "vregs", "vregs", "int", _between(1, MAX_VREGS, "encoding limit")),
     _Key("core", "mregs", "mregs", "int", _between(2, MAX_MREGS, "m0 is all true; encoding limit")),
-    _Key("core", "semaphores", "semaphores", "int", _at_least(1)),
+    _Key("core", "semaphores", "semaphores", "int", _between(1, MAX_SEMAPHORES, "emulator limit")),
     _Key("core", "mxus_per_core", "mxus_per_core", "int", _between(1, MAX_MXUS, "encoding limit")),
     _Key(
         "core",

@@ -155,3 +155,11 @@ def test_per_core_links_give_each_core_a_port_into_the_pooled_pair():
     pooled = mesh.link_resources(FlowNetwork(), bw_bytes_per_cycle=2.0, cores_per_chip=2)
     assert pooled.port_ids == {}
     assert pooled.path_resources(0, 2, core=1) == [pooled.resource(0, 1), pooled.resource(1, 2)]
+
+
+def test_a_mesh_larger_than_the_emulator_takes_is_a_config_error():
+    from mkemu.emulator.topology import MAX_CHIPS
+
+    assert Mesh((8, 8, MAX_CHIPS // 64)).num_chips == MAX_CHIPS
+    with pytest.raises(ConfigError, match="99,980,001 chips; the emulator takes at most 1,024"):
+        Mesh.from_text("9999x9999")
