@@ -49,6 +49,8 @@ def resolve(program: str) -> str:
     """`program` itself if it is a file, else the path of the shipped program of that name."""
     if Path(program).is_file():
         return program
+    if Path(program).is_dir():
+        raise ConfigError("cannot read program: it is a directory", file=program)
     for shipped in list_programs():
         if program in (shipped.name, shipped.path.name):
             return str(shipped.path)

@@ -248,3 +248,11 @@ def test_asm_output_to_a_device_writes_into_it_and_leaves_it_a_device(capsys):
     code, out, err = cli(capsys, "asm", EXAMPLE, "--hw", "test", "-o", "/dev/null")
     assert code == 0 and out == ""
     assert stat.S_ISCHR(Path("/dev/null").stat().st_mode)
+
+
+def test_a_directory_given_as_the_program_is_named_as_one(capsys, tmp_path):
+    folder = tmp_path / "kernels.mk"
+    folder.mkdir()
+    code, out, err = cli(capsys, "run", str(folder))
+    assert code == 1 and out == ""
+    assert err.strip() == f"{folder}: error: cannot read program: it is a directory"
