@@ -207,6 +207,8 @@ class Kernel:
                 if array is None:
                     continue
                 written[f"{buf.name}@{chip}"] = array
+                runner.check_values(buf.name, buf.dtype, np.asarray(array), file=source,
+                                    key=f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in given else buf.name)
                 try:
                     machine.write_buffer(chip, buf.name, runner.to_storage(np.asarray(array), buf.dtype))
                 except ValueError as exc:

@@ -73,6 +73,24 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     return arrays
 
 
+def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None) -> None:
+    """Refuse an array whose values a buffer cannot take as they are: not numbers, or,
+    for an i32 buffer, not integers or outside int32 (float buffers round to their
+    format, as documented)."""
+    kind = values.dtype.kind
+    where = dict(file=file, key=key or name)
+    if kind not in "biuf":
+        raise ConfigError(f"buffer {name} ({dtype}): got an array of {values.dtype}, not numbers", **where)
+    if dtype != "i32":
+        return
+    if kind == "f":
+        raise ConfigError(f"buffer {name} (i32): got {values.dtype} values; an i32 buffer takes integers", **where)
+    info = np.iinfo(np.int32)
+    if values.size and kind in "iu" and (values.min() < info.min or values.max() > info.max):
+        raise ConfigError(f"buffer {name} (i32): values {values.min()}..{values.max()} do not all fit in int32",
+                          **where)
+
+
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     """Arrays as they sit in HBM: bf16 as its 16-bit patterns, MXFP4 as its values and
     scales (quantised: numerics.mxfp4_encode)."""

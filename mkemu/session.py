@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError
-from mkemu.runner import from_storage, to_storage
+from mkemu.runner import check_values, from_storage, to_storage
 
 
 @attrs.frozen
@@ -85,6 +85,8 @@ class Session:
         if values.shape != buf.shape:
             raise ConfigError(f"buffer {name}: got shape {values.shape}, the program declares {buf.shape}",
                               key=name)
+        if bits is None:
+            check_values(name, buf.dtype, values)
         # (MXFP4: its bytes, values then scales)
         data = values if bits is not None else to_storage(values, buf.dtype)
         if chip is None:
@@ -160,3 +162,4 @@ def _delta(now: dict, then: dict, keep: tuple[str, ...] = ()) -> dict:
         else:
             out[key] = value
     return out
+

@@ -83,6 +83,7 @@ def test_inputs_from_an_npz_file(tmp_path):
     (lambda k: k(c=np.zeros(1)), "no buffer named 'c'"),
     (lambda k: k({"a@5": np.zeros((8, 1024), np.float32)}), "chip must be 0..0"),
     (lambda k: k(a=np.zeros((4, 4), np.float32)), "buffer a"),
+    (lambda k: k(a=np.full((8, 1024), "x")), "buffer a (f32): got an array of <U1, not numbers"),
 ])
 def test_bad_inputs_are_config_errors(call, message):
     kernel = mkemu.compile("vector_add", hw="test", mesh="1")
@@ -225,3 +226,17 @@ def test_bf16_bit_patterns_are_written_as_they_are():
     assert np.array_equal(session.read("w").view(np.uint32).reshape(8, 128)[1:], floats[1:].view(np.uint32))
     with pytest.raises(mkemu.ConfigError, match="bf16_bits must be uint16"):
         session.write("w", _Bits(bits.astype(np.int32)))
+
+
+def test_an_i32_buffer_takes_only_integers_that_fit():
+    kernel = mkemu.compile("all_to_all", hw="test", mesh="2")
+    inputs = kernel.generate_inputs()
+    counts = inputs["counts@0"]
+    with pytest.raises(mkemu.ConfigError, match=re.escape("buffer counts (i32): got float64 values")):
+        kernel({**inputs, "counts@0": counts.astype(np.float64)})
+    with pytest.raises(mkemu.ConfigError, match=re.escape("do not all fit in int32")):
+        kernel({**inputs, "counts@1": counts.astype(np.int64) + 2**40})
+    with pytest.raises(mkemu.ConfigError, match="an i32 buffer takes integers"):
+        kernel.session().write("counts", counts.astype(np.float32))
+    widened = {key: a.astype(np.int64) if key.startswith("counts") else a for key, a in inputs.items()}
+    assert kernel(widened).check() is None     # integers that fit are taken, whatever their width
