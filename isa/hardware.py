@@ -458,6 +458,14 @@ def _as_int(value: Any, file: str, key: str) -> int:
     return value
 
 
+def _bounded(value: int, file: str, key: str) -> int:
+    """`value`, unless it is beyond what the emulator's 64-bit counters hold."""
+    if value > MAX_INT:
+        raise ConfigError(f"must be at most {MAX_INT:,} (the emulator counts in 64-bit integers), got {value}",
+                          file=file, key=key)
+    return value
+
+
 def _as_number(value: Any, file: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"expected a number, got {_describe(value)}", file=file, key=key)
@@ -523,10 +531,9 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
             raise ConfigError(f"must not be negative, got {value}", file=file, key=dotted)
     else:  # pragma: no cover - the schema above names only the kinds handled here
         raise AssertionError(spec.kind)
-    for v in result if spec.kind == "ints" else (result,):
-        if spec.kind in ("int", "ints", "time") and v > MAX_INT:
-            raise ConfigError(f"must be at most {MAX_INT:,} (the emulator counts in 64-bit integers), got {v}",
-                              file=file, key=dotted)
+    if spec.kind in ("int", "ints", "time"):
+        for v in result if spec.kind == "ints" else (result,):
+            _bounded(v, file, dotted)
     if spec.check is not None:
         problem = spec.check(result)
         if problem:
@@ -545,12 +552,9 @@ def _read_timing(table: dict[str, Any], file: str) -> dict[str, TimingClass]:
             dotted = f"timing.{name}.{field}"
             if field not in entry:
                 raise _missing(dotted, file)
-            values[field] = _as_int(entry[field], file, dotted)
+            values[field] = _bounded(_as_int(entry[field], file, dotted), file, dotted)
             if values[field] < 1:
                 raise ConfigError(f"must be at least 1, got {values[field]}", file=file, key=dotted)
-            if values[field] > MAX_INT:
-                raise ConfigError(f"must be at most {MAX_INT:,} (the emulator counts in 64-bit integers), "
-                                  f"got {values[field]}", file=file, key=dotted)
         timing[name] = TimingClass(**values)
     return timing
 

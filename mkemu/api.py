@@ -200,6 +200,7 @@ class Kernel:
                                   file=source, key=key)
             if at and not (chip.isdigit() and int(chip) < self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
+            runner.check_values(name, self.program.buffer(name).dtype, np.asarray(given[key]), file=source, key=key)
         written = {}
         for buf in self.program.buffers:
             for chip in range(self.chips):
@@ -207,8 +208,6 @@ class Kernel:
                 if array is None:
                     continue
                 written[f"{buf.name}@{chip}"] = array
-                runner.check_values(buf.name, buf.dtype, np.asarray(array), file=source,
-                                    key=f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in given else buf.name)
                 try:
                     machine.write_buffer(chip, buf.name, runner.to_storage(np.asarray(array), buf.dtype))
                 except ValueError as exc:

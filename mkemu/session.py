@@ -162,4 +162,3 @@ def _delta(now: dict, then: dict, keep: tuple[str, ...] = ()) -> dict:
         else:
             out[key] = value
     return out
-

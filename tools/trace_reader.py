@@ -270,13 +270,17 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
         if values.size and (values.min() < 0 or values.max() >= limit):
             fail(f"corrupted trace: {table}.{col} has a value outside 0..{limit - 1}")
     for index, launch in enumerate(meta["launches"]):
-        kernel = meta["kernels"].get(launch.get("kernel"))
-        if kernel is None:
-            fail(f"corrupted trace: launch {index} names unknown kernel {launch.get('kernel')!r}")
-        for table in ("instr", "dma", "wait", "signal", "region"):
-            pcs = tables[table]["pc"][tables[table]["launch"] == index]
-            if pcs.size and (pcs.min() < 0 or pcs.max() >= len(kernel["text"])):
-                fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel {launch['kernel']}")
+        if launch["kernel"] not in meta["kernels"]:
+            fail(f"corrupted trace: launch {index} names unknown kernel {launch['kernel']!r}")
+    # Each launch's kernel length, so every table's pcs are checked in one pass.
+    lengths = np.array([len(meta["kernels"][launch["kernel"]]["text"]) for launch in meta["launches"]], np.int64)
+    for table in ("instr", "dma", "wait", "signal", "region"):
+        pc, launch_of = tables[table]["pc"], tables[table]["launch"]
+        outside = np.flatnonzero((pc < 0) | (pc >= lengths[launch_of])) if pc.size else ()
+        if len(outside):
+            index = int(launch_of[outside[0]])
+            fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel "
+                 f"{meta['launches'][index]['kernel']}")
     for table, col in (("dma", "res_start"), ("dma", "res_count")):
         if tables[table][col].size and tables[table][col].min() < 0:
             fail(f"corrupted trace: {table}.{col} has a negative value")
