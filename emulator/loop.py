@@ -439,13 +439,27 @@ _EPILOGUE = '''
 '''
 
 
-# The footprint tests the machine runs outside the loop, compiled with it.
+# The footprint tests the machine runs outside the loop, compiled with it. Each is a
+# function of this generated module (numba keeps a function's compiled code next to
+# the file that defines it: here, the user cache, never the source tree).
 _MACHINE_SIDE = '''
 
-overlap = njit("boolean(" + ", ".join(["int64"] * 12) + ")", cache=True, nogil=True)(blocks_overlap)
+@njit("boolean(" + ", ".join(["int64"] * 12) + ")", cache=True, nogil=True)
+def overlap(a_addr, a_inner, a_n1, a_s1, a_n2, a_s2, b_addr, b_inner, b_n1, b_s1, b_n2, b_s2):
+    return blocks_overlap(a_addr, a_inner, a_n1, a_s1, a_n2, a_s2, b_addr, b_inner, b_n1, b_s1, b_n2, b_s2)
+
+
 _SCAN = "int64(int64[:, ::1], int64, int64, int64, boolean, int64, int64, int64, int64, int64, int64)"
-logged_conflict = njit(_SCAN, cache=True, nogil=True)(first_logged_conflict)
-dma_conflict = njit(_SCAN, cache=True, nogil=True)(first_conflict_in_flight)
+
+
+@njit(_SCAN, cache=True, nogil=True)
+def logged_conflict(LOG, n, since, space, dma_writes, addr, inner, n1, s1, n2, s2):
+    return first_logged_conflict(LOG, n, since, space, dma_writes, addr, inner, n1, s1, n2, s2)
+
+
+@njit(_SCAN, cache=True, nogil=True)
+def dma_conflict(RACES, n, start, space, write, addr, inner, n1, s1, n2, s2):
+    return first_conflict_in_flight(RACES, n, start, space, write, addr, inner, n1, s1, n2, s2)
 '''
 
 

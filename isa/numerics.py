@@ -90,7 +90,7 @@ def f32_to_bf16_bits(x) -> np.ndarray:
     bits = _f32_bits(x)
     if bits.size >= _BF16_COMPILED_FROM:
         out = np.empty(bits.shape, np.uint16)
-        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1), 16)
+        _kernels()._round_bf16_loop(bits.reshape(-1), out.reshape(-1), 16)
         return out
     return (bf16_round(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
@@ -114,7 +114,7 @@ def bf16_round(x) -> np.ndarray:
     bits = _f32_bits(x)
     if bits.size >= _BF16_COMPILED_FROM:
         out = np.empty_like(bits)
-        _get_bf16_kernel()(bits.reshape(-1), out.reshape(-1), 0)
+        _kernels()._round_bf16_loop(bits.reshape(-1), out.reshape(-1), 0)
         return out.view(_F32)
     rounded = (bits >> np.uint32(16)) & np.uint32(1)
     rounded += np.uint32(0x7FFF)
@@ -128,28 +128,18 @@ def bf16_round(x) -> np.ndarray:
 
 
 _BF16_COMPILED_FROM = 1 << 16
-_bf16_kernel = None
 
 
-def _get_bf16_kernel():
-    """The one-pass rounding loop, compiled on first use (cached on disk), not at import."""
-    global _bf16_kernel
-    if _bf16_kernel is None:
-        import numba
-
-        @numba.njit(cache=True, nogil=True)
-        def kernel(bits, out, shift):
-            # out = the rounded float32 bits (shift 0), or their high half (shift 16).
-            for i in range(bits.size):
-                b = bits[i]
-                if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-                    r = ((b >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
-                else:
-                    r = (((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + b) & np.uint32(0xFFFF0000)
-                out[i] = r >> np.uint32(shift)
-
-        _bf16_kernel = kernel
-    return _bf16_kernel
+def _round_bf16_loop(bits, out, shift):
+    """out = the rounded float32 bits (shift 0), or their high half (shift 16), in one
+    pass (compiled: `_kernels`)."""
+    for i in range(bits.size):
+        b = bits[i]
+        if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            r = ((b >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+        else:
+            r = (((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + b) & np.uint32(0xFFFF0000)
+        out[i] = r >> np.uint32(shift)
 
 
 # ------------------------------------------------------------------------ MXFP4
@@ -532,29 +522,42 @@ def mxu_matmul_numpy(acc, a, w) -> np.ndarray:
     return out
 
 
-_mxu_kernel = None
+def _mxu_loop(out, a, w):
+    """out += a @ w with the matrix unit's order (compiled: `_kernels`): n innermost, so
+    each out[r, n] still sums its products in increasing k while the loop over n
+    vectorises. No fastmath, so no FMA or reassociation."""
+    rows, depth = a.shape
+    cols = w.shape[1]
+    for r in range(rows):
+        for k in range(depth):
+            av = a[r, k]
+            for n in range(cols):
+                out[r, n] = out[r, n] + av * w[k, n]
 
 
-def _get_mxu_kernel():
-    """Compile the numba kernel on first use (cached on disk), not at import."""
-    global _mxu_kernel
-    if _mxu_kernel is None:
+_compiled_kernels = None
+
+
+def _kernels():
+    """`_round_bf16_loop` and `_mxu_loop` compiled, on first use rather than at import.
+
+    Their source goes into a module of the user cache directory (`mkemu.cache`), and
+    numba keeps compiled code next to the module that defines it: there, never in the
+    package (which may be read-only, or an install that should stay as installed)."""
+    global _compiled_kernels
+    if _compiled_kernels is None:
+        import inspect
+        import sys
+
         import numba
 
-        @numba.njit(cache=True, nogil=True)
-        def kernel(out, a, w):
-            rows, depth = a.shape
-            cols = w.shape[1]
-            # n innermost: each out[r, n] still sums its products in increasing k,
-            # while the loop over n vectorises. No fastmath, so no FMA/reassociation.
-            for r in range(rows):
-                for k in range(depth):
-                    av = a[r, k]
-                    for n in range(cols):
-                        out[r, n] = out[r, n] + av * w[k, n]
+        from mkemu.cache import module_in_cache
 
-        _mxu_kernel = kernel
-    return _mxu_kernel
+        source = "\n\n".join(["import numpy as np\nfrom numba import njit"]
+                             + [f"{inspect.getsource(fn)}\n{fn.__name__} = njit(cache=True, nogil=True)({fn.__name__})"
+                                for fn in (_round_bf16_loop, _mxu_loop)])
+        _compiled_kernels = module_in_cache("mkemu_numerics", source + "\n", numba.__version__, sys.version)
+    return _compiled_kernels
 
 
 def mxu_matmul(acc, a, w) -> np.ndarray:
@@ -564,7 +567,7 @@ def mxu_matmul(acc, a, w) -> np.ndarray:
     float32 unless they fall below the float32 normal range. Returns a new array.
     """
     out, a16, w16 = _mxu_operands(acc, a, w)
-    _get_mxu_kernel()(out, a16, w16)
+    _kernels()._mxu_loop(out, a16, w16)
     return out
 
 
@@ -574,6 +577,6 @@ def mxu_matmul_bf16(acc, a, w) -> np.ndarray:
     Same bits as `mxu_matmul` whenever `a` and `w` are bf16-exact float32 arrays, as
     they are inside the matrix unit (push rounds, weight loads read bf16)."""
     out = np.array(acc, dtype=_F32, order="C")
-    _get_mxu_kernel()(out, np.ascontiguousarray(a, dtype=_F32), np.ascontiguousarray(w, dtype=_F32))
+    _kernels()._mxu_loop(out, np.ascontiguousarray(a, dtype=_F32), np.ascontiguousarray(w, dtype=_F32))
     return out
 

@@ -66,6 +66,9 @@ def test_shipped_programs_run_by_name_from_any_folder(installed, tmp_path):
     assert k3.stdout.startswith("PASS")
     example = _run(installed, tmp_path, mkemu, "run", "all_reduce", "--hw", "test", "--mesh", "2x1x1")
     assert example.returncode == 0 and example.stdout.startswith("PASS"), example.stderr
+    # numba keeps compiled code next to the file defining a function: every compiled
+    # function is defined in a module of the user cache, so none lands in the install.
+    assert not [str(p) for p in installed.rglob("*.nb[ic]")]
 
 
 def test_a_users_program_names_its_own_reference_file(installed, tmp_path):
