@@ -69,10 +69,10 @@ class Calls(Pipelines):
                 continue
             values.append((p, v, a))
         if decl.generics and not self.infer_generics(decl, [(p, v, a.span) for p, v, a in values], callee,
-                                                     f"fn '{decl.name}'"):
+                                                     f"fn '{decl.name}'", complete=ok):
             return
         for p, v, a in values:
-            entity = self.bind_param(decl, p, v, a, callee)
+            entity = self.bind_param(decl, p, v, a, callee, call.span)
             if entity is POISON:
                 ok = False
             callee.names[p.name] = Binding(entity, p.name_span, "parameter")
@@ -88,7 +88,15 @@ class Calls(Pipelines):
             self.inline_stack.pop()
             self.ctx.inline_id = saved_id
 
-    def bind_param(self, decl: ast.FnDecl, p: ast.Param, v, a, callee: Scope):
+    def in_fn_type(self, decl: ast.FnDecl, site, check):
+        """check() of a parameter type at a call: its errors, in the fn's text, name the call."""
+        self.inline_stack.append((decl.name, site))
+        try:
+            return check()
+        finally:
+            self.inline_stack.pop()
+
+    def bind_param(self, decl: ast.FnDecl, p: ast.Param, v, a, callee: Scope, site):
         t = p.type
         if isinstance(t, ast.ScalarType):   # a struct: any instance of it
             if not isinstance(v, StructVal) or v.decl.name != t.name:
@@ -103,7 +111,7 @@ class Calls(Pipelines):
                 if whole_array:
                     return self.error(a.span, f"parameter '{p.name}' takes one semaphore; index the array")
                 return v
-            count = self.slot_count(t.count, callee, t.span, "a semaphore array")
+            count = self.in_fn_type(decl, site, lambda: self.slot_count(t.count, callee, t.span, "a semaphore array"))
             if count is None:
                 return POISON
             if not whole_array or v.sem.count != count:
@@ -116,7 +124,7 @@ class Calls(Pipelines):
         space_ok = buf.space == t.space or (t.space == "vmem" and buf.space == "var")
         if not space_ok:
             return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' is in {t.space}, got a {buf.space} buffer '{buf.name}'")
-        want = self.mem_type(t, callee, p.name, "param")
+        want = self.in_fn_type(decl, site, lambda: self.mem_type(t, callee, p.name, "param"))
         if want is None:
             return POISON
         if buf.dtype != want.dtype:

@@ -102,8 +102,9 @@ def _host(program: ir.Program):
         if len(program.kernels) != 1:
             k = next(iter(program.kernels.values()), None)
             span = k.span if k else SourceSpan(program.main_file, 1, 1)
+            note = "; a generic kernel is made only by launches" if not program.kernels else ""
             raise CompileError(span, f"a program without a host block must have exactly one kernel "
-                                     f"(it has {len(program.kernels)}); add `host {{ ... launch ...; }}`")
+                                     f"(it has {len(program.kernels)}{note}); add `host {{ ... launch ...; }}`")
         kernel = next(iter(program.kernels.values()))
         for p in kernel.params:
             if not isinstance(p, ir.Buffer):

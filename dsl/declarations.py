@@ -20,6 +20,7 @@ from mkemu.isa.program import values_text
 DTYPES = ("bf16", "f32", "i32")
 # Every dtype name, as a const may name one (`const ET = select(MX == 1, mxfp4, bf16);`).
 ALL_DTYPES = DTYPES + ("mxfp4",)
+LITERAL_NAMES = ("true", "false", "inf")   # literals the grammar reads as names
 # MXFP4 is a storage dtype: HBM arrays and VMEM buffers of matrix-unit weights.
 MX_SPACES = ("hbm", "vmem")
 # A param range is listed value by value (for `--params` and tuners): keep it small.
@@ -70,6 +71,9 @@ class Declarations:
                 span = item.name_span
                 if isinstance(item, ast.FnDecl) and name in BUILTINS:
                     self.error(span, f"'{name}' is a builtin function and cannot be redefined")
+                    continue
+                if name in LITERAL_NAMES:
+                    self.error(span, f"'{name}' is a literal; it cannot be declared as a name")
                     continue
                 prev = self.globals.local(name)
                 if prev is not None:
@@ -171,6 +175,9 @@ class Declarations:
 
     # ------------------------------------------------------------ definitions
     def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
+        if name in LITERAL_NAMES:
+            self.error(span, f"'{name}' is a literal; it cannot be declared as a name")
+            return
         prev = scope.lookup(name)
         if prev is not None:
             where = f" (first defined at {prev.span})" if prev.span else ""
@@ -297,7 +304,8 @@ class Declarations:
             self.error(t.span, f"mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in "
                                f"{'a var' if t.space == 'var' else t.space}")
             return None
-        if dtype != "mxfp4" and not self.dtype(dtype, t.span, ("i32",) if t.space == "smem" else DTYPES):
+        allowed = ("i32",) if t.space == "smem" else ALL_DTYPES if t.space in MX_SPACES else DTYPES
+        if dtype != "mxfp4" and not self.dtype(dtype, t.span, allowed):
             return None
         max_rank = 3 if t.space == "hbm" else 2
         shape = self.dims(t.dims, scope, f"{t.space} arrays", max_rank, t.span)

@@ -39,8 +39,14 @@ class Elaborator(Calls):
                 if isinstance(item, ast.Assert):
                     self.assertion(item, self.globals)
         for decl in self.global_decls.values():
+            if isinstance(decl, ast.StructDecl):
+                self.check_struct_alone(decl)
+        for decl in self.global_decls.values():
             if isinstance(decl, ast.FnDecl) and not decl.generics:   # generic fns: at each call
                 self.check_fn_alone(decl)
+            if isinstance(decl, (ast.FnDecl, ast.KernelDecl)) and decl.generics:
+                kind = "fn" if isinstance(decl, ast.FnDecl) else "kernel"
+                self.check_generics_decl(decl, f"{kind} '{decl.name}'")
         kernels = {}
         for name, decl in self.global_decls.items():
             if isinstance(decl, ast.KernelDecl) and not decl.generics:   # generic kernels: at each launch
@@ -241,6 +247,11 @@ class Elaborator(Calls):
                     self.error(a.span, f"argument '{p.name}' must be a compile-time {want}, got {got}")
                     ok = False
                     continue
+                if not -(1 << 31) <= v.value < (1 << 31):   # an i32 argument, one word of SMEM
+                    self.error(a.span, f"argument '{p.name}' is {v.value:,}, which does not fit in 32 bits (int32 "
+                                       f"is {-(1 << 31):,}..{(1 << 31) - 1:,})")
+                    ok = False
+                    continue
                 args.append(v.value)
                 continue
             if not isinstance(v, ir.Ref) or v.buffer.space != "hbm":
@@ -271,7 +282,8 @@ class Elaborator(Calls):
         """The instance of a generic kernel these launch arguments infer (made once)."""
         pairs = [(p, v, a.span) for p, v, a in zip(decl.params, values, s.args) if v is not POISON]
         bound = Scope(self.globals)
-        if not self.infer_generics(decl, pairs, bound, f"kernel '{decl.name}'"):
+        if not self.infer_generics(decl, pairs, bound, f"kernel '{decl.name}'",
+                                   complete=len(pairs) == len(decl.params)):
             return None
         name = self.generic_key(decl, bound)
         if name not in kernels:
@@ -282,7 +294,7 @@ class Elaborator(Calls):
         if s.dims is None:
             self.host_instance(s.name, s.dtype, s.kind, s.span, s.name_span, scope)
             return
-        self.claim_host_name(s.name, s.span)
+        self.claim_host_name(s.name, s.span, scope)
         t = ast.MemType("hbm", s.dtype, s.dims, None, s.span)
         buf = self.mem_type(t, scope, s.name, s.kind)
         self.define(scope, s.name, buf if buf is not None else POISON, s.name_span, s.kind)

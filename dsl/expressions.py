@@ -225,7 +225,8 @@ class Expressions(Declarations):
         return v
 
     # -- operators
-    def binary(self, op: str, a, b, span: SourceSpan):
+    def binary(self, op: str, a, b, span: SourceSpan, call: str | None = None):
+        """a op b; `call` names the builtin that combines a and b this way (where), for messages."""
         if a is POISON or b is POISON:
             return POISON
         if op == "*" and (isinstance(a, DMA_VALUES) or isinstance(b, DMA_VALUES)):
@@ -253,16 +254,21 @@ class Expressions(Declarations):
             return self.error(span, f"operator '{op}' cannot combine {self.kind_name(a)} and {self.kind_name(b)}")
         strong = ta if not isinstance(ta, weak) else tb
         dtype = strong.dtype
+        shown = f"{call}()" if call else f"'{op}'"
+
+        def pair(ta, tb) -> str:
+            return f"{call}() of {tile_desc(ta)} and {tile_desc(tb)}" if call else f"{tile_desc(ta)} {op} {tile_desc(tb)}"
+
         if not isinstance(ta, weak) and not isinstance(tb, weak) and ta.dtype != tb.dtype:
             return self.error(
                 span,
-                f"dtype mismatch: {tile_desc(ta)} {op} {tile_desc(tb)}; convert one side with f32(), i32() or bf16()",
+                f"dtype mismatch: {pair(ta, tb)}; convert one side with f32(), i32() or bf16()",
             )
         if dtype == "bf16":
-            return self.error(span, f"'{op}' is not defined on bf16 tiles; convert with f32() first")
+            return self.error(span, f"{shown} is not defined on bf16 tiles; convert with f32() first")
         if op in ARITH_OPS or op in CMP_OPS:
             if dtype not in ("f32", "i32"):
-                return self.error(span, f"'{op}' needs f32 or i32 tiles, got {dtype}")
+                return self.error(span, f"{shown} needs f32 or i32 tiles, got {dtype}")
         elif op in INT_OPS:
             if dtype != "i32":
                 return self.error(span, f"'{op}' needs i32 tiles, got {dtype}")
@@ -275,9 +281,7 @@ class Expressions(Declarations):
             return POISON
         shape = broadcast(ta.shape, tb.shape)
         if shape is None:
-            return self.error(
-                span, f"shape mismatch: {tile_desc(ta)} {op} {tile_desc(tb)} cannot be broadcast together"
-            )
+            return self.error(span, f"shape mismatch: {pair(ta, tb)} cannot be broadcast together")
         out = "bool" if op in CMP_OPS else dtype
         return ir.Elementwise(op, (ta, tb), out, shape, span)
 
@@ -289,6 +293,8 @@ class Expressions(Declarations):
         n = self.as_scalar(n, span, "a count of copies")
         if n is POISON:
             return POISON
+        if isinstance(n, ir.Const) and n.value < 0:   # (reported; the wait still counts as one)
+            self.error(span, f"the count of copies to wait for must not be negative, got {n.value}")
         if isinstance(dma, DmaHandle):
             return DmaCount(dma.dma, dma, n, span)
         return DmaCount(dma, None, n, span)
@@ -304,7 +310,7 @@ class Expressions(Declarations):
             dtype = "f32" if ir.FloatConst in (type(a), type(b)) else "i32"
             ta, tb = self.weak_to_tile(a, dtype, span), self.weak_to_tile(b, dtype, span)
             return None if POISON in (ta, tb) else (ta, tb, (1, 1))
-        r = self.binary("-", a, b, span)
+        r = self.binary("-", a, b, span, call=what)
         if r is POISON:
             return None
         if not isinstance(r, ir.Elementwise):

@@ -19,9 +19,42 @@ from mkemu.dsl.values import ConstVal, DtypeVal, Scope
 class Generics(Structs):
     """Inference of generic names from arguments."""
 
-    def infer_generics(self, decl, pairs, scope: Scope, what: str) -> bool:
+    def fixable_generics(self, decl) -> set[str]:
+        """The generics of `decl` that some parameter type can fix: written as a whole
+        dimension, slot count, semaphore count or dtype."""
+        names = {g.name for g in decl.generics}
+        found = set()
+        for p in decl.params:
+            t = p.type
+            exprs = []
+            if isinstance(t, ast.SemType):
+                exprs = list(t.count or ())[:1]
+            elif isinstance(t, ast.MemType):
+                exprs = [ast.Name(t.dtype, t.span), *t.dims, *(t.slots or ())[:1]]
+            found.update(e.name for e in exprs if isinstance(e, ast.Name) and e.name in names)
+        return found
+
+    def check_generics_decl(self, decl, what: str) -> None:
+        """A generic fn's or kernel's generics, checked at the declaration (called or not):
+        each name once, not a global's, fixed by some parameter type."""
+        scope = Scope(self.globals)
+        for g in decl.generics:
+            self.define(scope, g.name, None, g.span, "generic")
+        fixable = self.fixable_generics(decl)
+        for g in decl.generics:
+            if g.name not in fixable:
+                self.error(g.span, self.unfixed_message(g.name, what))
+
+    @staticmethod
+    def unfixed_message(name: str, what: str) -> str:
+        return (f"generic '{name}' of {what} cannot be inferred from the arguments (use it as a whole "
+                "dimension, count or dtype of a buffer or semaphore parameter)")
+
+    def infer_generics(self, decl, pairs, scope: Scope, what: str, complete: bool = True) -> bool:
         """Bind `decl`'s generics in `scope` from (param, value, argument span) triples;
-        False on error (a conflict is reported at the argument)."""
+        False on error (a conflict is reported at the argument). `complete` is False when
+        some argument was in error (already reported): a generic it would have fixed is
+        then not reported again."""
         names = {g.name: g for g in decl.generics}
         found: dict[str, tuple[object, str]] = {}   # name -> (value, the parameter it came from)
         ok = True
@@ -51,11 +84,12 @@ class Generics(Structs):
                 if len(t.dims) == len(v.shape):
                     for expr, size in zip(t.dims, v.shape):
                         bind(expr, size, p, site)
+        fixable = self.fixable_generics(decl)
         for g in decl.generics:
             if g.name not in found:
-                if ok:
-                    self.error(g.span, f"generic '{g.name}' of {what} cannot be inferred from the arguments (use it "
-                                       "as a whole dimension, count or dtype of a buffer or semaphore parameter)")
+                # A generic no parameter type fixes is reported at the declaration.
+                if ok and complete and g.name in fixable:
+                    self.error(g.span, self.unfixed_message(g.name, what))
                 ok = False
                 continue
             value = found[g.name][0]

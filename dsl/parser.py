@@ -32,6 +32,28 @@ _TERMINAL_NAMES = {
 }
 
 
+# Keywords that are never names. The contextual lexer reads a keyword where the grammar
+# cannot take it as a NAME, so without this check `let for = 1;` would declare 'for'.
+# `in`, `step` (loop and pipeline headers), `depth`, `part`, `via` (pipeline headers and
+# streams) and `recv`, `input`, `output` (at the start of a statement) are keywords only
+# there: elsewhere they are names (`for step in 0..2`).
+RESERVED = frozenset(
+    "import param const reference fn kernel host struct launch hbm vmem smem sem var let start wait "
+    "for pipeline if else region assert".split()
+)
+
+
+class _KeywordAsName(Exception):
+    def __init__(self, token: Token):
+        self.token = token
+
+
+def _check_name(token: Token) -> Token:
+    if token in RESERVED:
+        raise _KeywordAsName(token)
+    return token
+
+
 @functools.cache
 def _parser() -> lark.Lark:
     return lark.Lark(
@@ -40,6 +62,7 @@ def _parser() -> lark.Lark:
         propagate_positions=True,
         cache=True,   # the LALR tables, keyed by grammar and options, in the temp folder
         maybe_placeholders=True,
+        lexer_callbacks={"NAME": _check_name},
     )
 
 
@@ -128,6 +151,10 @@ def parse(text: str, filename: str = "<string>") -> ast.Module:
 def _parse_text(text: str, filename: str) -> ast.Module:
     try:
         tree = _parser().parse(text)
+    except _KeywordAsName as e:
+        tok = e.token
+        raise _syntax_error(text, filename, tok.line, tok.column, len(tok),
+                            f"'{tok}' is a keyword; it cannot be used as a name") from None
     except lark.exceptions.UnexpectedCharacters as e:
         char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
         shown = repr(char) if char else "end of file"

@@ -74,7 +74,7 @@ class Pipelines(Generics):
             self.error(s.span, "a pipeline needs at least one stream: `input x = VIEW;` or `output y = VIEW;` at "
                                "the top of its block")
         if POISON in (start, stop) or None in (step, part) or (s.depth is not None and depth is None) \
-                or not streams:
+                or not streams or misplaced:   # (misplaced streams: the body is not checked)
             return
         Pipe(self, s, scope, start, stop, step, depth, ("whole", "prefetch", "primed")[part], streams,
              body).emit(out)
@@ -170,11 +170,12 @@ class Pipe:
             return None
         return v if self.c.mx_view(v, st.view.span) else None
 
-    def slots_for(self, st: ast.PipeStream, tile: ir.Ref):
-        """(buffer array, semaphore array) of a stream: its `via`, or fresh ones."""
+    def slots_for(self, st: ast.PipeStream, tile: ir.Ref, depth: int | None):
+        """(buffer array, semaphore array) of a stream: its `via`, or fresh ones (`depth`
+        of them, 2 when None)."""
         c = self.c
         if st.via is None:
-            depth = self.depth_given or 2
+            depth = depth or 2
             space = (tile.first if isinstance(tile, ViewChoice) else tile).buffer.space
             buf = ir.Buffer(c.unique(st.name), "vmem" if space == "hbm" else space,
                             tile.dtype, tile.shape, depth, st.span, "local")
@@ -244,16 +245,22 @@ class Pipe:
         n = self.tile_count(out)
         # Probe each stream at its first tile: dtype, shape, slots (and static bounds at t = start).
         probe = self.bind_t(self.const(0), self.scope, out)
-        slots = {}
+        got_slots, default_depth = {}, self.depth_given
         # A prefetch starts input tiles only: the outputs and the body belong to the primed run.
-        for st in self.inputs if part == "prefetch" else self.streams:
+        streams = self.inputs if part == "prefetch" else self.streams
+        # Streams `via` existing slots first: without a `depth`, theirs is the pipeline's, so
+        # the fresh slots of the other streams take it (else 2).
+        for st in sorted(streams, key=lambda st: st.via is None):
             tile = self.view(st, probe)
             if tile is None:
                 return
-            got = self.slots_for(st, tile)
+            got = self.slots_for(st, tile, default_depth)
             if got is None:
                 return
-            slots[st.name] = (tile, *got)
+            got_slots[st.name] = (tile, *got)
+            if st.via is not None and default_depth is None:
+                default_depth = got[0].slots
+        slots = {st.name: got_slots[st.name] for st in streams}
         depths = {buf.slots for _, buf, _ in slots.values()}
         if len(depths) != 1:
             c.error(self.span, f"the streams of a pipeline share one depth; their slots have {sorted(depths)}")
@@ -292,7 +299,8 @@ class Pipe:
         for st in self.inputs:
             tile, buf, sems = slots[st.name]
             view = self.view(st, inner)
-            if view is None:
+            if view is None:   # in error (reported): its waits are not errors of their own
+                self.c.ctx.signalled.add(sems)
                 continue
             index = self.let(f"{self.s.var}#next", self.mod(k, depth), out)
             self.start_copy(view, self.slot_ref(buf, index, tile), sems, index, out)
@@ -335,5 +343,7 @@ class Pipe:
             view = self.view(st, inner)
             if view is not None:
                 self.start_copy(self.slot_ref(buf, slot, tile), view, sems, slot, body)
+            else:   # in error (reported): its waits are not errors of their own
+                c.ctx.signalled.add(sems)
         out.append(ir.For(k, self.const(0), n, 1, tuple(body), self.span))
 

@@ -151,8 +151,12 @@ class Statements(Expressions):
         if isinstance(target, ir.ScalarRead):
             var = target.var
             if var.kind != "var":
-                kinds = {"param": "a parameter", "let": "a let binding", "loop": "a loop variable"}
-                self.error(s.target.span, f"cannot assign to '{var.name}': it is {kinds[var.kind]} (declare it with var)")
+                kinds = {"param": "parameter", "let": "let binding", "loop": "loop variable"}
+                name, what = var.name, kinds[var.kind]
+                bound = scope.lookup(s.target.name) if isinstance(s.target, ast.Name) else None
+                if bound is not None:   # as the program names it (not an inlined or generated name)
+                    name, what = s.target.name, bound.what
+                self.error(s.target.span, f"cannot assign to '{name}': it is a {what} (declare it with var)")
                 return
             if value is POISON:
                 return
@@ -176,7 +180,9 @@ class Statements(Expressions):
             return
         what = self.kind_name(target)
         if isinstance(target, ir.Const):
-            what = "a constant"
+            bound = scope.lookup(s.target.name) if isinstance(s.target, ast.Name) else None
+            what = (f"'{s.target.name}': it is a compile-time constant ({bound.what}); declare a var to update it"
+                    if bound is not None else "a constant")
         elif isinstance(target, ir.ValueRead):
             what = f"the let-bound tile '{target.value.name}' (declare it with var to update it)"
         self.error(s.target.span, f"cannot assign to {what}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.statements import Statements
-from mkemu.dsl.values import POISON, StructVal
+from mkemu.dsl.values import POISON, KernelCtx, StructVal
 
 SCALAR_TYPES = ("i32", "bool")
 # Where instances are made, the spaces their members may have.
@@ -48,8 +48,10 @@ class Structs(Statements):
         for m in decl.members:
             space = "sem" if isinstance(m.type, ast.SemType) else getattr(m.type, "space", None)
             if space is None:
-                self.error(m.type.span, f"struct members are buffers or semaphores; '{m.name}' is a scalar type "
-                                        f"(pass scalars as parameters)")
+                what = (f"an instance of struct '{m.type.name}' (structs do not nest)"
+                        if self.struct_named(m.type.name) is not None
+                        else "a scalar type (pass scalars as parameters)")
+                self.error(m.type.span, f"struct members are buffers or semaphores; '{m.name}' is {what}")
                 ok = False
                 continue
             if m.name in members:
@@ -76,6 +78,13 @@ class Structs(Statements):
                     continue
                 members[m.name] = buf
         return StructVal(decl, members) if ok else POISON
+
+    def check_struct_alone(self, decl: ast.StructDecl) -> None:
+        """A struct's members checked at its declaration, used or not (as an instance that
+        may hold any space; where an instance is made checks the spaces)."""
+        saved, self.ctx = self.ctx, KernelCtx("fn")
+        self.instantiate(decl, lambda m: f"{decl.name}.{m}", "param", ANY_SPACE, decl.span, "")
+        self.ctx = saved
 
     def absent_member(self, t, space: str) -> bool:
         """A member whose slot or semaphore count is 0 (`x: vmem T[N][..]` with N = 0) is
@@ -124,6 +133,7 @@ class Structs(Statements):
             else:
                 self.ctx.host_arrays.extend(inst.members.values())
                 sites.update((buf.name, span) for buf in inst.members.values())
+                self.ctx.host_members.update(buf.name for buf in inst.members.values())
         self.define(scope, name, inst, name_span, role)
 
     def struct_param(self, p: ast.Param, decl: ast.StructDecl, spaces: tuple[str, ...], where: str):
@@ -138,17 +148,23 @@ class Structs(Statements):
         else:
             self.local_instance(s, decl, scope)
 
-    def claim_host_name(self, name: str, span) -> None:
-        """A plain host array may not take a name a struct instance's member already took."""
+    def claim_host_name(self, name: str, span, scope) -> None:
+        """A plain host array may not take a name a struct instance's member already took
+        (one a plain array took is a redefinition, reported as such)."""
         site = self.ctx.host_sites.get(name)
-        if site is not None:
-            self.error(span, f"host array '{name}' is already declared (a struct member) at {site}")
+        if site is not None and scope.lookup(name) is None:
+            if site == span:   # the same declaration again: a host loop unrolled
+                self.error(span, f"host array '{name}' would be declared once per iteration of a host loop; "
+                                 "declare it before the loop")
+            else:
+                member = " (a struct member)" if name in self.ctx.host_members else ""
+                self.error(span, f"host array '{name}' is already declared{member} at {site}")
         self.ctx.host_sites.setdefault(name, span)
 
     def s_BufferDecl(self, s: ast.BufferDecl, scope, out) -> None:
         if s.dims is not None:
             if self.ctx.mode == "host":
-                self.claim_host_name(s.name, s.span)
+                self.claim_host_name(s.name, s.span, scope)
             super().s_BufferDecl(s, scope, out)
         elif self.ctx.mode == "host" and s.space == "hbm":
             self.host_instance(s.name, s.dtype, "scratch", s.span, s.name_span, scope)

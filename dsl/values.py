@@ -184,6 +184,7 @@ class KernelCtx:
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
     host_sites: dict = attrs.Factory(dict)
+    host_members: set = attrs.Factory(set)      # host array names that are struct members
     call_dependent: bool = False   # an fn checked alone needed a parameter's value at compile time   # host array name -> the declaration that made it
     launches: list = attrs.Factory(list)
     kernels: dict = attrs.Factory(dict)
