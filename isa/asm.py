@@ -15,7 +15,10 @@ The assembly file format (`.s`) adds a few directives:
     .launch NAME [ARG ...]                    append a launch (default: each kernel once);
                                               the args are SMEM words 0, 1, ... at start
 
-Immediates may be numbers, `@buffer` (the buffer's HBM address) or labels.
+Immediates may be numbers, `@buffer` (the buffer's HBM address) or labels. Numbers
+are decimal, `0x` hex or `0b` binary; a decimal with a leading zero (`010`) is an
+error rather than a guess between decimal and octal. SMEM words (`.smem`, `.launch`
+arguments) are 32-bit: -2^31 .. 2^32 - 1.
 """
 
 from __future__ import annotations
@@ -32,6 +35,20 @@ from mkemu.isa.table import BY_OPCODE, TABLE, Instr
 
 class EncodingError(ValueError):
     """A word that is not a valid instruction, or a value that does not fit."""
+
+
+WORD_MIN, WORD_MAX = -(1 << 31), (1 << 32) - 1   # an SMEM word, signed or unsigned spelling
+
+
+def parse_int(text: str) -> int:
+    """An integer as the assembler writes them: decimal, 0x hex, 0b binary, with a sign.
+    Raises EncodingError naming the text (a leading zero is not guessed at)."""
+    if re.fullmatch(r"[-+]?0\d+", text):
+        raise EncodingError(f"bad number {text!r}: a decimal number does not start with 0 "
+                            f"(write {int(text, 10)} for decimal, or 0x... for hex)")
+    if not re.fullmatch(_NUMBER, text):
+        raise EncodingError(f"bad number {text!r}")
+    return int(text, 0)
 
 
 def encode(instr: Instr, values: dict[str, int]) -> int:
@@ -78,6 +95,9 @@ def disassemble(word: int) -> str:
 # --- parsing assembly text ----------------------------------------------------
 
 _NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)"
+# From here on a decimal rounds (to nearest, ties to even) to inf: halfway between
+# float32's largest finite value and 2^128.
+_F32_ROUNDS_TO_INF = (2 - 2 ** -24) * 2.0 ** 127
 _SYMBOL = r"@?[A-Za-z_][\w.]*"
 
 
@@ -142,12 +162,17 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
     if kind.choices:
         return kind.choices.index(raw)
     if kind.name == "f32":
+        if not raw.startswith("f32:") and "inf" not in raw and "nan" not in raw:
+            value = float(raw)
+            if abs(value) >= _F32_ROUNDS_TO_INF:
+                raise EncodingError(f"float32 immediate {raw} is beyond the largest float32 "
+                                    f"(3.4028235e38); write inf for infinity")
         bits = parse_f32_bits(raw)
         if bits is None:
             raise EncodingError(f"bad float32 immediate {raw!r}")
         return bits
     if re.fullmatch(_NUMBER, raw):
-        value = int(raw, 0)
+        value = parse_int(raw)
         if kind.name == "imm32" and 1 << 31 <= value < 1 << 32:
             value -= 1 << 32   # allow unsigned spelling of 32-bit constants
         return value
@@ -163,11 +188,14 @@ def _closest(mnemonic: str) -> str | None:
     return found[0] if found else None
 
 
-def assemble(text: str, filename: str = "<asm>") -> Program:
-    """Assemble a `.s` file into a Program; all errors are collected and raised together."""
+def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) -> Program:
+    """Assemble a `.s` file into a Program; all errors are collected and raised together.
+    With `smem_bytes` (the profile's SMEM per core), initial SMEM words and launch
+    arguments beyond it are errors at their line."""
     lines = text.splitlines()
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
+    buffer_lines: dict[str, int] = {}
     reference = None
     current = None  # dict: name, items [(line_no, col, text)], labels, smem
 
@@ -208,27 +236,53 @@ def assemble(text: str, filename: str = "<asm>") -> Program:
                     error(line_no, col, f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
                 elif not re.fullmatch(r"\d+(x\d+)*", shape_text):
                     error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
+                elif any(int(d) == 0 for d in shape_text.split("x")):
+                    error(line_no, col, f"buffer {name!r} has an empty dimension in shape {shape_text}")
                 elif dtype == "mxfp4" and (len(shape_text.split("x")) < 2 or int(shape_text.split("x")[-1]) % 2):
                     error(line_no, col, f"an mxfp4 buffer needs at least 2 dimensions and an even last one, "
                                         f"got {shape_text}")
+                elif name in buffer_lines:
+                    error(line_no, col, f"buffer {name!r} declared twice (first at line {buffer_lines[name]})")
                 else:
+                    buffer_lines[name] = line_no
                     buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
             elif directive == ".reference" and len(args) == 1:
                 reference = args[0]
             elif directive == ".launch" and args:
                 try:
-                    launches.append((line_no, col, args[0], tuple(int(a, 0) for a in args[1:])))
-                except ValueError:
-                    error(line_no, col, "launch arguments must be integers")
-            elif directive == ".smem" and len(args) >= 2 and current is not None:
+                    values = [parse_int(a) for a in args[1:]]
+                except EncodingError as exc:
+                    error(line_no, col, f"launch arguments must be integers: {exc}")
+                    continue
+                bad = [a for a, w in zip(args[1:], values) if not WORD_MIN <= w <= WORD_MAX]
+                if bad:
+                    error(line_no, col, f"launch argument {bad[0]} does not fit in a 32-bit SMEM word "
+                                        f"({WORD_MIN}..{WORD_MAX})")
+                elif smem_bytes is not None and 4 * len(values) > smem_bytes:
+                    error(line_no, col, f"{len(values)} launch arguments take {4 * len(values)} bytes; "
+                                        f"SMEM has {smem_bytes}")
+                else:
+                    launches.append((line_no, col, args[0], tuple(values)))
+            elif directive == ".smem" and current is None:
+                error(line_no, col, ".smem outside a kernel (start one with .kernel NAME)", len(words[0]))
+            elif directive == ".smem" and len(args) >= 2:
                 try:
-                    offset = int(args[0], 0)
-                    for i, w in enumerate(args[1:]):
-                        current["smem"][offset + 4 * i] = int(w, 0)
-                except ValueError:
-                    error(line_no, col, ".smem takes a byte offset and 32-bit integer words")
-                if offset % 4:
-                    error(line_no, col, f".smem offset {offset} is not 4-byte aligned")
+                    offset = parse_int(args[0])
+                    values = [parse_int(w) for w in args[1:]]
+                except EncodingError as exc:
+                    error(line_no, col, f".smem takes a byte offset and 32-bit integer words: {exc}")
+                    continue
+                bad = [a for a, w in zip(args[1:], values) if not WORD_MIN <= w <= WORD_MAX]
+                if offset < 0 or offset % 4:
+                    error(line_no, col, f".smem offset {offset} is not a 4-byte aligned SMEM address")
+                elif bad:
+                    error(line_no, col, f".smem word {bad[0]} does not fit in 32 bits ({WORD_MIN}..{WORD_MAX})")
+                elif smem_bytes is not None and offset + 4 * len(values) > smem_bytes:
+                    error(line_no, col, f".smem words [{offset}, {offset + 4 * len(values)}) reach past "
+                                        f"SMEM of {smem_bytes} bytes")
+                else:
+                    for i, w in enumerate(values):
+                        current["smem"][offset + 4 * i] = w
             else:
                 error(line_no, col, f"bad directive `{stripped}`", len(words[0]))
             continue

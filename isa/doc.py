@@ -19,6 +19,7 @@ def render() -> str:
         "vector (8 x 128 x 32 bit), `m0..m7` masks (`m0` all true), `x0..x3` matrix units,",
         "`a0..a15` accumulators (as many as the profile has).",
         "Timing classes map to a latency and an occupancy in each hardware profile.",
+        "The assembly file format and the operand rules checked at run time follow the tables.",
         "",
     ]
     group = None
@@ -32,9 +33,66 @@ def render() -> str:
         fields = ", ".join(f"{f.operand.name}[{f.shift + f.operand.kind.bits - 1}:{f.shift}]"
                            for f in instr.fields) or "-"
         syntax = f"{instr.mnemonic} {instr.syntax}".rstrip().replace("|", "\\|")
+        meaning = instr.doc.replace("|", "\\|")   # (escaped: a bare bar would end the table cell)
         out.append(f"| {instr.opcode:#05x} | `{syntax}` | {instr.timing or 'free'} | {fields} | "
-                   f"{instr.doc.replace('|', '/')} |")
+                   f"{meaning} |")
+    out += ["", *ASSEMBLY.strip("\n").splitlines()]
     return "\n".join(out)
+
+
+ASSEMBLY = """
+## Assembly files (`.s`)
+
+`mkemu run FILE.s` assembles and runs a file, `mkemu asm FILE.s` lists it (address,
+encoding, disassembly under each source line); `programs/examples/vector_add.s` is a
+complete example. One instruction or directive a line; `;` or `#` starts a comment;
+`name:` labels the next instruction (several labels may precede one instruction).
+Mnemonics are lower case as in the tables; spaces around `,` `(` `)` `[` `]` `@` are
+optional.
+
+| directive | meaning |
+|---|---|
+| `.buffer NAME DTYPE SHAPE KIND` | an HBM buffer at the same address on every chip, placed in declaration order, 512-byte aligned. DTYPE `bf16`, `f32`, `i32` or `mxfp4` (at least 2 dimensions, an even last one); SHAPE like `8x128` (positive dimensions); KIND `input`, `output`, `inout`, `weight` or `scratch`. A name is declared once. |
+| `.kernel NAME` | start a kernel: the instructions, labels and `.smem` lines that follow belong to it |
+| `.smem OFFSET WORD ...` | the kernel's initial SMEM words, from byte OFFSET (4-aligned), inside the profile's SMEM |
+| `.launch NAME [ARG ...]` | append a launch of kernel NAME; ARG i is SMEM word i (byte 4*i) at its start, over the `.smem` image. Without any `.launch`, every kernel runs once, in file order. |
+| `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md) |
+
+Numbers are decimal, `0x` hex or `0b` binary, with an optional sign; a decimal with a
+leading zero (`010`) is an error, not octal. An immediate may also be `@NAME` (the HBM
+byte address of buffer NAME) or a label (its instruction index). `imm` fields take
+-2^31 .. 2^32-1 (`0xffffffff` is -1), `off` fields -2^26 .. 2^26-1, `idx`, `amount`,
+`block` and `chunk` 0..255, `target` and `region` 0 .. 2^24-1, `zero` 0 or 1; a value
+outside its field is an error. Float32 immediates are decimal (`1.5`, `-2e-3`), `inf`, `-inf`, `nan`, or raw bits `f32:0x7fc00000`, rounded to
+nearest; a value beyond the largest float32 is an error. SMEM words (`.smem`, `.launch`
+arguments) take -2^31 .. 2^32-1. `rdsr` names: core, chip, chip_x, chip_y, chip_z,
+mesh_x, mesh_y, mesh_z, cores, chips, gcore; barrier scopes: chip, all, x, y, z.
+
+Every error is reported as `FILE:LINE:COL: error: ...` with the line and a caret, all
+errors of a file at once, and `mkemu` exits with status 1.
+
+## Operand rules checked at run time
+
+A fault stops the run naming its kind, chip, core, cycle, pc, instruction and source line.
+
+| rule | fault |
+|---|---|
+| register numbers below the profile's counts (`sregs`, `vregs`, `mregs`; `x` below `mxus_per_core`, `a` below `mxu_accumulators`); `chunk` below `mxu_dim / 128` | `illegal-instruction` |
+| `lds`/`sts` (and `.d`): address 4-aligned and (both words) inside SMEM | `misaligned`, `out-of-bounds` |
+| `vld`/`vst`: address and stride multiples of the element size (4 for `.w`, 2 for `.bf16`); every row inside VMEM | `misaligned`, `out-of-bounds` |
+| `mxu.ldw`/`ldwt`/`ldw.mx`: shape = rows << 16 \\| cols with 0 < rows <= D and 0 < cols <= D, cols a multiple of 128 (D = the profile's `mxu_dim`); `mxu.mac` only after a weight tile was loaded into that unit | `bad-operand` |
+| `mxu.ldw`/`ldwt`: address and stride even; `mxu.ldw`/`ldwt`/`ldw.mx`: every byte read (rows, scales) inside VMEM | `misaligned`, `out-of-bounds` |
+| `vbcast.lane` idx < 128, `vbcast.sub` idx < 8, `vcol` block < 16, `vextract`/`vinsert` element 0..1023 | `bad-operand` |
+| `div`, `rem`, `divi`, `remi`: divisor not 0 | `divide-by-zero` |
+| branch target below the kernel's length; the last instruction executed is `halt` | `bad-branch`, `ran-off-end` |
+| DMA descriptor: 7 words, 4-aligned, inside SMEM; `inner_bytes`, `n1`, `n2` positive; both ends inside their memories | `out-of-bounds`, `bad-descriptor` |
+| `sem`, `rsem` below the profile's `semaphores`; `tgt` a global core of the mesh | `bad-semaphore`, `bad-target` |
+| `mark.pop` only inside a `mark.push` region | `bad-region` |
+
+Shift amounts are taken modulo 32 (`shli.d`: 64); `vrot` amounts modulo 128 or 8.
+docs/safety.md lists the checks of the schedule (races, deadlocks, semaphores left
+non-zero, run-time bounds).
+"""
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ def listing(program: Program, stats: bool = False, compile_s: float | None = Non
     for kernel in program.kernels.values():
         out.append(f"kernel {kernel.name}: {len(kernel.code)} instructions")
         last = None
-        labels = {pc: name for name, pc in kernel.labels.items()}
+        labels: dict[int, list[str]] = {}
+        for name, pc in kernel.labels.items():
+            labels.setdefault(pc, []).append(name)
         for pc, word in enumerate(kernel.code):
             span = kernel.source_of(pc)
             key = (span.file, span.line) if span else None
@@ -24,8 +26,7 @@ def listing(program: Program, stats: bool = False, compile_s: float | None = Non
                 text = lines[span.line - 1].rstrip() if 0 < span.line <= len(lines) else ""
                 out.append(f"; {span.file}:{span.line}: {text.strip()}")
                 last = key
-            if pc in labels:
-                out.append(f"{labels[pc]}:")
+            out.extend(f"{name}:" for name in labels.get(pc, ()))
             try:
                 text = format_instr(*decode(int(word)))
             except EncodingError:

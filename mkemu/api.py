@@ -32,7 +32,7 @@ from mkemu.options import Options
 from mkemu.session import Session
 
 _REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
-_ASM_REFERENCE = re.compile(r"^\s*\.reference\s+(\S+)", re.M)
+_ASM_REFERENCE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)   # (a comment may follow)
 
 
 def compile(program: str, options: Options | None = None, **changes) -> Kernel:  # noqa: A001 (pl-style name)
@@ -225,7 +225,7 @@ def build_program(path: str, text: str, profile, params: dict[str, int]):
     if path.endswith(".s"):
         if params:
             raise ConfigError("params (--set) apply to .mk programs only", file=path)
-        return assemble(text, path)
+        return assemble(text, path, smem_bytes=profile.smem_bytes)
     from mkemu.cache import cached_program
 
     def build():

@@ -138,6 +138,19 @@ def test_a_reference_by_module_name(tmp_path, monkeypatch):
         mkemu.compile_source(source.replace("my_refs:twice", "no_such_refs:twice"), hw="test")
 
 
+def test_an_assembly_reference_may_be_followed_by_a_comment(tmp_path):
+    # the comment was taken as part of the reference's name, as the assembler does not
+    example = (ROOT / "programs" / "examples" / "vector_add.s").read_text()
+    (tmp_path / "vector_add_ref.py").write_text((ROOT / "programs" / "examples" / "vector_add_ref.py").read_text())
+    for comment in (" ; the numpy reference", "; same", "  # or so"):
+        source = example.replace(".reference vector_add_ref.py:reference",
+                                 ".reference vector_add_ref.py:reference" + comment)
+        kernel = mkemu.compile_source(source, filename=str(tmp_path / "va.s"), hw="test", mesh="1")
+        assert kernel.reference.__name__ == "reference"
+        assert kernel.program.reference == "vector_add_ref.py:reference"
+        assert kernel().check() is None
+
+
 def test_a_driven_program_runs_through_its_driver():
     k3 = mkemu.compile("k3_megakernel", model="k3-tiny", prompt_len=1, steps=2, trace=True)
     assert k3.is_driven
