@@ -24,7 +24,7 @@ import numpy as np
 from mkemu.tools.intervals import Spans, step_rate
 from mkemu.tools.trace_reader import Trace
 from mkemu.tools.trace_summary import NO_ROWS, index_by, traffic_segments
-from mkemu.tools.view import View, unit_runs, view
+from mkemu.tools.view import View, core_unit_runs, view
 
 BINS = 2000
 ROW_PX = 9                    # one shaded row
@@ -47,7 +47,8 @@ def timeline(trace: Trace, v: View | None = None, bins: int = BINS) -> dict:
     v = v or view(trace)
     edges = np.linspace(v.t0, v.t1, bins + 1)
     width = np.diff(edges)
-    runs = unit_runs(trace, v)
+    # Each core's unit runs, made as its rows are drawn (all cores' runs at once can take gigabytes).
+    runs_of = core_unit_runs(trace, v, v.gids)
     segs = traffic_segments(trace)
     by_resource = index_by(segs["resource"])
     length = segs["end"] - segs["start"]
@@ -61,6 +62,8 @@ def timeline(trace: Trace, v: View | None = None, bins: int = BINS) -> dict:
         return np.diff(spans.cumulative(edges)) / width
 
     per_chip: dict[int, list[dict]] = {chip: [] for chip in v.chips}
+    kinds = ["mxu" if u.startswith("mxu") else u for u in trace.units]
+    kind_of_unit = np.array([UNIT_ORDER.index(k) if k in UNIT_ORDER else -1 for k in kinds], np.int64)
     for gid in v.gids:
         c = trace.cores[gid]
         name = f"chip {c['chip']} core {c['core']}"
@@ -74,11 +77,11 @@ def timeline(trace: Trace, v: View | None = None, bins: int = BINS) -> dict:
         sel = wkeep & (wait["core"] == gid)
         rows.append({"label": f"{name} stalls", "kind": "stall",
                      "values": fraction(wait["start"][sel], wait["end"][sel])})
-        mine = runs["core"] == gid
-        kinds = np.array(["mxu" if u.startswith("mxu") else u for u in trace.units])
-        for kind in UNIT_ORDER:
-            sel = mine & np.isin(runs["unit"], np.flatnonzero(kinds == kind))
-            if sel.any():
+        _, runs = next(runs_of)
+        kind_of_run = kind_of_unit[runs["unit"]] if runs is not None else NO_ROWS
+        for k, kind in enumerate(UNIT_ORDER):
+            sel = np.flatnonzero(kind_of_run == k)
+            if sel.size:
                 rows.append({"label": f"{name} {kind}", "kind": kind,
                              "values": fraction(runs["start"][sel], runs["end"][sel])})
         for res in trace.resources:

@@ -61,7 +61,7 @@ class Trace:
         chip_of = np.array([c["chip"] for c in self.cores] or [0], np.int64)
         instr = tables["instr"]
         unit, occ, lat = self._per_pc(instr["launch"], instr["pc"])
-        instr.update(unit=unit, occupancy=occ, latency=lat, chip=chip_of[instr["core"]])
+        instr.update(unit=unit, occupancy=occ, latency=lat, chip=_gather(chip_of, instr["core"]))
         dma = tables["dma"]
         dma.update(src_chip=chip_of[dma["src_core"]], dst_chip=chip_of[dma["dst_core"]])
         wait = tables["wait"]
@@ -76,16 +76,24 @@ class Trace:
         raise AttributeError(name)
 
     def _per_pc(self, launch: np.ndarray, pc: np.ndarray):
-        """Gather unit/occupancy/latency per event from the per-kernel tables."""
-        out = [np.zeros(len(pc), np.int64) for _ in range(3)]
-        for index, info in enumerate(self.launches):
-            kernel = self.meta["kernels"][info["kernel"]]
-            sel = launch == index
-            if not sel.any():
-                continue
-            pcs = pc[sel]
-            for col, key in zip(out, ("unit", "occupancy", "latency")):
-                col[sel] = np.asarray(kernel[key], np.int64)[pcs]
+        """Gather unit/occupancy/latency per event from the per-kernel tables, in one
+        pass: the launched kernels' tables end to end, each launch's pcs offset by
+        where its kernel's table starts."""
+        kernels = self.meta["kernels"]
+        names = list(dict.fromkeys(info["kernel"] for info in self.launches))
+        first, at = {}, 0
+        for name in names:
+            first[name] = at
+            at += len(kernels[name]["text"])
+        offsets = np.array([first[info["kernel"]] for info in self.launches] or [0], np.int64)
+        # A type with room for every row's place in the joined table (offset + pc < at;
+        # the pcs were checked against their kernels), so the sum cannot wrap.
+        index = _gather(np.append(offsets, at), launch)
+        index += pc
+        out = []
+        for key in ("unit", "occupancy", "latency"):
+            table = np.array([v for name in names for v in kernels[name][key]] or [0], np.int64)
+            out.append(_gather(table, index))
         return out
 
     # -- lookups -------------------------------------------------------------
@@ -133,24 +141,179 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
         fail(f"trace format version {version} is not supported by this mkemu "
              f"(it reads version{'s' if len(SUPPORTED_VERSIONS) > 1 else ''} "
              f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
-    body = data[HEADER.size:]
+    body = memoryview(data)[HEADER.size:]
     if len(body) < packed_size:
         fail(f"truncated trace: the header promises {packed_size} compressed bytes, the file has {len(body)}")
     if len(body) > packed_size:
         fail(f"corrupted trace: {len(body) - packed_size} stray bytes after the compressed data")
     if zlib.crc32(body) != crc:
         fail("corrupted trace: checksum mismatch (the file was damaged after it was written)")
+    # A well-formed trace is decompressed a piece at a time, each column straight into
+    # its array, so the whole payload (36 bytes per instruction) is never held at
+    # once. Anything unusual about the file (a decompression error, columns not laid
+    # out one after another, any check failing) is read again the simple way, which
+    # gives the same error it always did.
+    streamed = _streamed(body, raw_size, path)
+    if streamed is not None:
+        return streamed
     try:
         raw = zlib.decompress(body)
     except zlib.error as exc:
         fail(f"corrupted trace: cannot decompress ({exc})")
     if len(raw) != raw_size:
         fail(f"corrupted trace: decompressed to {len(raw)} bytes, the header says {raw_size}")
-    if len(raw) < 8:
-        fail("corrupted trace: no metadata")
-    (meta_size,) = struct.unpack_from("<Q", raw)
+    return _parse_payload(_Whole(raw), path, fail)
+
+
+def _streamed(body: memoryview, raw_size: int, path: str) -> Trace | None:
+    """The trace read by streaming, or None if the file is anything but well-formed
+    and laid out as the writer lays it out (the whole-payload reading then decides)."""
     try:
-        meta = json.loads(raw[8:8 + meta_size].decode())
+        return _parse_payload(_Stream(body, raw_size), path, _refuse)
+    except Exception:  # noqa: BLE001 - any surprise: the whole-payload reading gives the error
+        return None
+
+
+class _Refused(Exception):
+    """The streamed reading met something it leaves to the whole-payload reading."""
+
+
+def _refuse(message: str):
+    raise _Refused(message)
+
+
+#: Elements converted at a time (a column is read in pieces of this many values).
+CHUNK = 1 << 20
+
+
+class _Whole:
+    """The decompressed payload, all of it in memory: columns in any order."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self.size = len(raw)
+
+    def head(self, n: int) -> bytes:
+        return self.raw[:n]
+
+    def column(self, offset: int, dtype: np.dtype, length: int):
+        for lo in range(0, length, CHUNK):
+            yield np.frombuffer(self.raw, dtype, min(CHUNK, length - lo), offset + lo * dtype.itemsize)
+
+    def done(self) -> None:
+        pass
+
+
+class _Stream:
+    """The payload decompressed front to back, a piece at a time: columns must follow
+    one another in the order of their offsets (as the writer lays them out)."""
+
+    INPUT = 1 << 20
+
+    def __init__(self, body: memoryview, raw_size: int):
+        self.body = body
+        self.size = raw_size
+        self.fed = 0
+        self.pos = 0                     # bytes of the payload handed out so far
+        self.inflate = zlib.decompressobj()
+        self.pending = b""
+
+    def read(self, n: int) -> bytes:
+        parts, got = [], 0
+        if self.pending:
+            part, self.pending = self.pending[:n], self.pending[n:]
+            parts.append(part)
+            got = len(part)
+        while got < n:
+            if self.inflate.unconsumed_tail:
+                src = self.inflate.unconsumed_tail
+            elif self.fed < len(self.body) and not self.inflate.eof:
+                src = self.body[self.fed:self.fed + self.INPUT]
+                self.fed += len(src)
+            else:
+                raise _Refused("the payload ends early")
+            part = self.inflate.decompress(src, n - got)
+            parts.append(part)
+            got += len(part)
+        self.pos += n
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def head(self, n: int) -> bytes:
+        """The first n bytes (again: they stay pending until the columns start)."""
+        if n > self.size:
+            raise _Refused("the metadata runs past the payload")
+        data = self.read(n)
+        self.pending, self.pos = data, 0
+        return data
+
+    def start_columns(self, base: int) -> None:
+        """The metadata (the first `base` bytes, pending) is read: the columns follow."""
+        if len(self.pending) != base:
+            raise _Refused("the columns do not follow the metadata")
+        self.pending, self.pos = b"", base
+
+    def column(self, offset: int, dtype: np.dtype, length: int):
+        if length and offset != self.pos:
+            raise _Refused("columns out of order")
+        for lo in range(0, length, CHUNK):
+            count = min(CHUNK, length - lo)
+            yield np.frombuffer(self.read(count * dtype.itemsize), dtype)
+
+    def done(self) -> None:
+        """The payload ended exactly where the columns did, as the header said."""
+        rest = self.inflate.decompress(self.inflate.unconsumed_tail + bytes(self.body[self.fed:]), 1)
+        if self.pending or rest or not self.inflate.eof or self.inflate.unused_data or self.pos != self.size:
+            raise _Refused("the payload does not end where it should")
+
+
+def _narrowest(lo: int, hi: int) -> np.dtype:
+    """The smallest signed integer type holding [lo, hi] with room to spare: the sum
+    or difference of two such values fits it too."""
+    for dtype in (np.int8, np.int16, np.int32):
+        half = (np.iinfo(dtype).max + 1) // 2
+        if -half <= lo and hi < half:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _convert(chunks, length: int, dtype: np.dtype, delta: bool, narrow: bool) -> np.ndarray:
+    """A column from its stored pieces: as float64 or int64 values (the cumulative sum
+    if delta-encoded); with `narrow`, integers in the smallest type that holds them."""
+    wide = np.float64 if dtype.kind == "f" else np.int64
+    if not narrow or wide is np.float64:
+        out = np.empty(length, wide)
+    else:
+        out = np.empty(length, np.int8)
+        lo = hi = 0
+    at = 0
+    carry = None
+    for piece in chunks:
+        values = piece.astype(wide)
+        if delta and values.size:
+            if carry is not None:
+                values[0] += carry      # the running sum goes on exactly as in one pass
+            np.cumsum(values, out=values)
+            carry = values[-1]
+        if narrow and wide is np.int64 and values.size:
+            lo, hi = min(lo, int(values.min())), max(hi, int(values.max()))
+            need = _narrowest(lo, hi)
+            if need.itemsize > out.dtype.itemsize:
+                out = out.astype(need)
+        out[at:at + values.size] = values
+        at += values.size
+    return out
+
+
+#: Tables kept in narrow integer types (the one with a row per instruction).
+NARROW_TABLES = ("instr",)
+
+
+def _parse_payload(payload, path: str, fail) -> Trace:
+    if payload.size < 8:
+        fail("corrupted trace: no metadata")
+    (meta_size,) = struct.unpack_from("<Q", payload.head(8))
+    try:
+        meta = json.loads(payload.head(8 + meta_size)[8:].decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(f"corrupted trace: bad metadata ({exc})")
     if not isinstance(meta, dict):
@@ -163,29 +326,37 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
     base = 8 + meta_size
     described = 0
     try:
+        specs = []
         for table, spec in meta["tables"].items():
-            cols = {}
+            tables[table] = {}
             lengths = set()
             for name, col in spec.items():
                 dtype = np.dtype(col["dtype"])
                 length, offset = int(col["length"]), int(col["offset"])
                 size = dtype.itemsize * length
-                if offset < 0 or base + offset + size > len(raw):
+                if offset < 0 or base + offset + size > payload.size:
                     fail(f"corrupted trace: column {table}.{name} runs past the end of the data")
-                values = np.frombuffer(raw, dtype, length, base + offset)
-                values = values.astype(np.float64 if dtype.kind == "f" else np.int64)
-                if col.get("delta"):
-                    values = np.cumsum(values)
-                cols[name] = values
+                if isinstance(payload, _Stream):
+                    specs.append((offset, table, name, dtype, length, bool(col.get("delta"))))
+                else:
+                    tables[table][name] = _convert(payload.column(base + offset, dtype, length), length, dtype,
+                                                   bool(col.get("delta")), table in NARROW_TABLES)
                 lengths.add(length)
                 described += size
             if len(lengths) > 1:
                 fail(f"corrupted trace: columns of table {table} have different lengths {sorted(lengths)}")
-            tables[table] = cols
+        if isinstance(payload, _Stream):
+            # In the order they follow one another in the payload, then listed as in the metadata.
+            payload.start_columns(base)
+            for offset, table, name, dtype, length, delta in sorted(specs, key=lambda s: s[0]):
+                tables[table][name] = _convert(payload.column(base + offset, dtype, length), length, dtype, delta,
+                                               table in NARROW_TABLES)
+            tables = {t: {n: tables[t][n] for n in spec} for t, spec in meta["tables"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         fail(f"corrupted trace: bad table description ({exc})")
-    if base + described != len(raw):
-        fail(f"corrupted trace: {len(raw) - base - described} bytes of data not described by the metadata")
+    if base + described != payload.size:
+        fail(f"corrupted trace: {payload.size - base - described} bytes of data not described by the metadata")
+    payload.done()
     for table, names in COLUMNS.items():
         if table not in tables:
             fail(f"corrupted trace: table {table} is missing")
@@ -199,6 +370,26 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
         return Trace(meta, tables, path)
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         fail(f"corrupted trace: inconsistent metadata ({type(exc).__name__}: {exc})")
+
+
+def _gather(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """table[index] in the smallest integer type that holds the table's values, a
+    piece at a time (indexing would convert the whole index to int64)."""
+    table = table.astype(_narrowest(int(table.min()), int(table.max())))
+    out = np.empty(index.size, table.dtype)
+    for lo in range(0, index.size, CHUNK):
+        np.take(table, index[lo:lo + CHUNK], out=out[lo:lo + CHUNK])
+    return out
+
+
+def _first_outside(pc: np.ndarray, launch_of: np.ndarray, lengths: np.ndarray) -> int:
+    """The first row whose pc lies outside its launch's kernel, or -1."""
+    for lo in range(0, pc.size, CHUNK):
+        piece = pc[lo:lo + CHUNK]
+        outside = np.flatnonzero((piece < 0) | (piece >= lengths[launch_of[lo:lo + CHUNK]]))
+        if outside.size:
+            return lo + int(outside[0])
+    return -1
 
 
 def _is_int(v) -> bool:
@@ -276,9 +467,9 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
     lengths = np.array([len(meta["kernels"][launch["kernel"]]["text"]) for launch in meta["launches"]], np.int64)
     for table in ("instr", "dma", "wait", "signal", "region"):
         pc, launch_of = tables[table]["pc"], tables[table]["launch"]
-        outside = np.flatnonzero((pc < 0) | (pc >= lengths[launch_of])) if pc.size else ()
-        if len(outside):
-            index = int(launch_of[outside[0]])
+        row = _first_outside(pc, launch_of, lengths)
+        if row >= 0:
+            index = int(launch_of[row])
             fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel "
                  f"{meta['launches'][index]['kernel']}")
     for table, col in (("dma", "res_start"), ("dma", "res_count")):

@@ -76,8 +76,13 @@ def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
     dma, rate = trace.dma, trace.rate
     if not rate["dma"].size:
         return {"row": np.zeros(0, np.int64), "start": np.zeros(0), "end": np.zeros(0), "bytes": np.zeros(0)}
-    row_of = {int(s): i for i, s in enumerate(dma["seq"])}
-    rows = np.array([row_of[int(s)] for s in rate["dma"]], np.int64)
+    seq = dma["seq"]
+    if seq.size and (seq[1:] > seq[:-1]).all():
+        # Sequence numbers in rising order (as written): each rate row's DMA by bisection.
+        rows = np.searchsorted(seq, rate["dma"]).astype(np.int64)
+    else:
+        row_of = {int(s): i for i, s in enumerate(seq)}
+        rows = np.array([row_of[int(s)] for s in rate["dma"]], np.int64)
     order = np.lexsort((np.arange(rows.size), rows))
     rows, start, r = rows[order], rate["cycle"][order].astype(float), rate["bytes_per_cycle"][order]
     end = np.empty_like(start)
@@ -94,14 +99,22 @@ def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
 
 def resource_segments(trace: Trace, segments: dict) -> dict[str, np.ndarray]:
     """Segments expanded to one row per resource each DMA crossed."""
+    seg, res = _crossings(trace, segments)
+    return {"resource": res, "start": segments["start"][seg], "end": segments["end"][seg],
+            "bytes": segments["bytes"][seg], "row": segments["row"][seg]}
+
+
+def _crossings(trace: Trace, segments: dict) -> tuple[np.ndarray, np.ndarray]:
+    """For each (segment, resource its DMA crossed): the segment and the resource."""
     dma = trace.dma
     counts = dma["res_count"][segments["row"]]
     seg = np.repeat(np.arange(segments["row"].size), counts)
-    first = np.repeat(dma["res_start"][segments["row"]], counts)
-    within = np.arange(seg.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    res = trace.dma_res["resource"][first + within] if seg.size else np.zeros(0, np.int64)
-    return {"resource": res, "start": segments["start"][seg], "end": segments["end"][seg],
-            "bytes": segments["bytes"][seg], "row": segments["row"][seg]}
+    if not seg.size:
+        return seg, np.zeros(0, np.int64)
+    # dma_res row: the DMA's first resource + the position within its list.
+    at = np.repeat(dma["res_start"][segments["row"]] - (np.cumsum(counts) - counts), counts)
+    at += np.arange(seg.size)
+    return seg, trace.dma_res["resource"][at]
 
 
 def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
@@ -112,12 +125,17 @@ def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
     leaves HBM out of a flow where the chip's engines together cannot outrun it: a
     DMA moves its bytes through its source chip's HBM if it reads HBM and through
     its destination chip's HBM if it writes HBM (once for a copy within one HBM).
+
+    Rows: the flow resources' (segment, resource) pairs in order, then the HBM reads,
+    then the HBM writes; each column is filled in place (no concatenated copies).
     """
     segs = dma_segments(trace)
-    res = resource_segments(trace, segs)
+    seg, res = _crossings(trace, segs)
     hbm_of = {r["chip"]: r["id"] for r in trace.resources if r["kind"] == "hbm"}
-    keep = ~np.isin(res["resource"], list(hbm_of.values()))
-    parts = [{k: v[keep] for k, v in res.items()}]
+    is_hbm = np.zeros(len(trace.resources), bool)
+    is_hbm[list(hbm_of.values())] = True
+    keep = ~is_hbm[res]
+    seg, res = seg[keep], res[keep]
     dma, rows = trace.dma, segs["row"]
     hbm = trace.meta["spaces"].index("hbm")
     reads = dma["src_space"][rows] == hbm
@@ -125,16 +143,27 @@ def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
     lookup = np.full(max(hbm_of, default=-1) + 2, -1, np.int64)
     for chip, rid in hbm_of.items():
         lookup[chip] = rid
-    for sel, chips in ((reads, dma["src_chip"][rows]), (writes, dma["dst_chip"][rows])):
-        parts.append({"resource": lookup[chips[sel]], "start": segs["start"][sel], "end": segs["end"][sel],
-                      "bytes": segs["bytes"][sel], "row": rows[sel]})
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    picks = [seg, np.flatnonzero(reads), np.flatnonzero(writes)]
+    out = {"resource": np.concatenate([res, lookup[dma["src_chip"][rows][reads]],
+                                       lookup[dma["dst_chip"][rows][writes]]])}
+    for key in ("start", "end", "bytes", "row"):
+        column = np.empty(sum(p.size for p in picks), segs[key].dtype)
+        at = 0
+        for p in picks:
+            np.take(segs[key], p, out=column[at:at + p.size])
+            at += p.size
+        out[key] = column
+    return out
 
 
 def _bytes_in(spans: Spans, start, end, nbytes) -> np.ndarray:
-    length = end - start
-    frac = np.divide(spans.overlap(start, end), length, out=np.zeros(length.size), where=length > 0)
-    return nbytes * frac
+    """Each segment's bytes times the fraction of it inside the spans (a piece at a time)."""
+    out = np.empty(len(nbytes))
+    for rows in pieces(out.size):
+        length = end[rows] - start[rows]
+        frac = np.divide(spans.overlap(start[rows], end[rows]), length, out=np.zeros(length.size), where=length > 0)
+        np.multiply(nbytes[rows], frac, out=out[rows])
+    return out
 
 
 def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
@@ -152,17 +181,32 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
         "filters": {"chips": chip_set, "cores": sorted({trace.cores[g]["core"] for g in gids}),
                     "region": region, "from": start, "to": end},
         "window_cycles": measure,
-        # Instructions issued inside the window (a one-cycle probe at the issue cycle).
-        "instructions": int((np.isin(instr["core"], gids)
-                             & (win.overlap(instr["issue"], instr["issue"] + 1) > 0)).sum()),
     }
-
-    # Per-unit busy fraction per core.
+    # Instructions issued inside the window (a one-cycle probe at the issue cycle), per
+    # core and unit the cycles it was busy inside it, and stalls on units and operands:
+    # a pass over the instructions a piece at a time. (The figures are sums of whole
+    # cycles, exact in float64 in any order, so they equal those of one pass.)
     units = [u for u in trace.units if u != "meta"]
-    busy_overlap = win.overlap(instr["issue"], instr["issue"] + instr["occupancy"])
     nunits = len(trace.units)
-    busy = np.bincount(instr["core"].astype(np.int64) * nunits + instr["unit"], busy_overlap,
-                       minlength=len(trace.cores) * nunits).reshape(-1, nunits)
+    chosen = _core_mask(trace, gids)
+    count = 0
+    busy = np.zeros(len(trace.cores) * nunits)
+    stalls = {r: 0.0 for r in STALL_REASONS}
+    for rows in pieces(instr["core"].size):
+        core = instr["core"][rows].astype(np.int64)
+        issue = instr["issue"][rows].astype(np.int64)
+        csel = chosen[core]
+        # Spans.overlap(a, b) is cumulative(b) - cumulative(a): each time computed once.
+        at_issue = win.cumulative(issue)
+        count += int((csel & (win.cumulative(issue + 1) - at_issue > 0)).sum())
+        busy += np.bincount(core * nunits + instr["unit"][rows],
+                            win.cumulative(issue + instr["occupancy"][rows]) - at_issue, minlength=busy.size)
+        dep_start = issue[csel] - instr["stall_dep"][rows][csel]
+        at_dep = win.cumulative(dep_start)
+        stalls["unit"] += float((at_dep - win.cumulative(dep_start - instr["stall_unit"][rows][csel])).sum())
+        stalls["dependency"] += float((at_issue[csel] - at_dep).sum())
+    out["instructions"] = count
+    busy = busy.reshape(-1, nunits)
     per_core = []
     for g in gids:
         cycles = busy[g]
@@ -193,14 +237,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
                           "peak_gb_per_s": res["bw_bytes_per_cycle"] * hz / 1e9})
     out["bandwidth"] = bandwidth
 
-    # Stalls by reason.
-    csel = np.isin(instr["core"], gids)
-    dep_end = instr["issue"]
-    dep_start = dep_end - instr["stall_dep"]
-    unit_start = dep_start - instr["stall_unit"]
-    stalls = {r: 0.0 for r in STALL_REASONS}
-    stalls["unit"] = float(win.overlap(unit_start[csel], dep_start[csel]).sum())
-    stalls["dependency"] = float(win.overlap(dep_start[csel], dep_end[csel]).sum())
+    # Stalls by reason (unit and dependency stalls were summed above).
     reasons = wait_reasons(trace)
     wsel = np.isin(wait["core"], gids)
     wcycles = win.overlap(wait["start"], wait["end"])
@@ -215,6 +252,25 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
 
 
 NO_ROWS = np.zeros(0, np.int64)
+
+#: Rows of the instruction table handled at a time: full-length temporaries of a
+#: 50-million-instruction trace would take gigabytes.
+CHUNK = 1 << 18
+
+
+def pieces(n: int, size: int | None = None):
+    """Slices [0, size), [size, 2 size), ... covering n rows (size: default CHUNK)."""
+    size = size or CHUNK
+    for lo in range(0, n, size):
+        yield slice(lo, min(lo + size, n))
+
+
+def _core_mask(trace: Trace, gids) -> np.ndarray:
+    """A lookup table: mask[gid] is True for the selected cores (`np.isin` without
+    sorting the column)."""
+    mask = np.zeros(len(trace.cores), bool)
+    mask[list(gids)] = True
+    return mask
 
 
 def index_by(keys: np.ndarray, rows: np.ndarray | None = None) -> dict[int, np.ndarray]:
@@ -346,7 +402,7 @@ def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | N
     best = None
     sel = np.flatnonzero(instr["core"] == core)
     if sel.size:
-        end = instr["issue"][sel]
+        end = instr["issue"][sel].astype(np.int64)
         stall = gap.overlap(end - instr["stall_dep"][sel] - instr["stall_unit"][sel], end)
         i = int(np.argmax(stall))
         if stall[i] > 0:
@@ -369,15 +425,26 @@ def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | N
 
 def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
     instr, dma = trace.instr, trace.dma
-    compute_ids = [i for i, u in enumerate(trace.units) if u in COMPUTE_UNITS or u.startswith("mxu")]
-    busy = np.flatnonzero(np.isin(instr["unit"], compute_ids) & (instr["occupancy"] > 0))
-    busy_by = index_by(instr["core"][busy], busy)
+    compute_unit = np.zeros(len(trace.units), bool)
+    compute_unit[[i for i, u in enumerate(trace.units) if u in COMPUTE_UNITS or u.startswith("mxu")]] = True
+    chosen = _core_mask(trace, gids)
+    # Each selected core's compute busy time, as the union of the unions of each piece
+    # of the instruction table (a union is the same set whichever way it is built).
+    parts: dict[int, list[Spans]] = {g: [] for g in gids}
+    for rows in pieces(instr["core"].size):
+        busy = np.flatnonzero(compute_unit[instr["unit"][rows]] & (instr["occupancy"][rows] > 0)
+                              & chosen[instr["core"][rows]])
+        issue = instr["issue"][rows][busy].astype(np.int64)
+        end = issue + instr["occupancy"][rows][busy]
+        for g, sel in index_by(instr["core"][rows][busy]).items():
+            parts[g].append(Spans.union(issue[sel], end[sel]))
     begun = np.flatnonzero(dma["begun"] >= 0)
     begun_by = index_by(dma["src_core"][begun], begun)
     rows = []
     for g in gids:
-        sel = busy_by.get(g, NO_ROWS)
-        compute = Spans.union(instr["issue"][sel], instr["issue"][sel] + instr["occupancy"][sel]).intersect(win)
+        mine = parts[g]
+        compute = Spans.union(np.concatenate([p.starts for p in mine] or [NO_ROWS]),
+                              np.concatenate([p.ends for p in mine] or [NO_ROWS])).intersect(win)
         dsel = begun_by.get(g, NO_ROWS)
         moving = Spans.union(dma["begun"][dsel], dma["done"][dsel]).intersect(win)
         both = compute.intersect(moving).total

@@ -11,7 +11,7 @@ import numpy as np
 
 from mkemu.errors import ConfigError
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import selected_cores
+from mkemu.tools.trace_summary import NO_ROWS, index_by, pieces, selected_cores
 
 
 @attrs.frozen
@@ -49,18 +49,33 @@ def unit_runs(trace: Trace, v: View) -> dict[str, np.ndarray]:
     (the next issued when the previous one frees the unit, or earlier) become one run.
     Columns: core, unit, start, end (cut to the window), count (instructions in the
     run), first (row in the `instr` table of its first instruction)."""
-    instr = trace.instr
-    rows = np.flatnonzero((instr["occupancy"] > 0) & v.has_core(instr["core"]))
-    start = instr["issue"][rows]
+    parts = [runs for _, runs in core_unit_runs(trace, v) if runs is not None]
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return {"core": empty, "unit": empty, "start": empty, "end": empty, "count": empty, "first": empty}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def core_unit_runs(trace: Trace, v: View, gids=None):
+    """`unit_runs` one core at a time: (gid, runs, or None if it has none) for each of
+    `gids` in that order (default: the selected cores in the order of their ids, whose
+    runs together are `unit_runs`). Only one core's rows and runs are held at once."""
+    for gid, rows in core_rows(trace, sorted(set(v.gids)) if gids is None else gids):
+        yield gid, _core_runs(trace.instr, v, rows)
+
+
+def _core_runs(instr: dict, v: View, rows: np.ndarray) -> dict[str, np.ndarray] | None:
+    """`unit_runs` of one core, given its rows of the `instr` table in order."""
+    rows = rows[instr["occupancy"][rows] > 0]
+    start = instr["issue"][rows].astype(np.int64)
     end = start + instr["occupancy"][rows]
     keep, _, _ = v.clip(start, end)
     rows, start, end = rows[keep], start[keep], end[keep]
-    core, unit = instr["core"][rows], instr["unit"][rows]
-    order = np.lexsort((start, unit, core))
+    core, unit = instr["core"][rows].astype(np.int64), instr["unit"][rows].astype(np.int64)
+    order = np.lexsort((start, unit))
     rows, core, unit, start, end = rows[order], core[order], unit[order], start[order], end[order]
     if not rows.size:
-        empty = np.zeros(0, np.int64)
-        return {"core": empty, "unit": empty, "start": empty, "end": empty, "count": empty, "first": empty}
+        return None
     reach = end.copy()
     new = np.ones(rows.size, bool)
     same = (core[1:] == core[:-1]) & (unit[1:] == unit[:-1])
@@ -72,3 +87,24 @@ def unit_runs(trace: Trace, v: View) -> dict[str, np.ndarray]:
     count = np.diff(np.append(heads, rows.size))
     return {"core": core[heads], "unit": unit[heads], "start": np.clip(start[heads], v.t0, v.t1),
             "end": np.clip(run_end, v.t0, v.t1), "count": count, "first": rows[heads]}
+
+
+def core_rows(trace: Trace, gids):
+    """(gid, its rows of the `instr` table in order) for each of `gids`, one at a time,
+    found without a full-length sort: the table comes in blocks of one core (a
+    launch's instructions core by core), so only the blocks' bounds are looked for."""
+    core = trace.instr["core"]
+    cuts = [np.flatnonzero(core[rows.start + 1:rows.stop + 1] != core[rows.start:rows.stop]) + rows.start + 1
+            for rows in pieces(max(core.size - 1, 0))]
+    bounds = np.concatenate([[0], *cuts, [core.size]]) if core.size else np.zeros(1, np.int64)
+    starts, ends = bounds[:-1], bounds[1:]
+    if starts.size > 4096 + core.size // 64:
+        # Not in blocks after all: one stable sort.
+        by_core = index_by(core)
+        for g in gids:
+            yield g, by_core.get(g, NO_ROWS)
+        return
+    owner = core[starts] if starts.size else NO_ROWS
+    for g in gids:
+        blocks = np.flatnonzero(owner == g).tolist()
+        yield g, (np.concatenate([np.arange(starts[b], ends[b]) for b in blocks]) if blocks else NO_ROWS)
