@@ -172,6 +172,7 @@ SCALAR_BINARY = {
 }
 SCALAR_MUL = {"mul": "{a} * {b}"}
 SCALAR_DIV = {"div": "idiv({a}, {b})", "rem": "irem({a}, {b})"}
+DIV_NOTE = "; the quotient truncates toward zero, the remainder takes the sign of sa; by zero faults"
 BRANCHES = {"beq": "==", "bne": "!=", "blt": "<", "bge": ">="}
 
 # Vector ALU: name -> per-element expression over a and b (in the view of the type).
@@ -225,9 +226,10 @@ def _declare() -> list[dict]:
                 imm = "if imm == 0:\n    err = fault(E, E_DIV_IMM, 0, 0, 0, 0)\nelse:\n" + \
                     "\n".join("    " + line for line in imm.splitlines())
             add(g, name, [_s("sd", "w"), _s("sa"), _s("sb")], "{sd}, {sa}, {sb}", "scalar", timing,
-                "scalar", exec=reg, doc=f"sd = sa {name} sb (int32; division truncates, by zero faults).")
+                "scalar", exec=reg, doc=f"sd = sa {name} sb (int32{DIV_NOTE if table is SCALAR_DIV else ' wrapping'}).")
             add(g, name + "i", [_s("sd", "w"), _s("sa"), _i("imm", IMM32)], "{sd}, {sa}, {imm}",
-                "scalar", timing, "scalar", exec=imm, doc=f"sd = sa {name} imm (int32).")
+                "scalar", timing, "scalar", exec=imm,
+                doc=f"sd = sa {name} imm (int32{DIV_NOTE if table is SCALAR_DIV else ' wrapping'}).")
     for name, op in BRANCHES.items():
         add(g, name, [_s("sa"), _s("sb"), _i("target", TARGET)], "{sa}, {sb}, {target}",
             "scalar", "branch", "branch", exec=_jump(f"S[sa] {op} S[sb]"),
@@ -283,7 +285,9 @@ def _declare() -> list[dict]:
             "{va}, {off}({sa}), {stride}, {mask}", "vst", "vst", "vmem",
             memory=(("vmem", "w", "tile"),), elem_bytes=size,
             exec=f"err = vstore(VMEM, VMEM16, VMEM32, V, M, MR, va, S[sa] + off, S[stride], mask, {size}, E)",
-            doc="Store 8 rows of 128 lanes (bf16: rounded to nearest even); masked-off elements are not written.")
+            doc="Store 8 rows of 128 lanes" + (" as bf16, each f32 rounded to nearest even" if ty == "bf16" else
+                                                " of 32-bit words") + " to VMEM byte address sa + off + r*stride; "
+                "masked-off elements are not written.")
 
     # -- vector ALU --------------------------------------------------------------
     g = "valu"
@@ -300,7 +304,7 @@ def _declare() -> list[dict]:
             add(g, "vshr.i32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
                 "valu", "valu", "elementwise", exec=_each("V[vd, i] = V[va, i] >> (V[vb, i] & 31)"),
                 types=("i32",) * 3,
-                doc="vd = va shr vb, int32 wrapping.")
+                doc="vd = va shifted right by vb & 31, filling with zeros (logical).")
     add(g, "vabs.f32", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "elementwise",
         exec=_each("V[vd, i] = V[va, i] & 0x7FFFFFFF"), types=("f32", "f32"), doc="vd = |va|.")
     add(g, "vmov", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "elementwise",
@@ -317,7 +321,8 @@ def _declare() -> list[dict]:
             add(g, f"vcmp{name}.{ty}", [_m("md", "w"), _v("va"), _v("vb")], "{md}, {va}, {vb}",
                 "valu", "valu", "compare", exec=_set_mask(f"{view}[va, i] {op} {view}[vb, i]"),
                 types=(ty, ty, "mask"),
-                doc=f"md = va {name} vb per element ({ty}); NaN compares unordered.")
+                doc=f"md = va {name} vb per element ({ty})" + ("; NaN compares unordered (only ne is true)."
+                                                               if ty == "f32" else ", signed."))
     add(g, "vsel", [_v("vd", "w"), _m("mk"), _v("va"), _v("vb")], "{vd}, {mk}, {va}, {vb}",
         "valu", "valu", "select", exec=_each("V[vd, i] = V[va, i] if M[mk, i] else V[vb, i]"),
         doc="vd = mk ? va : vb per element (raw bits).")
