@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError, not_text
+from mkemu.errors import ConfigError, SourceError, not_text
 from mkemu.options import Options
 from mkemu.session import Session
 
@@ -86,9 +86,19 @@ class Kernel:
 
         profile = load_profile(options.hw)
         mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
-        declared = (_ASM_REFERENCE if path.endswith(".s") else _REFERENCE).search(text)
-        reference = runner.load_reference_named(declared.group(1), path) if declared else None
         params = dict(options.params)
+        declared = (_ASM_REFERENCE if path.endswith(".s") else _REFERENCE).search(text)
+        try:
+            # Before compiling: a driver's params are part of the build.
+            reference = runner.load_reference_named(declared.group(1), path) if declared else None
+        except ConfigError:
+            # A program in error is reported as such (with the line and caret of its
+            # reference, if that is what is wrong), not by its reference alone.
+            try:
+                build_program(path, text, profile, params)
+            except SourceError as compile_error:
+                raise compile_error from None
+            raise
         if is_driver(reference):
             if hasattr(reference, "params"):
                 params = {**reference.params(options.driver_options(), machine_info(profile, mesh)), **params}
@@ -177,7 +187,7 @@ class Kernel:
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
-        return self.reference(dict(inputs), **kwargs)
+        return runner.call_reference(self.reference, dict(inputs), kwargs, self.path)
 
     def _machine(self):
         from mkemu.emulator.machine import Machine

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import traceback
 from pathlib import Path
 
 import attrs
@@ -159,6 +160,26 @@ def _guard(load, shown: str, program_path: str | None):
     except Exception as exc:  # a broken reference file is the user's error, not ours
         raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {exc}",
                           file=program_path) from None
+
+
+def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
+    """fn(inputs, **kwargs): a reference function that raises is the user's error,
+    reported naming the function and the line of its file it failed at."""
+    try:
+        return fn(inputs, **kwargs)
+    except MkemuError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
+        raise ConfigError(f"reference function {fn.__qualname__} raised {type(exc).__name__}: {exc}"
+                          f"{_failed_at(exc, fn)}", file=program_path) from None
+
+
+def _failed_at(exc: Exception, fn) -> str:
+    """' (at FILE:LINE)': the innermost frame in fn's own file, else the innermost one."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    mine = [f for f in frames if f.filename == home] or frames[-1:]
+    return f" (at {mine[-1].filename}:{mine[-1].lineno})" if mine else ""
 
 
 def _package_of(path: Path) -> str | None:

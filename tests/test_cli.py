@@ -256,3 +256,39 @@ def test_a_directory_given_as_the_program_is_named_as_one(capsys, tmp_path):
     code, out, err = cli(capsys, "run", str(folder))
     assert code == 1 and out == ""
     assert err.strip() == f"{folder}: error: cannot read program: it is a directory"
+
+
+COPY = """\
+reference "r.py:ref";
+kernel k(a: hbm f32[8, 128], out: hbm f32[8, 128]) {
+    vmem x: f32[8, 128];
+    sem s;
+    start copy(a, x, s);
+    wait copy(a, x, s);
+    start copy(x, out, s);
+    wait copy(x, out, s);
+}
+"""
+
+
+def test_a_reference_that_raises_is_an_error_naming_it_and_its_line(capsys, tmp_path):
+    (tmp_path / "r.py").write_text("def ref(inputs, chips, cores_per_chip):\n"
+                                   "    return {'out': missing_name}\n")
+    (tmp_path / "p.mk").write_text(COPY)
+    code, _, err = cli(capsys, "run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1x1x1")
+    assert code == 1
+    assert "reference function ref raised NameError: name 'missing_name' is not defined" in err, err
+    assert f"(at {tmp_path / 'r.py'}:2)" in err, err
+
+
+def test_a_program_in_error_is_reported_before_its_missing_reference(capsys, tmp_path):
+    # The reference is loaded before compiling (a driver's params go into the build), but
+    # a program that does not compile is reported as a compile error, with its caret.
+    (tmp_path / "p.mk").write_text(COPY.replace("sem s;", "sem s").replace("r.py", "nope.py"))
+    code, _, err = cli(capsys, "run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1x1x1")
+    assert code == 1
+    assert "p.mk:5:5: error: unexpected 'start'" in err, err
+    (tmp_path / "p.mk").write_text(COPY.replace("r.py", "nope.py"))
+    code, _, err = cli(capsys, "run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1x1x1")
+    assert code == 1
+    assert "p.mk:1:1: error: reference file 'nope.py' not found" in err and "^^^" in err, err
