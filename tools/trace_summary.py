@@ -39,8 +39,9 @@ def region_label(trace: Trace, name_id: int, index: int) -> str:
 
 def window(trace: Trace, gids: list[int], region: str | None = None, start=None, end=None) -> Spans:
     launches = Spans.union([l["start"] for l in trace.launches], [l["end"] for l in trace.launches])
-    lo = -np.inf if start is None else start
-    hi = np.inf if end is None else end
+    # An open end is the launches' own (a bound at infinity has no finite length to cut).
+    lo = (launches.starts[0] if len(launches) else 0) if start is None else start
+    hi = (launches.ends[-1] if len(launches) else 0) if end is None else end
     spans = launches.intersect(Spans.of(lo, hi)) if (start is not None or end is not None) else launches
     if region is not None:
         s, e = region_intervals(trace, gids, region)

@@ -70,6 +70,9 @@ def test_filters(dma_bound):
     assert [(u["chip"], u["core"]) for u in one["units"]] == [(0, 1)]
     early = summarize(t, start=1000, end=1016)
     assert early["window_cycles"] == 16 and _hbm(early)["bytes"] == 0
+    # One open end: the window runs to the launches' own start or end (it was 0 cycles).
+    assert summarize(t, end=1016)["window_cycles"] == 16
+    assert summarize(t, start=1016)["window_cycles"] == dma_bound.result.cycles - 1016
     region = summarize(t, region="copy")
     assert region["window_cycles"] == 8 * 4              # 8 rounds of 4 one-cycle instructions
     assert summarize(t, region="kernel:main")["window_cycles"] == dma_bound.result.cycles - 1000
