@@ -241,7 +241,7 @@ class Core:
                               self.mx_lhs, self.mx_acc, self.rstack, self.rstat, self.races,
                               self.access_log, self.readback, self.trace_rows, self.trace_regions)
             if self.trace is not None:
-                self.trace.drain(self)
+                self.trace.drain(self, force=code == lp.EXIT_FAULT)
             if code == lp.EXIT_GLOBAL:
                 return self.decoded.ops[self.I[lp.H_PC]], int(self.I[lp.H_ISSUE])
             if code == lp.EXIT_FAULT:

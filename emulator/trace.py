@@ -5,19 +5,22 @@ every instruction issue (core, pc, issue cycle, cycles stalled on its unit and o
 its operands), semaphore and barrier waits, semaphore signals, every DMA (issue,
 begin, end, bytes, memories, chips and cores, the flow resources it crossed and
 its rate over time), and source regions (`mark.push`/`mark.pop`). Events go into
-flat lists of ints (instructions: 4 per issue, moved into int64 numpy chunks
-every million values), not objects per event, and become numpy columns when the
-trace is serialised. Unit, latency and occupancy are not stored per event: they
-are per pc in the kernel table of the trace metadata.
+flat arrays of ints (instructions: 4 int64 per issue, in numpy chunks of at least
+half a core buffer), not objects per event. Unit, latency and occupancy are not
+stored per event: they are per pc in the kernel table of the trace metadata.
 
 Recording off costs one `is not None` test per machine event and one flag test per
 instruction in the compiled issue loop. With a recorder the loop writes fixed-size
-rows into each core's preallocated buffers (`Core.trace_rows`, `Core.trace_regions`)
-and hands them over whenever it returns to Python (`CoreSink.drain`), so region rows
-reach the file in the order the run closed them.
+rows into each core's preallocated buffers (`Core.trace_rows`, `Core.trace_regions`).
+Region rows are handed over whenever the loop returns to Python (`CoreSink.drain`),
+so they reach the file in the order the run closed them; instruction rows (kept per
+core and launch, so their order does not depend on when) once the buffer is half
+full, at a fault and at the end of the launch.
 
 `Recorder.to_bytes()` gives the trace file (format: docs/traces.md); its bytes
-depend only on the run, so the same run gives the same file.
+depend only on the run, so the same run gives the same file. It compresses the
+payload a column piece at a time: the whole uncompressed payload (36 bytes per
+instruction) is never held at once.
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ class Recorder:
     def on_launch_end(self, machine) -> None:
         index = len(self.launches) - 1
         for core in machine.cores:
+            core.trace.drain(core, force=True)
             # A core that halts inside a region closes it at its halt cycle, innermost first.
             opened = core.open_regions()
             for depth in range(len(opened) - 1, -1, -1):
@@ -186,19 +190,24 @@ class Recorder:
 
     def columns(self) -> dict[str, dict[str, np.ndarray]]:
         """Every table as numpy columns (the in-memory form of the file)."""
-        parts = []
+        out = {"instr": {name: np.concatenate([np.zeros(0, np.int64), *self._instr_pieces(name)])
+                         for name in TABLES["instr"]}}
+        out.update(self._small_tables())
+        return out
+
+    def _instr_pieces(self, name: str):
+        """The instr table's column `name` (int64), one drained chunk at a time."""
+        at = ("pc", "issue", "stall_unit", "stall_dep").index(name) if name not in ("core", "launch") else None
         for core, launch, chunks in self.instr:
-            rows = np.concatenate(chunks) if chunks else np.zeros((0, 4), np.int64)
-            parts.append((np.full(len(rows), core, np.int64), np.full(len(rows), launch, np.int64), rows))
-        if parts:
-            core = np.concatenate([p[0] for p in parts])
-            launch = np.concatenate([p[1] for p in parts])
-            rows = np.concatenate([p[2] for p in parts])
-        else:
-            core = launch = np.zeros(0, np.int64)
-            rows = np.zeros((0, 4), np.int64)
-        out = {"instr": {"core": core, "launch": launch, "pc": rows[:, 0], "issue": rows[:, 1],
-                         "stall_unit": rows[:, 2], "stall_dep": rows[:, 3]}}
+            for rows in chunks:
+                if at is not None:
+                    yield rows[:, at]
+                else:
+                    yield np.full(len(rows), core if name == "core" else launch, np.int64)
+
+    def _small_tables(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every table but instr as numpy columns."""
+        out = {}
         dma = np.array([self.dmas[k] for k in sorted(self.dmas)], np.int64).reshape(-1, len(TABLES["dma"]))
         out["dma"] = dict(zip(TABLES["dma"], dma.T))
         out["dma_res"] = {"resource": np.frombuffer(self.dma_res, np.int64)}
@@ -215,21 +224,37 @@ class Recorder:
         meta = dict(self.meta, format="mkemu-trace", version=FORMAT_VERSION, end_cycle=self.end_cycle,
                     kernels=self.kernels, launches=self.launches, region_names=self.region_names,
                     tables={})
-        blobs, offset = [], 0
-        for table, cols in self.columns().items():
+        # Each column as a length and its pieces (the instr table's: one chunk at a time).
+        small = self._small_tables()
+        n_instr = sum(len(rows) for _, _, chunks in self.instr for rows in chunks)
+        columns, offset = [], 0
+        for table in TABLES:
             spec = {}
             for name, (dtype, delta) in TABLES[table].items():
-                values = np.asarray(cols[name]).astype(dtype)
-                if delta and values.size:
-                    values = np.diff(values, prepend=values.dtype.type(0))
-                spec[name] = {"dtype": dtype, "delta": delta, "length": int(values.size), "offset": offset}
-                blobs.append(values.tobytes())
-                offset += values.nbytes
+                if table == "instr":
+                    length, pieces = n_instr, self._instr_pieces(name)
+                else:
+                    length, pieces = small[table][name].size, iter([small[table][name]])
+                spec[name] = {"dtype": dtype, "delta": delta, "length": int(length), "offset": offset}
+                columns.append((np.dtype(dtype), delta, pieces))
+                offset += np.dtype(dtype).itemsize * length
             meta["tables"][table] = spec
         head = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-        raw = struct.pack("<Q", len(head)) + head + b"".join(blobs)
-        packed = zlib.compress(raw, 6)
-        return HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(raw), len(packed), zlib.crc32(packed)) + packed
+        raw_size = 8 + len(head) + offset
+        # zlib's output does not depend on how its input is split (no flushes in between):
+        # the bytes are those of compressing the whole payload at once.
+        deflate = zlib.compressobj(6)
+        packed = [deflate.compress(struct.pack("<Q", len(head)) + head)]
+        for dtype, delta, pieces in columns:
+            last = dtype.type(0)    # a delta column's running value, across pieces
+            for piece in pieces:
+                values = np.asarray(piece).astype(dtype)
+                if delta and values.size:
+                    values, last = np.diff(values, prepend=last), values[-1]
+                packed.append(deflate.compress(values.tobytes()))
+        packed.append(deflate.flush())
+        body = b"".join(packed)
+        return HEADER.pack(MAGIC, FORMAT_VERSION, 0, raw_size, len(body), zlib.crc32(body)) + body
 
 
 class CoreSink:
@@ -245,11 +270,12 @@ class CoreSink:
         ids = self.region_ids
         return ids[rid] if rid < len(ids) else self.recorder._region_id(f"region{rid}")
 
-    def drain(self, core) -> None:
-        """Take the rows the loop wrote into the core's buffers since the last call."""
+    def drain(self, core, force: bool = False) -> None:
+        """Take the region rows the loop wrote into the core's buffers since the last
+        call, and its instruction rows once they fill half the buffer (or `force`)."""
         I = core.I
         n = int(I[lp.H_NTR])
-        if n:
+        if n and (force or 2 * n >= len(core.trace_rows)):
             self.chunks.append(core.trace_rows[:n].copy())
             I[lp.H_NTR] = 0
         n = int(I[lp.H_NTRR])
