@@ -143,3 +143,36 @@ def test_unnamed_regions_and_regions_open_at_halt():
     assert trace.region_names == ["region3"]
     assert trace.region["index"].tolist() == [7, 7]
     assert (trace.region["end"] > trace.region["start"]).all()
+
+
+# Many returns to Python (a signal to itself every 3 instructions) over more rows than
+# half a core's trace buffer.
+SIGNAL_LOOP = """
+.kernel main
+    li s1, 3
+    li s2, {n}
+    rdsr s5, gcore
+loop:
+    sem.signal.r s1, s0, s5
+    addi s2, s2, -1
+    bne s2, s0, loop
+    halt
+"""
+
+
+def test_instruction_rows_are_kept_in_few_chunks_and_read_back_whole():
+    from mkemu.emulator.core import TRACE_ROWS
+
+    n = TRACE_ROWS // 3 * 2   # about 1.3 buffers of rows, each loop trip a return to Python
+    recorder = Recorder()
+    _, result = _run(SIGNAL_LOOP.format(n=n), recorder, mesh=(1, 1, 1), regions=())
+    assert result.instructions > TRACE_ROWS
+    for _, _, chunks in recorder.instr:
+        rows = sum(len(c) for c in chunks)
+        # at least half a buffer per chunk, but the last
+        assert len(chunks) <= 1 + rows // (TRACE_ROWS // 2), [len(c) for c in chunks]
+    trace = parse_trace(recorder.to_bytes())
+    assert trace.instr["core"].size == result.instructions
+    issue = trace.instr["issue"]
+    for core in np.unique(trace.instr["core"]):
+        assert (np.diff(issue[trace.instr["core"] == core]) >= 0).all()   # in issue order, none lost
