@@ -18,6 +18,7 @@ the emulator.
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -40,7 +41,10 @@ def compile(program: str, options: Options | None = None, **changes) -> Kernel: 
     (`mkemu programs` lists them); keyword arguments are `Options` fields."""
     from mkemu.shipped import resolve
 
-    path = resolve(program)
+    if not isinstance(program, (str, os.PathLike)):
+        raise ConfigError(f"program must be a file path or a shipped program's name, not {program!r}",
+                          key="program")
+    path = resolve(os.fspath(program))
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -55,6 +59,11 @@ def compile_source(text: str, filename: str = "<source>.mk", options: Options | 
     """Compile `.mk` source text (or `.s` text if `filename` ends in `.s`). Imports and a
     reference file are looked up relative to `filename`'s folder (the current folder
     for a bare name); errors name `filename`."""
+    if not isinstance(text, str):
+        raise ConfigError(f"compile_source takes the program's text (a str), not {type(text).__name__}",
+                          key="text")
+    if not isinstance(filename, str):
+        raise ConfigError(f"filename must be a str, not {filename!r}", key="filename")
     return Kernel._build(filename, text, Options.of(options, **changes))
 
 
@@ -164,30 +173,50 @@ class Kernel:
                                   file=self.path)
             session = self.session()
             figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
+            self._save_trace(figures, session.recorder)
             return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
         machine, recorder = self._machine()
         written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
         figures = machine.run().to_json()
         figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
+        self._save_trace(figures, recorder)
         outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype, b.shape)
                    for b in self.program.buffers if b.kind in ("output", "inout") and machine.holds_data(b.name)
                    for chip in range(self.chips)}
-        run = Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0,
-                  read=lambda chip, name: runner.from_storage(machine.read_buffer(chip, name),
-                                                               self.program.buffer(name).dtype,
-                                                               self.program.buffer(name).shape))
-        return run
+
+        def read(chip: int, name: str) -> np.ndarray:
+            buf = self.program.buffer(name)
+            try:
+                return runner.from_storage(machine.read_buffer(chip, name), buf.dtype, buf.shape)
+            except ValueError as exc:   # a timing-only run holds no data in it
+                raise ConfigError(str(exc), key=name) from None
+
+        return Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0, read=read)
+
+    def _save_trace(self, figures: dict, recorder) -> None:
+        """`trace` given as a path: the trace is written there (atomically) after the run."""
+        if isinstance(self.options.trace, str) and recorder is not None:
+            runner.atomic_write(self.options.trace, recorder.to_bytes())
+            figures["trace"] = self.options.trace
 
     def expected(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The program's reference applied to `inputs` (`name@chip` keys), by the
         reference contract: `chips`, `cores_per_chip` and, if it asks, `mesh`."""
-        if self.reference is None or self.is_driven:
+        if self.is_driven:
+            raise ConfigError("this program is run by its driver, which checks the outputs itself "
+                              "(report.bit_exact, report.mismatch)", file=self.path)
+        if self.reference is None:
             raise ConfigError("the program names no reference function to compute expected outputs",
                               file=self.path)
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
-        return runner.call_reference(self.reference, dict(inputs), kwargs, self.path)
+        expected = runner.call_reference(self.reference, dict(inputs), kwargs, self.path)
+        if not isinstance(expected, Mapping):
+            raise ConfigError(f"reference function {self.reference.__qualname__} returned "
+                              f"{type(expected).__name__}, not a dict of expected outputs (name or name@chip "
+                              "-> array)", file=self.path)
+        return expected
 
     def _machine(self):
         from mkemu.emulator.machine import Machine
@@ -204,24 +233,28 @@ class Kernel:
     def _write_inputs(self, machine, given: Mapping[str, np.ndarray], source: str | None = None) -> dict:
         names = {b.name for b in self.program.buffers}
         for key in given:
+            if not isinstance(key, str):
+                raise ConfigError(f"inputs are named by buffer ('name' or 'name@chip'), not {key!r}",
+                                  file=source, key=str(key))
             name, at, chip = key.partition("@")
             if name not in names:
                 raise ConfigError(f"no buffer named {name!r} in the program (buffers: {', '.join(sorted(names))})",
                                   file=source, key=key)
-            if at and not (chip.isdigit() and int(chip) < self.chips):
+            if at and not (chip.isdecimal() and str(int(chip)) == chip and int(chip) < self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
             runner.check_values(name, self.program.buffer(name).dtype, np.asarray(given[key]), file=source, key=key)
         written = {}
         for buf in self.program.buffers:
             for chip in range(self.chips):
-                array = given.get(f"{buf.name}@{chip}", given.get(buf.name))
+                key = f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in given else buf.name
+                array = given.get(key)
                 if array is None:
                     continue
                 written[f"{buf.name}@{chip}"] = array
                 try:
                     machine.write_buffer(chip, buf.name, runner.to_storage(np.asarray(array), buf.dtype))
                 except ValueError as exc:
-                    raise ConfigError(str(exc), file=source, key=buf.name) from None
+                    raise ConfigError(str(exc), file=source, key=key) from None
         return written
 
 
@@ -303,6 +336,8 @@ class Run:
 
     def output(self, name: str, chip: int = 0) -> np.ndarray:
         """Buffer `name` of chip `chip` after the run (any buffer, not only outputs)."""
+        if not isinstance(chip, (int, np.integer)) or isinstance(chip, bool) or not 0 <= chip < self.kernel.chips:
+            raise ConfigError(f"chip must be 0..{self.kernel.chips - 1}, not {chip!r}", key=f"{name}@{chip}")
         key = f"{name}@{chip}"
         if key in self.outputs:
             return self.outputs[key]
@@ -320,9 +355,18 @@ class Run:
         difference, or None; also records the outcome in the report."""
         if expected is None:
             expected = self.kernel.expected(self.inputs)
+        elif not isinstance(expected, Mapping):
+            raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
+                              f"{type(expected).__name__}", key="expected")
         mismatch = None
         for key, value in expected.items():
-            name, _, chip_text = key.partition("@")
+            if not isinstance(key, str):
+                raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", key=str(key))
+            name, at, chip_text = key.partition("@")
+            if at and not (chip_text.isdecimal() and str(int(chip_text)) == chip_text
+                           and int(chip_text) < self.kernel.chips):
+                raise ConfigError(f"{key!r}: chip must be 0..{self.kernel.chips - 1}",
+                                  file=self.kernel.program.reference or self.kernel.path, key=key)
             try:
                 buf = self.kernel.program.buffer(name)
             except KeyError:

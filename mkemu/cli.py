@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("others", metavar="PROGRAM", nargs="+")
     _machine_options(compare)
     _driver_options(compare)
+    compare.add_argument("--inputs", metavar="NPZ", help="input arrays for every (plain) program "
+                         "(default: generated from --seed)")
     compare.add_argument("--json", action="store_true")
     compare.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     compare.set_defaults(func=cmd_compare)
@@ -157,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     trace.set_defaults(func=cmd_trace)
 
     hw = sub.add_parser("hw", help="hardware profiles")
+    hw.set_defaults(func=lambda args: _usage(hw))
     hw_sub = hw.add_subparsers(metavar="ACTION")
     hw_list = hw_sub.add_parser("list", help="list the shipped profiles")
     hw_list.set_defaults(func=cmd_hw_list)
@@ -165,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     hw_show.set_defaults(func=cmd_hw_show)
 
     model = sub.add_parser("model", help="model configs (Kimi K3 shapes)")
+    model.set_defaults(func=lambda args: _usage(model))
     model_sub = model.add_subparsers(metavar="ACTION")
     model_list = model_sub.add_parser("list", help="list the shipped model configs")
     model_list.set_defaults(func=cmd_model_list)
@@ -172,6 +176,12 @@ def _parser() -> argparse.ArgumentParser:
     model_show.add_argument("name", metavar="NAME|PATH")
     model_show.set_defaults(func=cmd_model_show)
     return parser
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    """A command given without its action (`mkemu hw`): its usage on stderr, exit 2."""
+    p.print_help(sys.stderr)
+    return 2
 
 
 def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
@@ -299,7 +309,7 @@ def cmd_compare(args) -> int:
     # Every program must be there before the first one's run, which may take a while.
     files = [resolve(file) for file in (args.first, *args.others)]
     options = _options(args)
-    reports = [execute(file, options, progress=_Progress())[0] for file in files]
+    reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:
@@ -318,6 +328,12 @@ def cmd_trace(args) -> int:
     from mkemu.tools import trace_diff, trace_summary
     from mkemu.tools.trace_reader import read_trace
 
+    for flag, value in (("--from", args.start), ("--to", args.end), ("--top", args.top)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{flag} must be 0 or more, not {value}", key=flag)
+    if args.start is not None and args.end is not None and args.end <= args.start:
+        raise ConfigError(f"--to {args.end} is not after --from {args.start}: the window [from, to) is empty",
+                          key="--to")
     filters = dict(chips=args.chip, cores=args.core, region=args.region, start=args.start, end=args.end)
     if args.path == "diff":
         if len(args.others) != 2:
@@ -428,6 +444,9 @@ def cmd_tune(args) -> int:
     _check_scale_out(args)
     if args.budget < 1:
         raise ConfigError(f"--budget must be at least 1, got {args.budget}", key="--budget")
+    if args.timing_only:
+        raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
+                          "tune with data runs (a smaller --model)", key="--timing-only")
     base = trial(resolve(args.file), _options(args), args.inputs)
     params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
@@ -464,10 +483,14 @@ def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
         try:
             if not name.isidentifier():
                 raise ValueError
-            out[name] = tuple(int(v, 0) for v in values.split(",")) if sep else None
+            values = tuple(int(v, 0) for v in values.split(",")) if sep else None
         except ValueError:
             raise ConfigError(f"--param wants NAME or NAME=V1,V2,... with integer values, got {item!r}",
                               key="--param") from None
+        if name in out:
+            raise ConfigError(f"--param {name} is given twice; give its values once: --param {name}=V1,V2,...",
+                              key=f"--param {name}")
+        out[name] = values
     return out
 
 
@@ -490,6 +513,12 @@ def cmd_sweep(args) -> int:
 
     _check_scale_out(args)
     axes = [parse_axis(item) for item in args.hw_set]
+    seen = set()
+    for axis in axes:
+        if axis.key in seen:
+            raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
+                              key="--hw-set")
+        seen.add(axis.key)
     if args.mesh:
         axes.append(mesh_axis(args.mesh))
     if not axes:

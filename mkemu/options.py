@@ -10,6 +10,8 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from mkemu.emulator.config import CHECKS, DMA_ORDERS, SCHEDULES, RunConfig
@@ -62,6 +64,28 @@ def _one_of(choices):
     return check
 
 
+def _check_names(value):
+    if isinstance(value, str) or value is None:
+        raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",
+                          key="checks")
+    try:
+        return frozenset(value)
+    except TypeError:
+        raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",
+                          key="checks") from None
+
+
+def _param_dict(value):
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"params must be a dict NAME -> integer, not {value!r}", key="params")
+    return dict(value)
+
+
+def _bool(instance, attribute, value):
+    if not isinstance(value, bool):
+        raise ConfigError(f"{attribute.name} must be True or False, not {value!r}", key=attribute.name)
+
+
 def _checks(instance, attribute, value):
     unknown = sorted(set(value) - set(CHECKS))
     if unknown:
@@ -110,19 +134,19 @@ class Options:
     seed: int = attrs.field(default=0, validator=_int(0))
     max_cycles: int = attrs.field(default=10**12, validator=_int(1))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
-    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset, validator=_checks)
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names, validator=_checks)
     max_instructions: int = attrs.field(default=50_000_000, validator=_int(1))
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = attrs.field(default=0, validator=_int(0))
-    params: dict[str, int] = attrs.field(factory=dict, converter=dict, validator=_params)
+    params: dict[str, int] = attrs.field(factory=dict, converter=_param_dict, validator=_params)
     trace: str | bool | None = attrs.field(default=None, validator=_trace)
     model: str | None = attrs.field(default=None, validator=_optional_str)
     batch: int | None = attrs.field(default=None, validator=_int(optional=True))
     prompt_len: int | None = attrs.field(default=None, validator=_int(optional=True))
     steps: int | None = attrs.field(default=None, validator=_int(optional=True))
-    check_layers: bool = False
+    check_layers: bool = attrs.field(default=False, validator=_bool)
     dump: str | None = attrs.field(default=None, validator=_optional_str)
-    timing_only: bool = False
+    timing_only: bool = attrs.field(default=False, validator=_bool)
     routing: str | None = attrs.field(default=None, validator=_optional_str)
     routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
     record_routing: str | None = attrs.field(default=None, validator=_optional_str)
@@ -133,6 +157,11 @@ class Options:
     def _hw(self, attribute, value):
         if not isinstance(value, str) or not value:
             raise ConfigError(f"hw must be a profile name or a TOML path, not {value!r}", key="hw")
+
+    def __attrs_post_init__(self):
+        if self.routing is not None and self.routing_skew is not None:
+            raise ConfigError("--routing replays recorded router choices and --routing-skew draws synthetic "
+                              "ones: give one of them", key="--routing-skew")
 
     def run_config(self) -> RunConfig:
         """The emulator's view of these options."""
@@ -158,6 +187,9 @@ class Options:
     @classmethod
     def of(cls, options: Options | None = None, **changes) -> Options:
         """`options` (or the defaults) with `changes`, validated; unknown names are an error."""
+        if options is not None and not isinstance(options, cls):
+            raise ConfigError(f"options must be an mkemu.Options (or give its fields as keyword arguments), "
+                              f"not {type(options).__name__}", key="options")
         known = {a.name for a in attrs.fields(cls)}
         unknown = sorted(set(changes) - known)
         if unknown:

@@ -17,7 +17,6 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mkemu import runner
 from mkemu.api import compile as compile_program
 from mkemu.options import Options
 
@@ -62,9 +61,7 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
         run.check()
         report["reference"] = kernel.program.reference
     render = getattr(kernel.reference, "render", render_plain) if kernel.is_driven else render_plain
-    if isinstance(options.trace, str):
-        runner.atomic_write(options.trace, run.report.trace_bytes)
-        report["trace"] = options.trace
+    # (a trace given as a path was written by the run: report["trace"] names it)
     report["program"] = kernel.path
     report["compile_s"] = round(kernel.compile_s, 3)
     report["wall_s"] = round(time.perf_counter() - wall0, 3)
@@ -171,4 +168,7 @@ def compare_text(*reports: dict) -> str:
                           [f"{first / r['us_per_step']:.2f}x" if r["us_per_step"] else "-" for r in reports]))
     else:
         lines += [row("cycles", "cycles", "{:,}"), row("HBM bytes", "hbm_bytes", "{:,}")]
+        first = reports[0].get("cycles")
+        lines.append(line(f"speedup (vs {names[0]})",
+                          [f"{first / r['cycles']:.2f}x" if first and r.get("cycles") else "-" for r in reports]))
     return "\n".join(lines)

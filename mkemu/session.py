@@ -89,6 +89,8 @@ class Session:
             check_values(name, buf.dtype, values)
         # (MXFP4: its bytes, values then scales)
         data = values if bits is not None else to_storage(values, buf.dtype)
+        if chip is not None:
+            self._check_chip(chip, name)
         if chip is None:
             self._machine.write_buffer_all(name, data)
         else:
@@ -96,7 +98,15 @@ class Session:
 
     def read(self, name: str, chip: int = 0) -> np.ndarray:
         buf = self._buffer(name)
-        return from_storage(self._machine.read_buffer(chip, name), buf.dtype, buf.shape)
+        self._check_chip(chip, name)
+        try:
+            return from_storage(self._machine.read_buffer(chip, name), buf.dtype, buf.shape)
+        except ValueError as exc:   # a timing-only run holds no data in it
+            raise ConfigError(str(exc), key=name) from None
+
+    def _check_chip(self, chip, name: str) -> None:
+        if not isinstance(chip, (int, np.integer)) or isinstance(chip, bool) or not 0 <= chip < self.info.chips:
+            raise ConfigError(f"buffer {name}: chip must be 0..{self.info.chips - 1}, not {chip!r}", key=name)
 
     @property
     def timing_only(self) -> bool:

@@ -91,7 +91,9 @@ def run_trial(trial: Trial) -> dict:
     status, reason = "ok", None
     if report.get("bit_exact") is False:
         status, reason = "rejected", f"wrong bits: {str(report.get('mismatch')).removeprefix('FAIL: ')}"
-    elif report.get("bit_exact") is None:
+    elif report.get("bit_exact") is None and not trial.options.timing_only:
+        # (a timing-only run computes nothing: its time is all it has, and a sweep takes it;
+        # `mkemu tune` refuses --timing-only before any run)
         status, reason = "rejected", "no reference check: the program names no reference"
     return {"status": status, "reason": reason, "report": report,
             "wall_s": round(time.perf_counter() - t0, 3)}
@@ -107,7 +109,8 @@ def rejection(exc: MkemuError) -> str:
         first = exc.diagnostics[0]
         more = len(exc.diagnostics) - 1
         return f"compile error: {first.span}: {first.message}" + (f" (and {more} more)" if more else "")
-    return f"error: {exc.render().splitlines()[0]}"
+    first = exc.render().splitlines()[0]   # "FILE: KEY: error: ..." or "error: ..."
+    return first if "error:" in first else f"error: {first}"
 
 
 def _json_default(value):

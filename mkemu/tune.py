@@ -135,7 +135,8 @@ class Tune:
         o = self.base.options
         driver = {k: v for k, v in o.driver_options().items() if k != "seed"}
         return {"program": self.base.file, "hw": o.hw, "mesh": "x".join(map(str, o.mesh)) if o.mesh else None,
-                "seed": o.seed, "max_cycles": o.max_cycles, "dma_order": o.dma_order, "checks": sorted(o.checks),
+                "seed": o.seed, "max_cycles": o.max_cycles, "max_instructions": o.max_instructions,
+                "dma_order": o.dma_order, "checks": sorted(o.checks),
                 "inputs": self.base.inputs, "set": dict(sorted(o.params.items())), "driver": dict(sorted(driver.items())),
                 "objective": self.objective}
 
@@ -251,6 +252,9 @@ def _require_optuna(size: int, budget: int) -> None:
                           "--budget to enumerate it", key="--budget") from None
 
 
+_SETTING_DEFAULTS = {"max_instructions": attrs.fields(Options).max_instructions.default}
+
+
 def load_resume(path: str, settings: dict) -> dict[str, dict]:
     """The finished trials of a tune record, by label, after checking it is the same tune."""
     try:
@@ -267,8 +271,10 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
     if not isinstance(theirs, dict):
         raise ConfigError("bad tune record: \"settings\" is not an object", file=path, key="settings")
     for key, mine in settings.items():
-        if theirs.get(key) != mine:
-            raise ConfigError(f"the record is of another tune: its {key} is {theirs.get(key)!r}, this tune's is "
+        # (records written before max_instructions was a setting ran with its default)
+        recorded = theirs.get(key, _SETTING_DEFAULTS.get(key))
+        if recorded != mine:
+            raise ConfigError(f"the record is of another tune: its {key} is {recorded!r}, this tune's is "
                               f"{mine!r}", file=path, key=key)
     trials = doc.get("trials", [])
     if not isinstance(trials, list):
