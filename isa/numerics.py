@@ -78,7 +78,10 @@ def to_f32(x) -> np.ndarray:
 
 
 def _f32_bits(x) -> np.ndarray:
-    return np.ascontiguousarray(to_f32(x)).view(np.uint32)
+    """The float32 bit patterns of `x`, C-contiguous and of `x`'s shape (a scalar gives a
+    0-d array: `np.ascontiguousarray` alone would make it 1-d)."""
+    x = to_f32(x)
+    return np.ascontiguousarray(x).reshape(x.shape).view(np.uint32)
 
 
 # --------------------------------------------------------------------------- bf16
@@ -116,15 +119,16 @@ def bf16_round(x) -> np.ndarray:
         out = np.empty_like(bits)
         _kernels()._round_bf16_loop(bits.reshape(-1), out.reshape(-1), 0)
         return out.view(_F32)
-    rounded = (bits >> np.uint32(16)) & np.uint32(1)
+    flat = bits.reshape(-1)     # (array arithmetic, also for a scalar: no scalar overflow warnings)
+    rounded = (flat >> np.uint32(16)) & np.uint32(1)
     rounded += np.uint32(0x7FFF)
-    rounded += bits
+    rounded += flat
     rounded &= np.uint32(0xFFFF0000)
-    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    is_nan = (flat & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     if is_nan.any():
-        quiet = ((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+        quiet = ((flat >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
         rounded = np.where(is_nan, quiet, rounded)
-    return rounded.view(_F32)
+    return rounded.reshape(bits.shape).view(_F32)
 
 
 _BF16_COMPILED_FROM = 1 << 16

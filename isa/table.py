@@ -186,6 +186,8 @@ VALU_I32 = {
     "shl": "{a} << ({b} & 31)", "sra": "{a} >> ({b} & 31)",
     "max": "max({a}, {b})", "min": "min({a}, {b})",
 }
+I32_NOTES = {"and": "bitwise", "or": "bitwise", "xor": "bitwise", "max": "signed", "min": "signed",
+             "shl": "shifted by vb & 31, int32 wrapping", "sra": "shifted right by vb & 31 keeping the sign"}
 COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 EUP = ("exp", "log", "exp2", "log2", "rcp", "rsqrt", "sqrt", "sigmoid", "tanh", "silu")
 REDUCE_KINDS = ("sum", "max", "min")
@@ -294,11 +296,13 @@ def _declare() -> list[dict]:
     for name, template in VALU_F32.items():
         add(g, f"v{name}.f32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
             "valu", "valu", "elementwise", exec=_binary("f32", template), types=("f32",) * 3,
-            doc=f"vd = va {name} vb, IEEE binary32, round to nearest even.")
+            doc=f"vd = va {name} vb, IEEE binary32, round to nearest even." if name not in ("max", "min") else
+                f"vd = {name}(va, vb) per element, exact (f32_{name}): {name}(+0, -0) = "
+                f"{'+0' if name == 'max' else '-0'} in either order; NaN if either operand is NaN.")
     for name, template in VALU_I32.items():
         add(g, f"v{name}.i32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
             "valu", "valu", "elementwise", exec=_binary("i32", template), types=("i32",) * 3,
-            doc=f"vd = va {name} vb, int32 wrapping.")
+            doc=f"vd = va {name} vb per element, {I32_NOTES.get(name, 'int32 wrapping')}.")
         if name == "shl":
             # Logical right shift works on the raw bits.
             add(g, "vshr.i32", [_v("vd", "w"), _v("va"), _v("vb")], "{vd}, {va}, {vb}",
