@@ -141,6 +141,10 @@ class Declarations:
         if name in self.overrides:
             self.error(decl.domain.span, f"{name} = {value} (set from outside) is not one of its "
                                          f"declared values: {values_text(values)}")
+            # The rest of the program is checked with the default (if it is valid), so
+            # this error is not followed by others that only the bad value caused.
+            default = self.param_defaults.get(name)
+            return default if default in values else None
         else:
             self.error(decl.value.span, f"the default {value} of param '{name}' is not one of its "
                                         f"declared values: {values_text(values)}")

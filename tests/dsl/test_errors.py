@@ -268,6 +268,30 @@ def test_param_set_from_outside_must_be_a_declared_value(tmp_path, monkeypatch):
         src, tmp_path, monkeypatch, params={"TK": 64})
 
 
+def test_a_param_set_outside_its_values_is_the_only_error_it_causes(tmp_path, monkeypatch):
+    # The rest of the program is checked with the default: a kernel that only works
+    # for the declared values does not add errors of its own (K3's SCHEME=2 gave four
+    # misleading "wait ... no started DMA" errors before the real one).
+    src = """\
+param MODE = 0 in {0, 1};
+const EP = MODE == 1;
+const N = select(EP, 256, 128);
+kernel k(a: hbm f32[8, 128], out: hbm f32[8, 128]) {
+    vmem x: f32[8, N];
+    sem s;
+    if !EP { start copy(a, x[:, 0:128], s); }
+    wait(s, 4096);
+    start copy(x[:, 0:128], out, s);
+    wait copy(x[:, 0:128], out, s);
+}
+"""
+    assert errors(src, tmp_path, monkeypatch, params={"MODE": 2}) == (
+        "prog.mk:1:16: error: MODE = 2 (set from outside) is not one of its declared values: 0, 1\n"
+        "  param MODE = 0 in {0, 1};\n"
+        "                 ^^^^^^^^^"
+    )
+
+
 def test_param_declared_values(tmp_path, monkeypatch):
     src = ("param A = 3 in {1, 2};\nparam B = 1 in {1, 1};\nparam C = 1 in 5..2;\n"
            "param D = 1 in 0..4 step 0;\nparam E = 1 in {E, 1};\nparam F = 0 in 0..5000;\n")
