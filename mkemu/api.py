@@ -166,6 +166,8 @@ class Kernel:
             source = str(inputs)
             inputs = runner.load_inputs(source, self.program)
         given = {**(inputs or {}), **arrays}
+        if isinstance(self.options.trace, str):
+            runner.check_writable(self.options.trace, "trace")   # before the run, not after it
         wall0 = time.perf_counter()
         if self.is_driven:
             if given:

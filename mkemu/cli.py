@@ -437,6 +437,7 @@ def _print_params(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
     from mkemu.tune import Tune, load_resume, make_space, program_params, render
@@ -451,6 +452,7 @@ def cmd_tune(args) -> int:
     params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
     out = args.out or args.resume or f"{Path(args.file).stem}.tune.json"
+    check_writable(out, "--out")
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler)
     if args.resume:
@@ -507,6 +509,7 @@ def _check_scale_out(args) -> None:
 
 
 def cmd_sweep(args) -> int:
+    from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.sweep import Sweep, mesh_axis, parse_axis, plot, point_label, render
     from mkemu.trials import trial
@@ -530,6 +533,9 @@ def cmd_sweep(args) -> int:
         except ImportError:
             raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
                               "(the JSON record has every figure)", key="--plot") from None
+    for path, key in ((args.out, "--out"), (args.plot, "--plot")):
+        if path:
+            check_writable(path, key)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)

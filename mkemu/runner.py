@@ -221,6 +221,21 @@ def _show(value) -> str:
     return repr(value.item() if hasattr(value, "item") else value)
 
 
+def check_writable(path: str, key: str) -> None:
+    """An output file that will be written after a long run: its folder must exist and
+    take files (checked before the run, not after it)."""
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{path} is a directory, not a file to write", key=key)
+    if target.exists() and not target.is_file():
+        return   # a device or a pipe: written into
+    folder = target.parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write a file so that a crash leaves either the old file or the new one."""
     target = Path(path)

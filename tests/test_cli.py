@@ -292,3 +292,18 @@ def test_a_program_in_error_is_reported_before_its_missing_reference(capsys, tmp
     code, _, err = cli(capsys, "run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1x1x1")
     assert code == 1
     assert "p.mk:1:1: error: reference file 'nope.py' not found" in err and "^^^" in err, err
+
+
+def test_outputs_written_after_a_run_are_checked_before_it(capsys, tmp_path):
+    # A trace, a tune record or a sweep's files in a folder that does not exist (or a
+    # directory given as the file) are errors before any run, not after it.
+    missing = tmp_path / "nope" / "out"
+    code, out, err = cli(capsys, *RUN, "--trace", str(missing) + ".mkt")
+    assert code == 1 and "cannot write" in err and "does not exist" in err and not out, err
+    code, _, err = cli(capsys, "tune", str(Path(__file__).parent.parent / "programs" / "examples"
+                                           / "matmul_double_buffered.mk"), "--param", "TK=256",
+                       "--out", str(missing) + ".json")
+    assert code == 1 and "--out: error: cannot write" in err and "[1]" not in err, err
+    code, _, err = cli(capsys, "sweep", EXAMPLE, "--hw", "test", "--hw-set", "clock_hz=1e9,2e9",
+                       "--out", str(tmp_path))
+    assert code == 1 and "is a directory, not a file to write" in err, err
