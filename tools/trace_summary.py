@@ -28,8 +28,9 @@ def selected_cores(trace: Trace, chips=None, cores=None) -> list[int]:
     out = [c["gid"] for c in trace.cores
            if (chips is None or c["chip"] in chips) and (cores is None or c["core"] in cores)]
     if not out:
-        raise ConfigError(f"no core matches --chip {chips} --core {cores} "
-                          f"(the trace has {trace.num_chips} chip(s) of {trace.meta['cores_per_chip']} cores)")
+        asked = " ".join([*(f"--chip {c}" for c in chips or ()), *(f"--core {c}" for c in cores or ())])
+        raise ConfigError(f"no core matches {asked} (the trace has {trace.num_chips} chip(s), 0..{trace.num_chips - 1}, "
+                          f"of {trace.meta['cores_per_chip']} cores each)", key="--chip" if chips else "--core")
     return out
 
 
@@ -43,6 +44,12 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
     lo = (launches.starts[0] if len(launches) else 0) if start is None else start
     hi = (launches.ends[-1] if len(launches) else 0) if end is None else end
     spans = launches.intersect(Spans.of(lo, hi)) if (start is not None or end is not None) else launches
+    if (start is not None or end is not None) and len(launches) and not spans.total:
+        raise ConfigError(f"--from/--to select no kernel time: the launches run cycles "
+                          f"{launches.starts[0]:,.0f} to {launches.ends[-1]:,.0f}"
+                          + (" (the kernel-launch overhead between launches is not kernel time)"
+                             if len(launches) > 1 else ""),
+                          key="--from" if start is not None else "--to")
     if region is not None:
         s, e = region_intervals(trace, gids, region)
         if not s.size:
@@ -224,13 +231,14 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     for res in trace.resources:
         if res["chip"] not in chip_set or res["kind"] == "other":
             continue
-        if res["kind"] == "engine" and res.get("core") not in gids:
+        # A DMA engine, and a core's own port into a link, belong to one core.
+        if res["kind"] in ("engine", "port") and res.get("core") not in gids:
             continue
         rsel = by_resource.get(res["id"], NO_ROWS)
         active = Spans.union(segs["start"][rsel], segs["end"][rsel]).intersect(win).total
         nbytes = float(by_res[res["id"]])
-        if res["kind"] in ("link", "sibling") and nbytes == 0:
-            continue
+        if res["kind"] in ("link", "sibling", "port") and nbytes == 0:
+            continue        # only the links, ports and core-to-core paths used in the window
         bandwidth.append({"resource": res["name"], "kind": res["kind"], "chip": res["chip"],
                           "bytes": nbytes, "utilisation": _frac(nbytes, res["bw_bytes_per_cycle"] * measure),
                           "active": _frac(active, measure),
@@ -477,10 +485,15 @@ def render_text(s: dict, max_regions: int = 40) -> str:
     lines.append("")
     units = [u for u in s["units"][0]["busy"]] if s["units"] else []
     lines.append("unit busy (% of window)")
-    lines.append(f"  {'core':12s}" + "".join(f"{u:>8s}" for u in units))
-    for row in s["units"]:
-        lines.append(f"  {'chip %d core %d' % (row['chip'], row['core']):12s}"
-                     + "".join(f"{100 * row['busy'][u]:8.1f}" for u in units))
+    # Each column as wide as its name (and a percentage) plus a space, so that names
+    # such as `mxu1.w` and `mxu0.lhs` never run together.
+    widths = [2 + max(len(u), len("100.0")) for u in units]
+    labels = [f"chip {row['chip']} core {row['core']}" for row in s["units"]]
+    first = max([len("core"), *map(len, labels)])
+    lines.append(f"  {'core':{first}s}" + "".join(f"{u:>{w}s}" for u, w in zip(units, widths)))
+    for label, row in zip(labels, s["units"]):
+        lines.append(f"  {label:{first}s}"
+                     + "".join(f"{100 * row['busy'][u]:{w}.1f}" for u, w in zip(units, widths)))
     lines.append("")
     lines.append("bandwidth")
     lines.append(f"  {'resource':34s}{'bytes':>14s}{'GB/s':>10s}{'peak':>10s}{'util %':>8s}{'active %':>9s}")
