@@ -211,7 +211,7 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
         known = list_configs()
         if text not in known:
             close = difflib.get_close_matches(text, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = f"; did you mean '{close[0]}'?" if close else "."
             raise ConfigError(f"unknown model '{text}'{hint} Known models: {', '.join(known)};"
                               " or give a path to a .toml file")
         resource = _configs_dir().joinpath(f"{text}.toml")

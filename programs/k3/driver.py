@@ -45,10 +45,16 @@ def params(options: dict, info) -> dict[str, int]:
     """Compile-time parameters of a K3 program for this model and machine."""
     opts = _options(options)
     cfg = load_config(opts["model"])
+    if tuple(cfg.dense_layers) != (0,):
+        raise ConfigError(f"the K3 programs have the dense FFN at layer 0 only (dense_layers = [0]); model "
+                          f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}", key="--model")
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
     _check_mode(opts, cfg)
+    _check_lengths(opts)
     rows = _spec_rows(opts, cfg)
+    if rows is None:
+        _steps(opts, cfg)
     # Verify rows are the program's BATCH rows of one sequence (SPEC = 1); one row is an
     # ordinary decode step, the very same program.
     spec = {} if rows is None or rows == 1 else {"SPEC": 1}
@@ -92,6 +98,23 @@ def _spec_rows(opts: dict, cfg) -> int | None:
     return rows
 
 
+# Driver-set params a user may still choose with --set (docs/k3_programs.md, EXPERT_MX).
+USER_SETTABLE = ("EXPERT_MX",)
+
+
+def _check_overrides(session, opts: dict) -> None:
+    """The params the driver sets (the model's shape, BATCH, SPEC, the machine) must be
+    the driver's: a `--set` that overrides one would compile a program the driver's
+    weights, tokens and state do not fit."""
+    expected = {"SPEC": 0, **params(opts, session.info)}
+    for param in getattr(session.program, "params", ()):
+        want = expected.get(param.name)
+        if want is not None and param.name not in USER_SETTABLE and param.value != want:
+            raise ConfigError(f"{param.name} is set by the K3 driver (here {want}, from --model, --batch, "
+                              f"--spec-rows and the machine), not by --set {param.name}={param.value}",
+                              key="--set")
+
+
 def _check_mode(opts: dict, cfg) -> None:
     """What a timing-only or a data run cannot do, said before anything runs."""
     if opts.get("timing_only"):
@@ -111,10 +134,17 @@ def _check_mode(opts: dict, cfg) -> None:
             "run it with --timing-only", key="--model")
 
 
+def _check_lengths(opts: dict) -> None:
+    """--prompt-len and --steps, each at least 1 (named by the option that is wrong)."""
+    for key, flag in (("prompt_len", "--prompt-len"), ("steps", "--steps")):
+        value = opts[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value!r}", key=flag)
+
+
 def _steps(opts: dict, cfg) -> int:
+    _check_lengths(opts)
     prompt_len, gen = opts["prompt_len"], opts["steps"]
-    if prompt_len < 1 or gen < 1:
-        raise ConfigError("--prompt-len and --steps must be at least 1", key="--steps")
     n_steps = prompt_len + gen - 1
     if n_steps > cfg.max_seq:
         raise ConfigError(f"{prompt_len} prompt + {gen} generated tokens need {n_steps} positions; "
@@ -131,7 +161,11 @@ def drive(session, options: dict) -> dict:
     opts = _options(options)
     cfg = load_config(opts["model"])
     _check_mode(opts, cfg)
+    _check_lengths(opts)
     rows = _spec_rows(opts, cfg)
+    _check_overrides(session, opts)
+    if opts.get("dump") and not session.timing_only:
+        _dump_dir(opts["dump"])
     if rows is not None:
         return drive_spec(session, opts, cfg, rows)
     if session.timing_only:
@@ -143,8 +177,7 @@ def drive(session, options: dict) -> dict:
     # The routed experts are MXFP4 values when the program stores them as MXFP4 (the
     # model's expert_dtype, or --set EXPERT_MX=1): the reference then computes with exactly
     # what the matrix unit decodes.
-    expert_dtype = "mxfp4" if buffers.get("moe_w1", ("bf16",))[0] == "mxfp4" else "bf16"
-    weights = generate_weight_bits(cfg, seed, expert_dtype)
+    weights = generate_weight_bits(cfg, seed, _expert_dtype(buffers))
     for name, (dtype, shape, kind) in buffers.items():
         if kind in ("input", "inout") and name not in weights and name not in STEP_INPUTS:
             raise ConfigError(f"the program wants an input {name!r} that the K3 driver does not provide "
@@ -194,6 +227,11 @@ def drive(session, options: dict) -> dict:
         _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
         report["dump"] = str(opts["dump"])
     return report
+
+
+def _expert_dtype(buffers: dict) -> str:
+    """The routed experts' storage as the program declares it ("mxfp4" or "bf16")."""
+    return "mxfp4" if buffers.get("moe_w1", ("bf16",))[0] == "mxfp4" else "bf16"
 
 
 def _write_weight(session, name: str, array, declared: tuple[int, ...]) -> None:
@@ -262,10 +300,12 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
     weights = None
     buffers = session.buffers()
     if not timing_only:
-        weights = generate_weight_bits(cfg, seed)
+        # As in `drive`: MXFP4-exact experts when the program stores them so, and each
+        # chip its share where the program declares one (expert homes, KDA head shards).
+        weights = generate_weight_bits(cfg, seed, _expert_dtype(buffers))
         for name, array in weights.items():
             if name in buffers:
-                session.write(name, array)
+                _write_weight(session, name, array, buffers[name][1])
     session.write("layer_plan", _layer_plan(cfg))
     prompt = np.random.default_rng([seed, 1]).integers(0, cfg.vocab, size=(1, prompt_len))
     accept_rng = np.random.default_rng([seed, 3])
@@ -472,12 +512,19 @@ def _sum_dicts(items) -> dict:
     return out
 
 
-def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
+def _dump_dir(directory: str) -> Path:
+    """The --dump folder, created (if needed) before the first step, so that a bad one
+    is said before the run, not after it."""
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create dump directory: {exc.strerror}", file=directory) from None
+    return path
+
+
+def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
+    path = _dump_dir(directory)
     for name, arrays in (("weights.npz", weights),
                          ("inputs.npz", {"prompt": prompt}),
                          ("reference.npz", {"logits": np.stack(ref_logits)}),
