@@ -161,6 +161,10 @@ class Kernel:
         `name@chip` (one chip), from a mapping, a `.npz` file and/or keyword arguments;
         buffers not given start as zeros. With no inputs at all, inputs are generated
         from the seed. A driven program takes no inputs: its driver writes them."""
+        if progress is not None and not callable(progress):
+            raise ConfigError(f"progress takes a callable (a driver's per-step report), not "
+                              f"{type(progress).__name__}; give a buffer named 'progress' in the inputs "
+                              "dict: kernel({'progress': array})", key="progress")
         source = None
         if isinstance(inputs, (str, Path)):
             source = str(inputs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +254,21 @@ def test_an_i32_buffer_takes_only_integers_that_fit():
         kernel.session().write("counts", counts.astype(np.float32))
     widened = {key: a.astype(np.int64) if key.startswith("counts") else a for key, a in inputs.items()}
     assert kernel(widened).check() is None     # integers that fit are taken, whatever their width
+
+
+def test_progress_must_be_callable_and_a_buffer_of_that_name_goes_in_the_dict():
+    source = """
+    kernel k(progress: hbm f32[8, 128], out: hbm f32[8, 128]) {
+        vmem x: f32[8, 128];
+        sem s;
+        start copy(progress, x, s);
+        wait copy(progress, x, s);
+        start copy(x, out, s);
+        wait copy(x, out, s);
+    }
+    """
+    kernel = mkemu.compile_source(textwrap.dedent(source), "p.mk", hw="test", mesh="1x1x1")
+    a = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+    with pytest.raises(mkemu.ConfigError, match="progress takes a callable .* kernel\\(\\{'progress': array\\}\\)"):
+        kernel(progress=a)
+    assert np.array_equal(kernel({"progress": a}).output("out"), a)
