@@ -176,6 +176,12 @@ class TileLowering:
         self.lower_into(view, expr, None)
 
     def store_tile(self, ref: ir.Ref, value, op: str | None) -> None:
+        col = _column_ref(ref)
+        if col is not None:
+            # x[:, j] = row: the [1, R] row goes down the column x[:, j:j+1].
+            ref = col
+            if value.shape != (1, 1):
+                value = ir.Transpose(value, value.dtype, (value.shape[1], 1), value.span)
         dest = self.view_of_ref(ref)
         if self.hazard(ref, value):
             tmp = self.temp_view(value.dtype, value.shape)
@@ -202,6 +208,12 @@ class TileLowering:
         """Compute `value` (broadcast to dest's shape) into `dest` (dest = dest op value)."""
         sink = lambda v, blk: self.store_block(dest, v, blk, op, value.dtype)  # noqa: E731
         if isinstance(value, ir.Matmul) and (value.shape == (dest.rows, dest.cols)):
+            if dest.lane_bcast:
+                # A one-column temporary holds its value in every lane; a popped
+                # accumulator holds it in lane 0 only.
+                def sink(v, blk, _sink=sink):
+                    self.emit("vbcast.lane", vd=v, va=v, idx=0)
+                    _sink(v, blk)
             self.matmul(value, sink)
             return
         if isinstance(value, ir.Reduce) and value.shape == (dest.rows, dest.cols):
@@ -381,7 +393,7 @@ class TileLowering:
         if id(node) in pre:
             return
         if isinstance(node, ir.Load):
-            pre[id(node)] = self.view_of_ref(node.ref)
+            pre[id(node)] = self.view_of(node)
         elif isinstance(node, ir.ValueRead):
             pre[id(node)] = self.values[node.value]
         elif isinstance(node, TempRead):
@@ -400,6 +412,12 @@ class TileLowering:
     def view_of(self, node) -> View:
         """A VMEM view holding tile `node` (materializing it if needed)."""
         if isinstance(node, ir.Load):
+            col = _column_ref(node.ref) if node.dtype != "mxfp4" else None
+            if col is not None:
+                # x[:, j] is the [1, R] row of column j: transposed into a temporary.
+                rows = col.tile_shape[0]
+                load = ir.Load(col, node.dtype, (rows, 1), node.span)
+                return self.materialize(ir.Transpose(load, node.dtype, (1, rows), node.span))
             return self.view_of_ref(node.ref)
         if isinstance(node, ir.ValueRead):
             return self.values[node.value]
@@ -729,6 +747,18 @@ class TileLowering:
     def transpose(self, node: ir.Transpose, sink) -> None:
         arg = node.arg
         R, C = arg.shape
+        if arg.dtype == "bool":
+            # A mask moves through lanes as i32 0/1 and is a mask again at the end.
+            arg = ir.Convert(arg, "i32", arg.shape, arg.span)
+
+            def sink(v, blk, _sink=sink):
+                zero = self.vreg()
+                self.emit("vli.i32", vd=zero, imm=0)
+                m = self.mreg()
+                self.emit("vcmpne.i32", md=m, va=v, vb=zero)
+                self.vfree(zero)
+                self.vfree(v)
+                _sink(m, blk)
         self.prepare(arg)
         if R == 1 and C == 1:
             self.block_cache = {}
@@ -801,14 +831,29 @@ class TileLowering:
             mx = self.mx_weights(base.ref)
         elif isinstance(base, (ir.Load, ir.ValueRead, ir.TileSlice, TempRead)):
             w = self.view_of(base)
+        p = self.profile
+        D, A, U = p.mxu_dim, p.mxu_accumulators, p.mxus_per_core
+        # A weight tile is loaded in whole 128-column rows: a column block of a view that
+        # ends near its buffer's right edge would read past the end of the buffer's last
+        # row. Such a block is loaded from a window shifted left (so it ends at the row's
+        # padded end) and its columns are rotated back into place when popped.
+        shift: dict[int, int] = {}
+        if not transposed and isinstance(base, ir.Load) and (mx is not None or w is not None and w.dtype == "bf16"):
+            shift = self.weight_shifts(base.ref, N, D)
+            if shift is None:
+                if mx is not None:
+                    self.error(f"matmul reads mxfp4 weights in tiles of whole 128-column rows: this view of "
+                               f"'{base.ref.buffer.name}' (its column start known only at run time) may reach "
+                               "past the end of the buffer; give it a static column start, or a start and "
+                               "width that are multiples of 128", rhs.span)
+                shift = {}
+                w = self.materialize(base, "bf16")
         if mx is None and (w is None or w.dtype != "bf16"):
             # The matrix unit rounds its operands to bf16 anyway: a bf16 copy is exact.
             w = self.materialize(base, "bf16")
         if transposed and K % 128:
             self.error(f"matmul with a transposed right operand needs K % 128 == 0 (K = {K})", rhs.span)
         self.prepare(lhs)
-        p = self.profile
-        D, A, U = p.mxu_dim, p.mxu_accumulators, p.mxus_per_core
         nrb = -(-M // 8)
         stride = self.tmp()
         self.emit("li", sd=stride, imm=w.pitch if mx is None else mx.pitch)
@@ -820,6 +865,7 @@ class TileLowering:
         def load_weights(x: int, n0: int, k0: int) -> None:
             nonlocal loaded_shape
             kr, nc = min(D, K - k0), min(D, N - n0)
+            n0 -= shift.get(n0, 0)
             if mx is not None:
                 # Values of rows k0.. from byte n0/2 of each row; their scales from the
                 # scale row of block k0/32, byte n0 (D is a multiple of 32).
@@ -906,9 +952,19 @@ class TileLowering:
             for i, rb in enumerate(group):
                 for x, n0 in chunk:
                     nc = min(D, N - n0)
+                    d = shift.get(n0, 0)
                     for c in range(-(-nc // 128)):
                         v = self.vreg()
                         self.emit("mxu.pop", vd=v, x=x, acc=i, chunk=c)
+                        if d:
+                            # Output lane l is accumulator column c*128 + l + d (d < 128).
+                            self.emit("vrot.lane", vd=v, va=v, amount=128 - d)
+                            if (c + 1) * 128 < layout.round_up(nc, 128):
+                                hi = self.vreg()
+                                self.emit("mxu.pop", vd=hi, x=x, acc=i, chunk=c + 1)
+                                self.emit("vrot.lane", vd=hi, va=hi, amount=128 - d)
+                                self.emit("vsel", vd=v, mk=self.geometry_mask(S(8), S(128 - d)), va=v, vb=hi)
+                                self.vfree(hi)
                         self.block_cache = {}
                         sink(v, Blk(S(rb * 8), S(n0 + c * 128), S(min(8, M - rb * 8)),
                                     S(min(128, nc - c * 128))))
@@ -916,6 +972,30 @@ class TileLowering:
         self.release(stride)
         self.release(shape_reg)
         self.release(sc_reg)
+
+    def weight_shifts(self, ref: ir.Ref, N: int, D: int) -> dict[int, int] | None:
+        """For the column blocks n0 (0, D, 2D, ... of the view) whose weight tile, read in
+        whole 128-column rows, could run past the end of the buffer's last row: how far
+        left to shift the load (columns). None when that depends on a run-time column
+        start."""
+        buf = ref.buffer
+        R, C = layout.tile_dims(buf.shape)
+        width = layout.round_up(C, 128)
+        rows, cols = ref.tile_shape
+        col = ref.offsets[-1] if ref.offsets else ir.Const(0, ref.span)
+        row = ref.offsets[-2] if len(ref.offsets) >= 2 else ir.Const(0, ref.span)
+        last = layout.MX_BLOCK if buf.dtype == "mxfp4" else 1
+        # Only the last row of the buffer (the last scale row: mxfp4) has nothing after it.
+        if isinstance(row, ir.Const) and row.value + rows <= R - last:
+            return {}
+        if buf.slots and isinstance(ref.slot, ir.Const) and ref.slot.value < buf.slots - 1:
+            return {}
+        hi = col.value if isinstance(col, ir.Const) else C - cols
+        over = {n0: hi + n0 + layout.round_up(min(D, N - n0), 128) - width for n0 in range(0, N, D)}
+        over = {n0: d for n0, d in over.items() if d > 0}
+        if over and not isinstance(col, ir.Const):
+            return None
+        return over
 
     def mx_weights(self, ref: ir.Ref) -> "MxWeights":
         """Where the parts of an MXFP4 VMEM view are (docs/language.md, "Back end rules")."""
@@ -950,6 +1030,16 @@ class TempRead:
     dtype: str
     shape: tuple[int, int]
     span: object
+
+
+def _column_ref(ref: ir.Ref) -> ir.Ref | None:
+    """For a view of a 2-D VMEM buffer that indexes its column by a point (`x[:, j]`, a
+    [1, R] row of the column's values), the column as an [R, 1] view; else None."""
+    if len(ref.buffer.shape) != 2 or ref.buffer.space not in ("vmem", "var"):
+        return None
+    if ref.sizes[0] is None or ref.sizes[1] is not None:
+        return None
+    return attrs.evolve(ref, sizes=(ref.sizes[0], 1))
 
 
 def _children(node):
