@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import attrs
@@ -116,7 +117,14 @@ class Builtins:
         if r is POISON:
             return POISON
         if isinstance(r, ir.FloatConst):
-            return ir.FloatConst((max if self.node.func == "max" else min)(a.value, b.value), self.node.span)
+            x, y = float(a.value), float(b.value)
+            if x == y == 0.0:
+                # f32_max / f32_min: max(+0, -0) = +0 and min(+0, -0) = -0 in either order.
+                neg = math.copysign(1.0, x) < 0, math.copysign(1.0, y) < 0
+                value = -0.0 if (all(neg) if self.node.func == "max" else any(neg)) else 0.0
+            else:
+                value = (max if self.node.func == "max" else min)(x, y)
+            return ir.FloatConst(value, self.node.span)
         return ir.Elementwise(self.node.func, r.args, r.dtype, r.shape, self.node.span)
 
     b_min = b_max
@@ -244,6 +252,7 @@ class Builtins:
             return POISON
         v, span = vals[0], self.node.span
         if isinstance(v, DmaHandle):
+            v.measured = True
             v = v.dma
         if isinstance(v, (ir.Dma, DmaChoice)):
             return ir.Const(v.size_bytes, span)

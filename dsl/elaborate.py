@@ -139,7 +139,8 @@ class Elaborator(Calls):
                 self.error(span, f"{what} on semaphore '{sem.name}' is never waited (every semaphore must be back to 0 when the kernel ends)")
         for h in ctx.handles:
             if not h.started and not h.waited:
-                self.error(h.span, f"DMA '{h.name}' is described but never started or waited")
+                if not h.measured:   # (a handle only measured by bytes() describes a size)
+                    self.error(h.span, f"DMA '{h.name}' is described but never started or waited")
             elif not h.waited and h.dma.sem.sem not in ctx.waited:
                 self.error(h.span, f"DMA '{h.name}' is never waited")
 

@@ -50,6 +50,7 @@ class DmaHandle:
     span: SourceSpan
     started: bool = False
     waited: bool = False
+    measured: bool = False     # its bytes() counted (a wait on its semaphore by bytes)
 
 
 @attrs.frozen
@@ -176,6 +177,7 @@ class KernelCtx:
     buffers: list = attrs.Factory(list)
     sems: list = attrs.Factory(list)
     ranges: dict = attrs.Factory(dict)
+    let_defs: dict = attrs.Factory(dict)  # let ScalarVar -> its value (to re-narrow its range)
     signalled: set = attrs.Factory(set)
     waited: set = attrs.Factory(set)
     waits: list = attrs.Factory(list)  # (Semaphore, span)
