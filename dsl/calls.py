@@ -50,9 +50,7 @@ class Calls(Pipelines):
                 callee.names[p.name] = Binding(ConstVal(s.value, s.dtype), p.name_span, "parameter")
             else:
                 var = ir.ScalarVar(f"{decl.name}#{inline_id}.{p.name}", "let", p.span, p.type.name)
-                r = self._interval(s)
-                if r is not None:
-                    self.ctx.ranges[var] = r
+                self.let_range(var, s)
                 pre.append(ir.LetScalar(var, s, call.span))
                 callee.names[p.name] = Binding(var, p.name_span, "parameter")
         values = []

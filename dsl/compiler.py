@@ -533,9 +533,12 @@ class KernelCompiler(TileLowering):
             core = self.sval(e.args[1])
             cores = self.tmp()
             self.emit("rdsr", sd=cores, which=SPECIAL_REGS.index("cores"))
-            self.emit("mul", sd=rd, sa=chip, sb=cores)
+            # rd may be the home of the variable the core is read from (q = global_core(c, q)):
+            # then the product goes elsewhere, so that the core is still there to add.
+            prod = cores if rd == core else rd
+            self.emit("mul", sd=prod, sa=chip, sb=cores)
             n = self.profile.cores_per_chip
-            self.emit("add", sd=rd, sa=rd, sb=core,
+            self.emit("add", sd=rd, sa=prod, sb=core,
                       check=None if isinstance(e.args[1], ir.Const) else RangeCheck(
                           core, 0, n, f"global_core: core {{value}} does not exist (the chip has {n} "
                                       f"cores, 0..{n - 1})"))

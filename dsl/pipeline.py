@@ -115,9 +115,7 @@ class Pipe:
         if isinstance(value, (ir.Const, ir.ScalarRead)):
             return value
         var = ir.ScalarVar(self.c.unique(name), "let", self.span)
-        r = self.c._interval(value)
-        if r is not None:
-            self.c.ctx.ranges[var] = r
+        self.c.let_range(var, value)
         out.append(ir.LetScalar(var, value, self.span))
         return ir.ScalarRead(var, self.span)
 
@@ -141,9 +139,7 @@ class Pipe:
             entity = t.var
         else:
             entity = ir.ScalarVar(self.c.unique(self.s.var), "let", self.s.var_span)
-            r = self.c._interval(t)
-            if r is not None:
-                self.c.ctx.ranges[entity] = r
+            self.c.let_range(entity, t)
             out.append(ir.LetScalar(entity, t, self.span))
         inner = Scope(scope)
         self.c.define(inner, self.s.var, entity, self.s.var_span, "pipeline variable")

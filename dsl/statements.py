@@ -10,6 +10,7 @@ posted and waited, which described DMAs are used). Host-only statements are in
 from __future__ import annotations
 
 from mkemu.dsl import ast, ir
+from mkemu.dsl.builtins import _negated
 from mkemu.dsl.expressions import Expressions
 from mkemu.dsl.folding import broadcast, linear
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
@@ -126,9 +127,7 @@ class Statements(Expressions):
             if self.ctx.mode == "host":
                 return self.error(value_span, "host lets must be compile-time integers")
             var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(s))
-            r = self._interval(s)
-            if r is not None:
-                self.ctx.ranges[var] = r
+            self.let_range(var, s)
             out.append(ir.LetScalar(var, s, span))
             return var
         if isinstance(v, ir.Ref):
@@ -434,18 +433,32 @@ class Statements(Expressions):
         if cond is not POISON:
             self.narrow(cond)
         then = run(branches[0])
-        self.ctx.ranges = saved
+        self.ctx.ranges = dict(saved)
+        if cond is not POISON and branches[1] is not None:
+            self.narrow(_negated(cond))
         orelse = run(branches[1])
+        self.ctx.ranges = saved
         if cond is not POISON:
             out.append(ir.If(cond, tuple(then), tuple(orelse), s.span))
 
+    def let_range(self, var: ir.ScalarVar, value) -> None:
+        """Record the range of a let-bound scalar (and its value, so that an `if` narrowing
+        the loop variables it depends on narrows it too)."""
+        r = self._interval(value)
+        if r is not None:
+            self.ctx.ranges[var] = r
+            self.ctx.let_defs[var] = value
+
     def narrow(self, cond) -> None:
-        """Narrow loop-variable ranges inside `if` by `v + c < N`-style conditions."""
+        """Narrow loop-variable ranges inside `if` by `v + c < N`-style conditions (and
+        the ranges of the lets computed from them)."""
+        if cond is None:
+            return
         if isinstance(cond, ir.ScalarOp) and cond.op == "&&":
             self.narrow(cond.args[0])
             self.narrow(cond.args[1])
             return
-        if not (isinstance(cond, ir.ScalarOp) and cond.op in ("<", "<=", ">", ">=", "!=")):
+        if not (isinstance(cond, ir.ScalarOp) and cond.op in ("<", "<=", ">", ">=", "!=", "==")):
             return
         diff = linear(ir.ScalarOp("-", cond.args, cond.span))  # lhs - rhs
         terms = {k: v for k, v in diff.items() if k != 1}
@@ -459,7 +472,7 @@ class Statements(Expressions):
         c = diff.get(1, 0)
         op = cond.op
         if coef == -1:  # -v + c op 0  <=>  v - c flipped-op 0
-            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!="}[op]
+            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!=", "==": "=="}[op]
             c = -c
         bound = -c  # v op bound
         if op == "<":
@@ -470,6 +483,8 @@ class Statements(Expressions):
             lo = max(lo, bound + 1)
         elif op == ">=":
             lo = max(lo, bound)
+        elif op == "==":
+            lo, hi = max(lo, bound), min(hi, bound)
         elif bound == hi:
             hi -= 1
         elif bound == lo:
@@ -478,6 +493,20 @@ class Statements(Expressions):
             self.ctx.ranges[var] = (lo, hi, deps)
         else:  # the branch never runs: nothing to check against
             self.ctx.ranges.pop(var)
+        # Lets computed from var (`let nt = t + 1;` before `if t + 1 < T`) take the narrower range.
+        for let, value in self.ctx.let_defs.items():
+            old = self.ctx.ranges.get(let)
+            if let is var or old is None or not (old[2] & (deps | {var})):
+                continue
+            new = self._interval(value)
+            if new is None:
+                self.ctx.ranges.pop(let)
+                continue
+            lo2, hi2 = max(old[0], new[0]), min(old[1], new[1])
+            if lo2 <= hi2:
+                self.ctx.ranges[let] = (lo2, hi2, old[2])
+            else:
+                self.ctx.ranges.pop(let)
 
     def s_Region(self, s: ast.Region, scope, out) -> None:
         index = None
