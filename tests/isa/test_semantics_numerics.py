@@ -73,11 +73,20 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
+def same_results(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bits, except that any NaN equals any NaN (docs/numerics.md: NaN payloads and
+    signs are not part of the contract; numpy's own loops give a NaN input's sign back
+    differently by array length, through vectorised or scalar code)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all(both_nan | (a.view(np.uint32) == b.view(np.uint32))))
+
+
 @pytest.mark.parametrize("name", sorted(UNARY_F32))
 def test_transcendentals_on_special_values(name):
     x = special_bits().view(np.float32)
     with np.errstate(all="ignore"):
-        assert same_bits(COMPILED[name](x), UNARY_F32[name][1](x)), name
+        assert same_results(COMPILED[name](x), UNARY_F32[name][1](x)), name
 
 
 @pytest.mark.parametrize("name", sorted(UNARY_F32))
@@ -88,7 +97,7 @@ def test_transcendentals_on_any_bits(name):
         x = np.array(bits, np.uint32).view(np.float32)
         with np.errstate(all="ignore"):
             expected = UNARY_F32[name][1](x)
-        assert same_bits(COMPILED[name](x), expected), (name, [hex(b) for b in bits])
+        assert same_results(COMPILED[name](x), expected), (name, [hex(b) for b in bits])
     check()
 
 
