@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import mkemu
 from mkemu.isa import numerics as nx
+from tests.dsl.test_compiler import same
 
 RNG = np.random.default_rng(7)
 
@@ -30,19 +31,6 @@ def kernel(ins, outs, body, decls=""):
 def run(text, **inputs):
     k = mkemu.compile_source(text, "t.mk", hw="tpu-v7-like", mesh="1x1x1")
     return k(**inputs).output("y")
-
-
-def same(expected, got):
-    expected, got = np.asarray(expected), np.asarray(got)
-    assert expected.shape == got.shape, (expected.shape, got.shape)
-    if expected.dtype.kind == "f":
-        a, b = expected.astype(np.float32), got.astype(np.float32)
-        ok = (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
-    else:
-        ok = expected == got
-    if not ok.all():
-        i = tuple(np.argwhere(~ok)[0])
-        raise AssertionError(f"{(~ok).sum()} differ; first at {i}: expected {expected[i]!r}, got {got[i]!r}")
 
 
 def bf16(*shape):
