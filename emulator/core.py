@@ -354,6 +354,10 @@ class Core:
         entry, space = self.in_flight[k]
         what = ("reads or writes the destination of a DMA that has not been waited for" if entry.write
                 else "overwrites the source of a DMA still in flight")
+        if entry.dma.src_core is not self:
+            return Trap("race", f"this access to {space.upper()} [{lo}, {hi}) {what}, a DMA into it from another "
+                                f"core: {describe_dma(entry.dma)}; nothing ordered the access and the DMA (a "
+                                "semaphore this core waits on, a signal, a barrier)")
         return Trap("race", f"this access to {space.upper()} [{lo}, {hi}) {what}: {describe_dma(entry.dma)}; "
                             "wait for it first")
 

@@ -19,8 +19,9 @@ data run can record (`record_readbacks`), takes the recorded bytes instead.
 When a DMA lands depends on the run's schedule (`RunConfig.schedule`): "normal" lands
 it as soon as its bytes have moved; "shuffle" adds a seeded random delay to each
 landing, so DMAs in flight together land in a permuted order; "late" holds every DMA
-back until a core blocks waiting on a semaphore it raises (or nothing else can
-happen), so it lands as late as the program's synchronisation allows. A program that
+back until a core blocks waiting on a semaphore it raises and the DMAs held for it can
+satisfy the wait (then only as many as it needs land, oldest first), or nothing else
+can happen, so it lands as late as the program's synchronisation allows. A program that
 is correctly synchronised computes the same bits under every schedule.
 """
 
@@ -265,8 +266,9 @@ class DmaMixin:
                 self._push(t + int(self.schedule_rng.integers(0, self.shuffle_cycles + 1)), LAND, dma)
             else:
                 self.held.append(dma)
-                if self._needed(dma):
-                    self._release(dma, t)
+                for core, sem in ((dma.src_core, dma.sem), (dma.dst_core, dma.rsem)):
+                    if sem is not None:
+                        self.release_for(core, sem, t)
         self._schedule_flows()
         if self.trace is not None:
             self.trace.on_rates(self.net, t)
@@ -305,22 +307,22 @@ class DmaMixin:
 
     # -- the late schedule: a DMA lands only when something waits for it ------------
 
-    def _needed(self, dma: Dma) -> bool:
-        """Does a core wait right now on a semaphore this DMA raises?"""
-        for core, sem in ((dma.src_core, dma.sem), (dma.dst_core, dma.rsem)):
-            if sem is not None and core.waiting and core.waiting[0] == sem:
-                return True
-        return False
-
     def _release(self, dma: Dma, t: int) -> None:
         self.held.remove(dma)
         self._land(dma, t)
 
     def release_for(self, core: Core, sem: int, t: int) -> None:
-        """`core` blocks on `sem`: land the held DMAs that raise it, oldest first, until
-        the wait is satisfied."""
-        for dma in [d for d in self.held if (d.src_core is core and d.sem == sem)
-                    or (d.dst_core is core and d.rsem == sem)]:
+        """If `core` blocks on `sem` and the held DMAs that raise it can satisfy the wait,
+        land them, oldest first, until it is satisfied; if they cannot, none lands yet
+        (a DMA that only part of a wait needs is no more needed than the others)."""
+        waiting = core.waiting
+        if waiting is None or waiting[0] != sem:
+            return
+        held = [d for d in self.held if (d.src_core is core and d.sem == sem)
+                or (d.dst_core is core and d.rsem == sem)]
+        if sum(d.size_bytes for d in held) < waiting[1] - core.sems[sem]:
+            return
+        for dma in sorted(held, key=lambda d: d.seq):
             if core.waiting is None or core.waiting[0] != sem:
                 return
             self._release(dma, t)

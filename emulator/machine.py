@@ -510,6 +510,10 @@ class Machine(DmaMixin):
             src = self.kernel.source_line(core.pc)
             if w and w[0] == "barrier":
                 what = f"waits at the {w[1]} barrier since cycle {w[2]}"
+                skipped = [self.cores[g] for g in self._barrier_members(core, w[1]) if self.cores[g].halted]
+                if skipped:
+                    what += " (" + ", ".join(f"chip {c.chip} core {c.index} halted at cycle {c.end_time}"
+                                             for c in skipped) + " without reaching it)"
             elif w:
                 what = (f"waits for semaphore {w[0]} to reach {w[1]} (it is {core.sems[w[0]]}) "
                         f"since cycle {w[2]}")

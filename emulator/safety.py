@@ -26,11 +26,15 @@ What races, in simulated time:
   store the same result there (the last to land wins, deterministically).
 
 A DMA leaves a memory's list once the memory's owner knows it landed (the core for
-its VMEM and SMEM; for HBM, the DMA's issuer). Every report names both sides: chip,
-core, cycle, pc, instruction and source line of the access and of the DMA's start.
+its VMEM and SMEM; for HBM, every core of the chip for a DMA writing it, since any of
+them may read those bytes next, and the DMA's issuer for one reading it). Every report
+names both sides: chip, core, cycle, pc, instruction and source line of the access and
+of the DMA's start.
 """
 
 from __future__ import annotations
+
+import bisect
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.memory import Trap
@@ -66,8 +70,15 @@ class Safety:
         self.base = base
         self.known = [0 for _ in self.cores]              # per core: the DMAs it knows landed
         self.sem_known: dict[tuple[int, int], int] = {}   # (core, semaphore) -> DMAs it carries
-        self.hbm: dict[int, list[Entry]] = {}             # chip -> DMAs touching its HBM
+        self.hbm_reads: dict[int, list[Entry]] = {}       # chip -> DMAs reading its HBM
         self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
+        # A read leaves its list when its issuer knows it landed; a write only when every
+        # core of the written chip knows (any of them may read those bytes next).
+        self.hbm_writes: dict[int, Listed] = {}           # chip -> DMAs writing its HBM
+        self.hbm_write_bits: dict[int, int] = {}          # ... the same DMAs as a mask
+        self.chip_cores: dict[int, list[int]] = {}        # chip -> its cores' ids
+        for core in self.cores:
+            self.chip_cores.setdefault(core.chip, []).append(core.gid)
         self.live: dict[int, int] = {}                    # seq -> entries of it still listed
         self.live_bits = 0                                # ... the same DMAs as a mask
         self.rebase_at = base + REBASE_SPAN               # renumber the masks after this DMA
@@ -84,8 +95,14 @@ class Safety:
                  (dma.dst_space, dma.dst_core, True, dst_block, dma.dst_range))
         for space, owner, write, block, (lo, hi) in sides:
             if space == "hbm":
-                for entry in self.hbm.get(owner.chip, ()):
-                    if entry.lo < hi and lo < entry.hi and entry.write != write \
+                # (Two writes are not reported: a write is checked against the reads only.)
+                if write:
+                    entries = self.hbm_reads.get(owner.chip, ())
+                else:
+                    listed = self.hbm_writes.get(owner.chip)
+                    entries = listed.meeting(lo, hi) if listed else ()
+                for entry in entries:
+                    if entry.lo < hi and lo < entry.hi \
                             and not known >> (entry.dma.seq - base) & 1 and self.overlap(*entry.block, *block):
                         raise Trap("race", _dma_race(write, space, owner, entry))
                 continue
@@ -100,8 +117,15 @@ class Safety:
         for space, owner, write, block, span in sides:
             entry = Entry(dma, write, block, span)
             if space == "hbm":
-                self.hbm.setdefault(owner.chip, []).append(entry)
-                self.hbm_issued.setdefault(issuer.gid, []).append((owner.chip, entry))
+                if write:
+                    # Only the chip's own cores read its HBM: a write is listed until they
+                    # all know it landed (a core that was only told by a signal sent before
+                    # the issuer waited does not know).
+                    self.hbm_writes.setdefault(owner.chip, Listed()).add(entry)
+                    self.hbm_write_bits[owner.chip] = self.hbm_write_bits.get(owner.chip, 0) | 1 << (dma.seq - base)
+                else:
+                    self.hbm_reads.setdefault(owner.chip, []).append(entry)
+                    self.hbm_issued.setdefault(issuer.gid, []).append((owner.chip, entry))
             else:
                 if owner is not issuer:
                     self._check_run_ahead(owner, entry, space)
@@ -132,6 +156,7 @@ class Safety:
         self.base += shift
         self.known = [mask >> shift for mask in self.known]
         self.sem_known = {key: mask >> shift for key, mask in self.sem_known.items()}
+        self.hbm_write_bits = {chip: mask >> shift for chip, mask in self.hbm_write_bits.items()}
         self.live_bits = live >> shift
         self.rebase_at = last + REBASE_SPAN
 
@@ -174,12 +199,23 @@ class Safety:
             base, kept = self.base, []
             for chip, e in issued:
                 if mine >> (e.dma.seq - base) & 1:
-                    self.hbm[chip].remove(e)
+                    self.hbm_reads[chip].remove(e)
                     self._unlisted(e)
                 else:
                     kept.append((chip, e))
             if len(kept) < len(issued):
                 self.hbm_issued[core.gid] = kept
+        bits = self.hbm_write_bits.get(core.chip)
+        if bits and new & bits:
+            all_know = -1
+            for gid in self.chip_cores[core.chip]:
+                if not self.cores[gid].halted:      # (a halted core issues nothing more)
+                    all_know &= self.known[gid]
+            if all_know & bits:
+                self.hbm_write_bits[core.chip] = bits & ~all_know
+                base = self.base
+                for e in self.hbm_writes[core.chip].remove_if(lambda e: all_know >> (e.dma.seq - base) & 1):
+                    self._unlisted(e)
 
     def _unlisted(self, entry: Entry) -> None:
         """One list no longer holds this entry; a DMA no list holds is forgotten."""
@@ -206,6 +242,44 @@ class Safety:
             raise core.logged_race(entry, space, time, pc, addr, stride, rows, lo_off, hi_off, write)
 
 
+class Listed:
+    """Entries ordered by their outer start, for the ones meeting a byte range."""
+
+    __slots__ = ("los", "entries", "longest")
+
+    def __init__(self):
+        self.los: list[int] = []
+        self.entries: list[Entry] = []
+        self.longest = 0          # the longest outer span ever added
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entry: Entry) -> None:
+        i = bisect.bisect_right(self.los, entry.lo)
+        self.los.insert(i, entry.lo)
+        self.entries.insert(i, entry)
+        self.longest = max(self.longest, entry.hi - entry.lo)
+
+    def meeting(self, lo: int, hi: int) -> list[Entry]:
+        """The entries whose outer span may meet [lo, hi), oldest first."""
+        end = bisect.bisect_left(self.los, hi)
+        start = bisect.bisect_right(self.los, lo - self.longest, 0, end)
+        found = [e for e in self.entries[start:end] if e.hi > lo]
+        found.sort(key=lambda e: e.dma.seq)
+        return found
+
+    def remove_if(self, drop) -> list[Entry]:
+        """Remove the entries `drop` holds for and return them."""
+        kept, gone = [], []
+        for e in self.entries:
+            (gone if drop(e) else kept).append(e)
+        if gone:
+            self.entries = kept
+            self.los = [e.lo for e in kept]
+        return gone
+
+
 SPACE_CODES = {"vmem": 0, "smem": 1}
 REBASE_SPAN = 8192   # DMAs between renumberings of the masks (`Safety._rebase`)
 
@@ -215,7 +289,8 @@ def _dma_race(write: bool, space: str, owner, entry: Entry) -> str:
             if write else "it reads what the earlier one still writes")
     where = f"{space.upper()} of chip {owner.chip}" + ("" if space == "hbm" else f" core {owner.index}")
     return (f"this DMA and an earlier one in flight share bytes of {where} and {what}: "
-            f"{describe_dma(entry.dma)}; the earlier one was not waited for by this DMA's issuer")
+            f"{describe_dma(entry.dma)}; this DMA's issuer did not know the earlier one had landed (nothing "
+            f"ordered them: a wait on its semaphore, a signal or barrier from a core that knew)")
 
 
 def describe_dma(dma) -> str:
