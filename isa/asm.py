@@ -51,6 +51,11 @@ def parse_int(text: str) -> int:
     return int(text, 0)
 
 
+def _first_wide(texts: list[str], values: list[int]) -> str | None:
+    """The first of the SMEM words (as written) that does not fit in 32 bits, or None."""
+    return next((t for t, w in zip(texts, values) if not WORD_MIN <= w <= WORD_MAX), None)
+
+
 def encode(instr: Instr, values: dict[str, int]) -> int:
     word = instr.opcode << OPCODE_SHIFT
     for field in instr.fields:
@@ -254,9 +259,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 except EncodingError as exc:
                     error(line_no, col, f"launch arguments must be integers: {exc}")
                     continue
-                bad = [a for a, w in zip(args[1:], values) if not WORD_MIN <= w <= WORD_MAX]
+                bad = _first_wide(args[1:], values)
                 if bad:
-                    error(line_no, col, f"launch argument {bad[0]} does not fit in a 32-bit SMEM word "
+                    error(line_no, col, f"launch argument {bad} does not fit in a 32-bit SMEM word "
                                         f"({WORD_MIN}..{WORD_MAX})")
                 elif smem_bytes is not None and 4 * len(values) > smem_bytes:
                     error(line_no, col, f"{len(values)} launch arguments take {4 * len(values)} bytes; "
@@ -272,11 +277,11 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 except EncodingError as exc:
                     error(line_no, col, f".smem takes a byte offset and 32-bit integer words: {exc}")
                     continue
-                bad = [a for a, w in zip(args[1:], values) if not WORD_MIN <= w <= WORD_MAX]
+                bad = _first_wide(args[1:], values)
                 if offset < 0 or offset % 4:
                     error(line_no, col, f".smem offset {offset} is not a 4-byte aligned SMEM address")
                 elif bad:
-                    error(line_no, col, f".smem word {bad[0]} does not fit in 32 bits ({WORD_MIN}..{WORD_MAX})")
+                    error(line_no, col, f".smem word {bad} does not fit in 32 bits ({WORD_MIN}..{WORD_MAX})")
                 elif smem_bytes is not None and offset + 4 * len(values) > smem_bytes:
                     error(line_no, col, f".smem words [{offset}, {offset + 4 * len(values)}) reach past "
                                         f"SMEM of {smem_bytes} bytes")

@@ -246,7 +246,7 @@ class Kernel:
             if name not in names:
                 raise ConfigError(f"no buffer named {name!r} in the program (buffers: {', '.join(sorted(names))})",
                                   file=source, key=key)
-            if at and not (chip.isdecimal() and str(int(chip)) == chip and int(chip) < self.chips):
+            if at and not runner.is_chip_text(chip, self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
             runner.check_values(name, self.program.buffer(name).dtype, np.asarray(given[key]), file=source, key=key)
         written = {}
@@ -342,7 +342,7 @@ class Run:
 
     def output(self, name: str, chip: int = 0) -> np.ndarray:
         """Buffer `name` of chip `chip` after the run (any buffer, not only outputs)."""
-        if not isinstance(chip, (int, np.integer)) or isinstance(chip, bool) or not 0 <= chip < self.kernel.chips:
+        if not runner.is_chip(chip, self.kernel.chips):
             raise ConfigError(f"chip must be 0..{self.kernel.chips - 1}, not {chip!r}", key=f"{name}@{chip}")
         key = f"{name}@{chip}"
         if key in self.outputs:
@@ -369,8 +369,7 @@ class Run:
             if not isinstance(key, str):
                 raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", key=str(key))
             name, at, chip_text = key.partition("@")
-            if at and not (chip_text.isdecimal() and str(int(chip_text)) == chip_text
-                           and int(chip_text) < self.kernel.chips):
+            if at and not runner.is_chip_text(chip_text, self.kernel.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.kernel.chips - 1}",
                                   file=self.kernel.program.reference or self.kernel.path, key=key)
             try:

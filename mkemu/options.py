@@ -65,10 +65,9 @@ def _one_of(choices):
 
 
 def _check_names(value):
-    if isinstance(value, str) or value is None:
-        raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",
-                          key="checks")
     try:
+        if isinstance(value, str):   # (a string is an iterable of letters, not of names)
+            raise TypeError
         return frozenset(value)
     except TypeError:
         raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",

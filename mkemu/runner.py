@@ -221,6 +221,16 @@ def _show(value) -> str:
     return repr(value.item() if hasattr(value, "item") else value)
 
 
+def is_chip(chip, chips: int) -> bool:
+    """`chip` is a chip number of a mesh of `chips`: an int (not a bool), 0 .. chips - 1."""
+    return isinstance(chip, (int, np.integer)) and not isinstance(chip, bool) and 0 <= chip < chips
+
+
+def is_chip_text(text: str, chips: int) -> bool:
+    """The chip of a `name@chip` key: decimal (no sign, no leading zeros), 0 .. chips - 1."""
+    return text.isdecimal() and str(int(text)) == text and int(text) < chips
+
+
 def check_writable(path: str, key: str) -> None:
     """An output file that will be written after a long run: its folder must exist and
     take files (checked before the run, not after it)."""

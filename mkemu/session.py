@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError
-from mkemu.runner import check_values, from_storage, to_storage
+from mkemu.runner import check_values, from_storage, is_chip, to_storage
 
 
 @attrs.frozen
@@ -105,7 +105,7 @@ class Session:
             raise ConfigError(str(exc), key=name) from None
 
     def _check_chip(self, chip, name: str) -> None:
-        if not isinstance(chip, (int, np.integer)) or isinstance(chip, bool) or not 0 <= chip < self.info.chips:
+        if not is_chip(chip, self.info.chips):
             raise ConfigError(f"buffer {name}: chip must be 0..{self.info.chips - 1}, not {chip!r}", key=name)
 
     @property

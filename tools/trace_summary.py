@@ -43,8 +43,9 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
     # An open end is the launches' own (a bound at infinity has no finite length to cut).
     lo = (launches.starts[0] if len(launches) else 0) if start is None else start
     hi = (launches.ends[-1] if len(launches) else 0) if end is None else end
-    spans = launches.intersect(Spans.of(lo, hi)) if (start is not None or end is not None) else launches
-    if (start is not None or end is not None) and len(launches) and not spans.total:
+    cut = start is not None or end is not None
+    spans = launches.intersect(Spans.of(lo, hi)) if cut else launches
+    if cut and len(launches) and not spans.total:
         raise ConfigError(f"--from/--to select no kernel time: the launches run cycles "
                           f"{launches.starts[0]:,.0f} to {launches.ends[-1]:,.0f}"
                           + (" (the kernel-launch overhead between launches is not kernel time)"

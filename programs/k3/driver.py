@@ -143,7 +143,7 @@ def _check_lengths(opts: dict) -> None:
 
 
 def _steps(opts: dict, cfg) -> int:
-    _check_lengths(opts)
+    """Decode steps of the run (its callers have checked the lengths: `_check_lengths`)."""
     prompt_len, gen = opts["prompt_len"], opts["steps"]
     n_steps = prompt_len + gen - 1
     if n_steps > cfg.max_seq:
