@@ -10,6 +10,7 @@ line, carets and the expected tokens spelled as a reader would write them.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import lark
@@ -32,15 +33,14 @@ _TERMINAL_NAMES = {
 }
 
 
-# Keywords that are never names. The contextual lexer reads a keyword where the grammar
-# cannot take it as a NAME, so without this check `let for = 1;` would declare 'for'.
-# `in`, `step` (loop and pipeline headers), `depth`, `part`, `via` (pipeline headers and
-# streams) and `recv`, `input`, `output` (at the start of a statement) are keywords only
-# there: elsewhere they are names (`for step in 0..2`).
-RESERVED = frozenset(
-    "import param const reference fn kernel host struct launch hbm vmem smem sem var let start wait "
-    "for pipeline if else region assert".split()
-)
+# Keywords only in their place, names elsewhere (`for step in 0..2`): `in`, `step` (loop
+# and pipeline headers), `depth`, `part`, `via` (pipeline headers and streams) and `recv`,
+# `input`, `output` (at the start of a statement).
+CONTEXTUAL = frozenset("in step depth part via recv input output".split())
+# Keywords that are never names: the grammar's other words. The contextual lexer reads a
+# keyword where the grammar cannot take it as a NAME, so without this check `let for = 1;`
+# would declare 'for'.
+RESERVED = frozenset(re.findall(r'"([a-z_]+)"', GRAMMAR_PATH.read_text())) - CONTEXTUAL
 
 
 class _KeywordAsName(Exception):
