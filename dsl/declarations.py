@@ -72,8 +72,7 @@ class Declarations:
                 if isinstance(item, ast.FnDecl) and name in BUILTINS:
                     self.error(span, f"'{name}' is a builtin function and cannot be redefined")
                     continue
-                if name in LITERAL_NAMES:
-                    self.error(span, f"'{name}' is a literal; it cannot be declared as a name")
+                if self.is_literal(name, span):
                     continue
                 prev = self.globals.local(name)
                 if prev is not None:
@@ -178,9 +177,15 @@ class Declarations:
         return tuple(values)
 
     # ------------------------------------------------------------ definitions
-    def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
+    def is_literal(self, name: str, span: SourceSpan) -> bool:
+        """`true`, `false` and `inf` read as names but are literals: declaring one is an error."""
         if name in LITERAL_NAMES:
             self.error(span, f"'{name}' is a literal; it cannot be declared as a name")
+            return True
+        return False
+
+    def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
+        if self.is_literal(name, span):
             return
         prev = scope.lookup(name)
         if prev is not None:
