@@ -237,8 +237,8 @@ def check_writable(path: str, key: str) -> None:
     target = Path(path)
     if target.is_dir():
         raise ConfigError(f"{path} is a directory, not a file to write", key=key)
-    if target.exists() and not target.is_file():
-        return   # a device or a pipe: written into
+    if _is_device(target):
+        return   # written into, never replaced
     folder = target.parent
     if not folder.is_dir():
         raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
@@ -246,10 +246,15 @@ def check_writable(path: str, key: str) -> None:
         raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
 
 
+def _is_device(target: Path) -> bool:
+    """A device or a pipe: there, but neither a file nor a directory."""
+    return target.exists() and not target.is_file() and not target.is_dir()
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write a file so that a crash leaves either the old file or the new one."""
     target = Path(path)
-    if target.exists() and not target.is_file() and not target.is_dir():
+    if _is_device(target):
         # A device or a pipe (/dev/null, /dev/stdout, a FIFO): write into it, never replace it.
         try:
             with open(target, "wb") as fh:
