@@ -105,8 +105,11 @@ def test_asm_params_lists_every_param(capsys, tmp_path):
     slots = next(r for r in rows if r.startswith("CL_SLOTS"))
     assert slots.split()[:7] == ["CL_SLOTS", "4", "2", "1,", "2,", "3,", "4"]
     assert "receive slots per ring direction" in slots
-    assert slots.endswith(f"{root / 'programs' / 'examples' / '../lib/collectives.mk'}:45".replace("examples/../", ""))
-    assert [r.split()[0] for r in rows] == ["CL_SLOTS", "CORES", "ROWS", "COLS"]
+    library = root / "programs" / "lib" / "collectives.mk"
+    line = 1 + library.read_text().splitlines().index(next(
+        t for t in library.read_text().splitlines() if t.startswith("param CL_SLOTS")))
+    assert slots.endswith(f"{library}:{line}")
+    assert [r.split()[0] for r in rows] == ["CL_SLOTS", "CL_AG_SEMS", "CORES", "ROWS", "COLS"]
     assert next(r for r in rows if r.startswith("ROWS")).split()[1:4] == ["128", "128", "any"]
     code, _, err = cli(capsys, "asm", str(root / "programs" / "examples" / "all_reduce.mk"), "--params",
                        "--set", "CL_SLOTS=5")

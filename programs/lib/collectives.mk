@@ -37,12 +37,16 @@
 // before each block; the receiver grants CL_SLOTS credits when it enters the level and
 // one more whenever it has consumed a slot and blocks are still to come, so every
 // credit is used. An all-gather writes straight into the receiver's x once the
-// receiver, having entered the level, said it is ready (one credit). So data for a
+// receiver, having entered the level, said it is ready (one credit); its steps count
+// on CL_AG_SEMS receive semaphores in turn, and a sender reuses one only after the
+// blocks it last counted have landed (cl_ag_level). So data for a
 // level only arrives while the receiver is in that level; credits are per level and
 // direction, so a neighbour that is ahead cannot be mistaken for the current one.
 // Every DMA is waited for within its level; every semaphore ends at 0.
 
 param CL_SLOTS = 2 in {1, 2, 3, 4} "receive slots per ring direction (ring depth): 2 is double buffering";
+param CL_AG_SEMS = 2 in {2, 3, 4, 6, 8} "all-gather: receive semaphores per ring direction that the steps take in turn; more let a sender run further ahead (4 on a line of 8 chips)";
+const CL_RECV = max(CL_SLOTS, CL_AG_SEMS);   // receive semaphores per direction
 const CL_MAX_ROWS = 8192;     // all_to_all: capacity limit (one DMA per power of two)
 
 // Stop here, with a deadlock report naming every core and this line, unless the
@@ -141,10 +145,11 @@ fn cl_descend(level: i32, seg: smem i32[10]) {
 // core holds the sum over the ring of chunk `rank`, and seg is that chunk. With
 // gather = 1 it also tells its senders that the all-gather of this level, which must
 // come next, may write the chunks it does not own. (Only next: the all-gather counts
-// its bytes on recv[0] of each direction, which another level's ring still uses.)
+// its bytes on the first CL_AG_SEMS recv of each direction, which another level's ring
+// still uses.)
 fn cl_rs_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, level: i32,
                gather: i32, seg: smem i32[10], slot: vmem f32[CL_SLOTS * dirs][br, cols],
-               recv: sem[CL_SLOTS * dirs], send: sem, credit: sem[4 * dirs]) {
+               recv: sem[rstride * dirs], rstride: i32, send: sem, credit: sem[4 * dirs]) {
     smem geo: i32[4];
     smem part: i32[2];
     smem count: i32[2, 3];       // per direction: blocks sent, received, to receive in all
@@ -232,14 +237,25 @@ fn cl_rs_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32
 
 // All-gather over the ring of `level`: this core owns chunk `rank` of the segment
 // that cl_rs_level or cl_descend saved for the level; afterwards it holds the whole
-// segment. Blocks of direction dir arrive on recv[rstride * dir]. granted = 1: the
-// reduce-scatter of this level already told our senders we are ready.
+// segment. granted = 1: the reduce-scatter of this level already told our senders we
+// are ready.
+//
+// Step i's blocks of direction dir arrive on recv[rstride * dir + i % CL_AG_SEMS] and
+// leave on send[i % CL_AG_SEMS] (rstride >= CL_AG_SEMS). Before step i reuses the
+// semaphores of step i - CL_AG_SEMS, the sender waits for that step's blocks to land,
+// so a receiver's count for step i can only be step i's bytes. (With one semaphore
+// for every step, a block of step i+1 landing before a late one of step i would let
+// the receiver pass on bytes still on their way.) The later steps' blocks may still
+// be in flight: they count on the other semaphores. On a long ring the blocks of step
+// i-2 may still be moving when step i is due: on a line of 8 chips, whose
+// wrap-around crosses every link, CL_AG_SEMS = 2 makes the all-reduce 9% slower than
+// 4 does, which costs 2 more semaphores per direction and 2 more send semaphores.
 fn cl_ag_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, level: i32,
                granted: i32, seg: smem i32[10], recv: sem[rstride * dirs], rstride: i32,
-               send: sem, credit: sem[4 * dirs]) {
+               send: sem[CL_AG_SEMS], credit: sem[4 * dirs]) {
     smem geo: i32[4];
     smem part: i32[2];
-    smem sent: i32[2];
+    smem sent: i32[CL_AG_SEMS];  // per rotation slot: blocks sent and not yet waited for
     cl_ring(level, geo);
     let size = geo[0];
     let rank = geo[1];
@@ -256,28 +272,33 @@ fn cl_ag_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32
             }
             for dir in 0..dirs {
                 wait(credit[4 * dir + level], 1);
-                sent[dir] = 0;
+            }
+            for turn_no in 0..CL_AG_SEMS {
+                sent[turn_no] = 0;
             }
             // Step i passes on chunk rank - sign*i (ours at i = 0) straight into the
             // receiver's x and receives chunk rank - sign*(i+1) into ours.
             for step_no in 0..size - 1 {
+                let turn = step_no % CL_AG_SEMS;
+                wait(send[turn], sent[turn] * block_bytes);     // step i - CL_AG_SEMS
+                sent[turn] = 0;
                 for dir in 0..dirs {
                     let sign = 1 - 2 * dir;
                     cl_part(seg_lo, seg_hi, size, rank - sign * step_no, dir, dirs, part);
                     for blk in part[0]..part[1] {
                         start copy(x[blk * br +: br, :], x[blk * br +: br, :] @ geo[2 + dir],
-                                   send, recv[rstride * dir]);
+                                   send[turn], recv[rstride * dir + turn]);
                     }
-                    sent[dir] = sent[dir] + part[1] - part[0];
+                    sent[turn] = sent[turn] + part[1] - part[0];
                 }
                 for dir in 0..dirs {
                     let sign = 1 - 2 * dir;
                     cl_part(seg_lo, seg_hi, size, rank - sign * (step_no + 1), dir, dirs, part);
-                    wait(recv[rstride * dir], (part[1] - part[0]) * block_bytes);
+                    wait(recv[rstride * dir + turn], (part[1] - part[0]) * block_bytes);
                 }
             }
-            for dir in 0..dirs {
-                wait(send, sent[dir] * block_bytes);
+            for turn_no in 0..CL_AG_SEMS {
+                wait(send[turn_no], sent[turn_no] * block_bytes);
             }
         }
     }
@@ -294,21 +315,21 @@ fn all_reduce(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32,
     assert rows % br == 0, "all_reduce: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_reduce: dirs is 1 (rings) or 2 (bidirectional rings)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
-    sem recv[CL_SLOTS * dirs];
-    sem send;
+    sem recv[CL_RECV * dirs];
+    sem send[CL_AG_SEMS];
     sem credit[4 * dirs];
     smem seg: i32[10];
-    cl_check_blocks(nblocks, rows / br, send);
+    cl_check_blocks(nblocks, rows / br, send[0]);
     seg[0] = 0;
     seg[1] = nblocks;
-    cl_rs_level(x, rows, cols, br, dirs, 0, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 3, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 2, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 1, 1, seg, slot, recv, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 1, 1, seg, recv, CL_SLOTS, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 2, 0, seg, recv, CL_SLOTS, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 3, 0, seg, recv, CL_SLOTS, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 0, 0, seg, recv, CL_SLOTS, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, 0, 0, seg, slot, recv, CL_RECV, send[0], credit);
+    cl_rs_level(x, rows, cols, br, dirs, 3, 0, seg, slot, recv, CL_RECV, send[0], credit);
+    cl_rs_level(x, rows, cols, br, dirs, 2, 0, seg, slot, recv, CL_RECV, send[0], credit);
+    cl_rs_level(x, rows, cols, br, dirs, 1, 1, seg, slot, recv, CL_RECV, send[0], credit);
+    cl_ag_level(x, rows, cols, br, dirs, 1, 1, seg, recv, CL_RECV, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 2, 0, seg, recv, CL_RECV, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 3, 0, seg, recv, CL_RECV, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 0, 0, seg, recv, CL_RECV, send, credit);
 }
 
 // All-reduce over the ring of one level only: level 0 sums over this chip's cores,
@@ -319,15 +340,15 @@ fn all_reduce_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs
     assert dirs == 1 || dirs == 2, "all_reduce_level: dirs is 1 (ring) or 2 (bidirectional ring)";
     assert level >= 0 && level <= 3, "all_reduce_level: level is 0 (cores) or 1, 2, 3 (mesh axis X, Y, Z)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
-    sem recv[CL_SLOTS * dirs];
-    sem send;
+    sem recv[CL_RECV * dirs];
+    sem send[CL_AG_SEMS];
     sem credit[4 * dirs];
     smem seg: i32[10];
-    cl_check_blocks(nblocks, rows / br, send);
+    cl_check_blocks(nblocks, rows / br, send[0]);
     seg[0] = 0;
     seg[1] = nblocks;
-    cl_rs_level(x, rows, cols, br, dirs, level, 1, seg, slot, recv, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, level, 1, seg, recv, CL_SLOTS, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, level, 1, seg, slot, recv, CL_RECV, send[0], credit);
+    cl_ag_level(x, rows, cols, br, dirs, level, 1, seg, recv, CL_RECV, send, credit);
 }
 
 // Reduce-scatter: afterwards participant p holds the sum over all participants of its
@@ -344,10 +365,10 @@ fn reduce_scatter(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: 
     cl_check_blocks(nblocks, rows / br, send);
     seg[0] = 0;
     seg[1] = nblocks;
-    cl_rs_level(x, rows, cols, br, dirs, 0, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 3, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 2, 0, seg, slot, recv, send, credit);
-    cl_rs_level(x, rows, cols, br, dirs, 1, 0, seg, slot, recv, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, 0, 0, seg, slot, recv, CL_SLOTS, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, 3, 0, seg, slot, recv, CL_SLOTS, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, 2, 0, seg, slot, recv, CL_SLOTS, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, 1, 0, seg, slot, recv, CL_SLOTS, send, credit);
 }
 
 // All-gather: participant p brings its own part of blocks 0 .. nblocks-1 (the part
@@ -355,21 +376,21 @@ fn reduce_scatter(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: 
 fn all_gather(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, nblocks: i32) {
     assert rows % br == 0, "all_gather: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_gather: dirs is 1 (rings) or 2 (bidirectional rings)";
-    sem recv[dirs];
-    sem send;
+    sem recv[CL_AG_SEMS * dirs];
+    sem send[CL_AG_SEMS];
     sem credit[4 * dirs];
     smem seg: i32[10];
-    cl_check_blocks(nblocks, rows / br, send);
+    cl_check_blocks(nblocks, rows / br, send[0]);
     seg[0] = 0;
     seg[1] = nblocks;
     cl_descend(0, seg);
     cl_descend(3, seg);
     cl_descend(2, seg);
     cl_descend(1, seg);
-    cl_ag_level(x, rows, cols, br, dirs, 1, 0, seg, recv, 1, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 2, 0, seg, recv, 1, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 3, 0, seg, recv, 1, send, credit);
-    cl_ag_level(x, rows, cols, br, dirs, 0, 0, seg, recv, 1, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 1, 0, seg, recv, CL_AG_SEMS, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 2, 0, seg, recv, CL_AG_SEMS, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 3, 0, seg, recv, CL_AG_SEMS, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, 0, 0, seg, recv, CL_AG_SEMS, send, credit);
 }
 
 // Reduce-scatter over the ring of one level: afterwards the core of rank r in that
@@ -387,7 +408,7 @@ fn reduce_scatter_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, 
     cl_check_blocks(nblocks, rows / br, send);
     seg[0] = 0;
     seg[1] = nblocks;
-    cl_rs_level(x, rows, cols, br, dirs, level, 0, seg, slot, recv, send, credit);
+    cl_rs_level(x, rows, cols, br, dirs, level, 0, seg, slot, recv, CL_SLOTS, send, credit);
 }
 
 // All-gather over the ring of one level: the core of rank r in that ring brings
@@ -397,15 +418,15 @@ fn all_gather_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs
     assert rows % br == 0, "all_gather_level: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_gather_level: dirs is 1 (ring) or 2 (bidirectional ring)";
     assert level >= 0 && level <= 3, "all_gather_level: level is 0 (cores) or 1, 2, 3 (mesh axis X, Y, Z)";
-    sem recv[dirs];
-    sem send;
+    sem recv[CL_AG_SEMS * dirs];
+    sem send[CL_AG_SEMS];
     sem credit[4 * dirs];
     smem seg: i32[10];
-    cl_check_blocks(nblocks, rows / br, send);
+    cl_check_blocks(nblocks, rows / br, send[0]);
     seg[0] = 0;
     seg[1] = nblocks;
     cl_descend(level, seg);
-    cl_ag_level(x, rows, cols, br, dirs, level, 0, seg, recv, 1, send, credit);
+    cl_ag_level(x, rows, cols, br, dirs, level, 0, seg, recv, CL_AG_SEMS, send, credit);
 }
 
 // ---------------------------------------------------------------- all-to-all

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import mkemu
-from mkemu.errors import EmulatorFault
 
 ROOT = Path(__file__).parents[2]
 LIBRARY = ROOT / "programs" / "lib" / "collectives.mk"
@@ -192,13 +191,14 @@ def _bits(a):
 
 
 def run_ring(tmp_path, op, mesh, *, rows=64, cols=128, br=8, dirs=2, nblocks=8, level=1, hw="tpu-v7-like",
-             slots=None, seed=0, **options):
+             slots=None, seed=0, params_extra=None, **options):
     """Run one collective; return the participants whose blocks differ from the model's."""
     dims = _dims(mesh)
     chips = dims[0] * dims[1] * dims[2]
     params = {"OP": OPS[op], "LEVEL": level, "DIRS": dirs, "ROWS": rows, "COLS": cols, "BR": br}
     if slots is not None:
         params["CL_SLOTS"] = slots
+    params.update(params_extra or {})
     kernel = mkemu.compile_source(RING.format(library=LIBRARY), str(tmp_path / "ring.mk"),
                                   hw=hw, mesh=mesh, params=params, **options)
     rng = np.random.default_rng(seed)
@@ -304,12 +304,30 @@ def test_rings_of_two_under_adversarial_schedules(tmp_path, schedule):
         assert run_ring(tmp_path, op, "2x2x2", rows=64, cols=128, nblocks=8, dirs=1, **schedule) == []
 
 
-@pytest.mark.xfail(strict=True, raises=EmulatorFault,
-                   reason="all-gather step i+1 blocks may land while the receiver still counts step i's bytes "
-                          "on the same semaphore (rings of 3 or more): race fault under a shuffled schedule")
-def test_all_gather_steps_on_rings_of_four_under_a_shuffled_schedule(tmp_path):
-    assert run_ring(tmp_path, "all_reduce", "4x1x1", rows=64, cols=128, nblocks=8, dirs=1,
-                    schedule="shuffle", schedule_seed=1) == []
+# All-gather steps on rings of 3 or more once shared one receive semaphore, so a block
+# of step i+1 landing before a late one of step i let the receiver pass on bytes still
+# in flight: a race fault under shuffled schedules (all_reduce.mk --mesh 8). The steps
+# now take CL_AG_SEMS semaphores in turn and a sender reuses them only after the
+# blocks they last counted landed.
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_reduce_level", "all_gather_level"])
+def test_all_gather_steps_on_rings_of_four_under_shuffled_schedules(tmp_path, op, seed):
+    assert run_ring(tmp_path, op, "4x1x1", rows=64, cols=128, nblocks=8, dirs=1,
+                    schedule="shuffle", schedule_seed=seed) == []
+
+
+@pytest.mark.parametrize("turns", [3, 4])
+def test_more_all_gather_turns_on_a_ring_of_five(tmp_path, turns):
+    for schedule in ({}, {"schedule": "late"}, {"schedule": "shuffle", "schedule_seed": 2}):
+        assert run_ring(tmp_path, "all_reduce", "5x1x1", rows=80, cols=128, nblocks=10, dirs=2,
+                        params_extra={"CL_AG_SEMS": turns}, **schedule) == []
+
+
+def test_the_all_reduce_example_on_a_line_of_eight_under_shuffled_schedules():
+    kernel = mkemu.compile(str(ROOT / "programs" / "examples" / "all_reduce.mk"), mesh="8x1x1",
+                           schedule="shuffle", schedule_seed=5)
+    run = kernel()
+    assert run.check() is None
 
 
 # ---------------------------------------------------------------- all-to-all
