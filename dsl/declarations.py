@@ -135,6 +135,11 @@ class Declarations:
         the values are kept in `param_domains`."""
         values = self.param_values(decl.domain)
         self.param_domains[name] = values
+        default = self.param_defaults.get(name)
+        if values is not None and name in self.overrides and default is not None and default not in values:
+            # The default must be a declared value whatever is set from outside.
+            self.error(decl.value.span, f"the default {default} of param '{name}' is not one of its "
+                                        f"declared values: {values_text(values)}")
         if values is None or value is None or value in values:
             return value
         if name in self.overrides:
