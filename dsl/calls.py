@@ -19,8 +19,11 @@ class Calls(Pipelines):
     def inline(self, decl: ast.FnDecl, call: ast.Call, scope: Scope, out: list) -> None:
         names = [name for name, _ in self.inline_stack]
         if decl.name in names:
-            chain = " -> ".join(names[names.index(decl.name):] + [decl.name])
-            self.error(call.span, f"recursive fn call: {chain} (fns are inlined)")
+            cycle = names[names.index(decl.name):]
+            # (Each fn of a cycle is checked on its own too: one report per cycle.)
+            if frozenset(cycle) not in self.cycles_reported:
+                self.cycles_reported.add(frozenset(cycle))
+                self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)")
             return
         if call.keywords:
             self.error(call.keywords[0].span, f"fn '{decl.name}' takes no keyword arguments")
@@ -105,15 +108,18 @@ class Calls(Pipelines):
             if not isinstance(v, ir.SemRef):
                 return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' is a semaphore, got {self.kind_name(v)}")
             whole_array = v.sem.count is not None and v.index is None
+            got = f"the array '{v.sem.name}' of {v.sem.count}" if whole_array else "one semaphore"
             if t.count is None:
                 if whole_array:
-                    return self.error(a.span, f"parameter '{p.name}' takes one semaphore; index the array")
+                    return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' takes one semaphore, "
+                                              f"got {got}: index the array")
                 return v
             count = self.in_fn_type(decl, site, lambda: self.slot_count(t.count, callee, t.span, "a semaphore array"))
             if count is None:
                 return POISON
             if not whole_array or v.sem.count != count:
-                return self.error(a.span, f"parameter '{p.name}' takes an array of {count} semaphores")
+                return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' takes an array of {count} "
+                                          f"semaphores, got {got}")
             return v
         # memory parameter
         if not isinstance(v, ir.Ref):

@@ -46,6 +46,7 @@ class Declarations:
         self.ctx: KernelCtx | None = None
         self.inline_stack: list[tuple[str, SourceSpan]] = []
         self.inline_counter = itertools.count(1)
+        self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
 
     # ------------------------------------------------------------ diagnostics
     def error(self, span: SourceSpan, message: str) -> Poison:

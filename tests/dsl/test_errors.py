@@ -333,3 +333,20 @@ def test_cyclic_consts(tmp_path, monkeypatch):
 def test_recursive_fn(tmp_path, monkeypatch):
     src = "fn f(x: vmem f32[8, 256]) { f(x); }\n" + KERNEL.format(body="    f(x);")
     assert "recursive fn call: f -> f (fns are inlined)" in errors(src, tmp_path, monkeypatch)
+
+
+def test_mutually_recursive_fns_are_one_error(tmp_path, monkeypatch):
+    src = "fn f(s: sem) { g(s); }\nfn g(s: sem) { f(s); }\nkernel k() {\n    sem a;\n    f(a);\n}\n"
+    out = errors(src, tmp_path, monkeypatch)
+    assert out.count("recursive fn call") == 1 and ("g -> f -> g" in out or "f -> g -> f" in out)
+
+
+@pytest.mark.parametrize("param, arg, message", [
+    ("s: sem", "a", "parameter 's' of fn 'f' takes one semaphore, got the array 'a' of 2: index the array"),
+    ("s: sem[3]", "a", "parameter 's' of fn 'f' takes an array of 3 semaphores, got the array 'a' of 2"),
+    ("s: sem[3]", "b", "parameter 's' of fn 'f' takes an array of 3 semaphores, got one semaphore"),
+])
+def test_a_semaphore_argument_of_the_wrong_count_names_the_fn_and_what_it_got(tmp_path, monkeypatch, param, arg,
+                                                                                message):
+    src = f"fn f({param}) {{ }}\nkernel k() {{\n    sem a[2];\n    sem b;\n    f({arg});\n}}\n"
+    assert f"prog.mk:5:7: error: {message}" in errors(src, tmp_path, monkeypatch)
