@@ -252,14 +252,22 @@ def _options(args):
     from mkemu.emulator.config import CHECKS
     from mkemu.options import Options
 
-    return Options(hw=args.hw, mesh=args.mesh, seed=args.seed, max_cycles=args.max_cycles,
-                   max_instructions=args.max_instructions,
-                   dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
-                   params=_params(args.set), trace=getattr(args, "trace", None), model=args.model,
-                   batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
-                   check_layers=args.check_layers, dump=getattr(args, "dump", None),
-                   timing_only=args.timing_only, routing=args.routing, routing_skew=args.routing_skew,
-                   record_routing=args.record_routing, spec_rows=args.spec_rows, accept=args.accept)
+    try:
+        return Options(hw=args.hw, mesh=args.mesh, seed=args.seed, max_cycles=args.max_cycles,
+                       max_instructions=args.max_instructions,
+                       dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
+                       params=_params(args.set), trace=getattr(args, "trace", None), model=args.model,
+                       batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
+                       check_layers=args.check_layers, dump=getattr(args, "dump", None),
+                       timing_only=args.timing_only, routing=args.routing, routing_skew=args.routing_skew,
+                       record_routing=args.record_routing, spec_rows=args.spec_rows, accept=args.accept)
+    except ConfigError as exc:
+        # The API names an option by its field (max_cycles); here it came from a flag.
+        if exc.file is None and exc.key and exc.key.isidentifier() and hasattr(args, exc.key):
+            flag = "--" + exc.key.replace("_", "-")
+            message = exc.message.replace(exc.key, flag, 1) if exc.message.startswith(exc.key) else exc.message
+            raise ConfigError(message, key=flag) from None
+        raise
 
 
 class _Progress:

@@ -223,9 +223,11 @@ def test_a_program_file_that_is_not_text_is_one_clear_error(capsys, tmp_path, mo
     (["--batch", "0"], "--batch: error: batch must be 1..8, got 0"),
     (["--mesh", "0x2"], "bad mesh '0x2'"),
     (["--mesh=-2x1x1"], "bad mesh '-2x1x1'"),
-    (["--max-instructions", "0"], "max_instructions must be an integer >= 1"),
+    (["--max-instructions", "0"], "--max-instructions: error: --max-instructions must be an integer >= 1"),
+    (["--max-cycles", "-1"], "--max-cycles: error: --max-cycles must be an integer >= 1, not -1"),
+    (["--routing-skew", "-1"], "--routing-skew: error: --routing-skew must be a number >= 0, not -1.0"),
     (["--schedules", "-1"], "--schedules must be 0 or more"),
-    (["--seed", "-1"], "seed: error: seed must be an integer >= 0, not -1"),
+    (["--seed", "-1"], "--seed: error: --seed must be an integer >= 0, not -1"),
 ])
 def test_bad_run_options_are_one_line_errors(capsys, argv, message):
     assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", *argv]) == 1
