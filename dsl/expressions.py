@@ -592,12 +592,12 @@ class Expressions(Declarations):
         want = 4 if is_remote else 3
         if node.keywords:
             return self.error(node.keywords[0].span, "copy() takes no keyword arguments")
+        for a in node.args[:1] + node.args[2:]:   # before the count: `copy(v @ c, w, s, r)` is this
+            if isinstance(a, ast.Remote):
+                return self.error(a.span, "only the destination of copy() can be remote (DMAs push)")
         if n != want:
             form = ("copy(src, dst @ core, send_sem, recv_sem)" if is_remote else "copy(src, dst, sem)")
             return self.error(node.span, f"copy() takes {want} arguments ({form}), got {n}")
-        for a in node.args[:1] + node.args[2:]:
-            if isinstance(a, ast.Remote):
-                return self.error(a.span, "only the destination of copy() can be remote (DMAs push)")
         src = self.expr(node.args[0], scope)
         dst_node = node.args[1].value if is_remote else node.args[1]
         dst = self.expr(dst_node, scope)

@@ -9,11 +9,24 @@ posted and waited, which described DMAs are used). Host-only statements are in
 
 from __future__ import annotations
 
+import attrs
+
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import _negated
 from mkemu.dsl.expressions import Expressions
 from mkemu.dsl.folding import broadcast, linear
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
+
+
+def _mutable(e) -> bool:
+    """Whether a scalar expression reads state that can change: a `var`, SMEM, a tile."""
+    if isinstance(e, ir.ScalarRead):
+        return e.var.kind == "var"
+    if isinstance(e, (ir.SmemLoad, ir.TileToScalar)):
+        return True
+    if isinstance(e, (ir.ScalarOp, ir.Spmd)):
+        return any(_mutable(a) for a in e.args)
+    return False
 
 
 class Statements(Expressions):
@@ -115,9 +128,9 @@ class Statements(Expressions):
             case ir.FloatConst():
                 return FloatVal(v.value)
             case ir.SemRef():
-                return v
+                return self.frozen(v, name, out)
             case ir.Dma() | DmaChoice():
-                h = DmaHandle(name, v, span)
+                h = DmaHandle(name, self.frozen(v, name, out), span)
                 self.ctx.handles.append(h)
                 return h
             case DmaHandle():
@@ -131,7 +144,7 @@ class Statements(Expressions):
             out.append(ir.LetScalar(var, s, span))
             return var
         if isinstance(v, ir.Ref):
-            return v
+            return self.frozen(v, name, out)
         if isinstance(v, ir.TILE_NODES):
             if self.ctx.mode == "host":
                 return self.error(value_span, "host lets must be compile-time integers")
@@ -139,6 +152,34 @@ class Statements(Expressions):
             out.append(ir.LetTile(tv, v, span))
             return tv
         return self.error(value_span, f"cannot bind {self.kind_name(v)} with let")
+
+    def frozen(self, v, name: str, out):
+        """A view, semaphore or copy bound by `let` with every index that reads mutable
+        state (a `var`, SMEM, a tile) read once, at the `let`, as a let scalar is: a later
+        assignment does not move the binding (`let h = copy(x[i], v, s); i = 1; start h;`
+        copies x[i] as i was)."""
+        def scalar(e):
+            if e is None or not _mutable(e):
+                return e
+            if isinstance(e, (ir.ScalarOp, ir.Spmd)):   # keep the form (`32 * i` stays a multiple of 32)
+                return attrs.evolve(e, args=tuple(scalar(a) for a in e.args))
+            var = ir.ScalarVar(self.unique(f"{name}.index"), "let", e.span, ir.scalar_dtype(e))
+            self.let_range(var, e)
+            out.append(ir.LetScalar(var, e, e.span))
+            return ir.ScalarRead(var, e.span)
+        match v:
+            case ir.Ref():
+                return attrs.evolve(v, slot=scalar(v.slot), offsets=tuple(scalar(o) for o in v.offsets))
+            case ir.SemRef():
+                return attrs.evolve(v, index=scalar(v.index))
+            case ir.Dma():
+                return attrs.evolve(v, src=self.frozen(v.src, name, out), dst=self.frozen(v.dst, name, out),
+                                    sem=self.frozen(v.sem, name, out), target=scalar(v.target),
+                                    recv_sem=None if v.recv_sem is None else self.frozen(v.recv_sem, name, out))
+            case DmaChoice():
+                return attrs.evolve(v, cond=scalar(v.cond), a=self.frozen(v.a, name, out),
+                                    b=self.frozen(v.b, name, out))
+        return v
 
     # -- assignment
     def s_Assign(self, s: ast.Assign, scope, out) -> None:
