@@ -236,8 +236,11 @@ class TileLowering:
             self.mfree(v)
             v = one
         if op is not None:
-            cur = self.load_view(dest, blk)
             table = I32_BIN if dest.dtype == "i32" else F32_BIN
+            if op not in table:   # `ii /= ...` on an i32 buffer, as `ii = ii / ...` is
+                self.error(f"'{op}=' on {dest.dtype} has no vector instruction "
+                           "(integer tile division and remainder are not supported)")
+            cur = self.load_view(dest, blk)
             self.emit(table[op], vd=cur, va=cur, vb=v)
             self.vfree(v)
             v = cur

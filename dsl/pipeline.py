@@ -257,6 +257,13 @@ class Pipe:
             if st.via is not None and default_depth is None:
                 default_depth = got[0].slots
         slots = {st.name: got_slots[st.name] for st in streams}
+        owners: dict = {}   # two streams of one pipeline in one ring would overwrite each other's tiles
+        for st in (st for st in streams if st.via is not None):
+            other = owners.setdefault(slots[st.name][1], st)
+            if other is not st:
+                c.error(st.via[0].span, f"streams '{other.name}' and '{st.name}' of one pipeline both use the slots "
+                                        f"of '{slots[st.name][1].name}': each stream needs slots of its own")
+                return
         depths = {buf.slots for _, buf, _ in slots.values()}
         if len(depths) != 1:
             c.error(self.span, f"the streams of a pipeline share one depth; their slots have {sorted(depths)}")
