@@ -256,11 +256,16 @@ class Kernel:
                 array = given.get(key)
                 if array is None:
                     continue
-                written[f"{buf.name}@{chip}"] = array
                 try:
-                    machine.write_buffer(chip, buf.name, runner.to_storage(np.asarray(array), buf.dtype))
+                    stored = runner.to_storage(np.asarray(array), buf.dtype)
+                    machine.write_buffer(chip, buf.name, stored)
                 except ValueError as exc:
                     raise ConfigError(str(exc), file=source, key=key) from None
+                # What was written, as the reference contract hands it on: the values the
+                # buffer holds (bf16-rounded float32, float32, int32, quantised MXFP4), not
+                # the array as given (float64, int8, a list, ...).
+                written[f"{buf.name}@{chip}"] = np.asarray(
+                    runner.from_storage(stored, buf.dtype, buf.shape)).reshape(buf.shape)
         return written
 
 

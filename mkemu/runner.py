@@ -97,11 +97,13 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     scales (quantised: numerics.mxfp4_encode)."""
     from mkemu.isa.numerics import f32_to_bf16_bits
 
-    if dtype == "bf16":
-        return f32_to_bf16_bits(np.asarray(array, np.float32))
-    if dtype == "mxfp4":
-        return mxfp4_to_bytes(array)
-    return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
+    # Rounding to float32 takes a float64 beyond its range to +-inf, as documented: no warning.
+    with np.errstate(over="ignore"):
+        if dtype == "bf16":
+            return f32_to_bf16_bits(np.asarray(array, np.float32))
+        if dtype == "mxfp4":
+            return mxfp4_to_bytes(array)
+        return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
 
 
 def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
