@@ -163,7 +163,8 @@ class Core:
     def region_stats(self) -> dict[int, tuple[int, int, int]]:
         """region id -> (cycles spent inside, times left, cycles inside but not in a
         region nested in it) in this launch."""
-        return {rid: (int(c), int(n), int(x)) for rid, (c, n, x) in enumerate(self.rstat) if n}
+        # (Only the rows of regions left: a kernel may name region ids up to 2^24 - 1.)
+        return {int(rid): tuple(int(v) for v in self.rstat[rid]) for rid in np.flatnonzero(self.rstat[:, 1])}
 
     # -- launches ------------------------------------------------------------
 
@@ -220,7 +221,9 @@ class Core:
         self.kernel = kernel
         self.decoded = decoded
         self.code = decoded.code
-        if self.rstat.shape[0] < decoded.region_slots:
+        if self.rstat.shape[0] < decoded.region_slots or self.rstat.shape[0] > 1 << 16:
+            # (A region id may be up to 2^24 - 1: a fresh array of that many rows costs
+            # nothing until touched, where clearing one would write all of it.)
             self.rstat = np.zeros((decoded.region_slots, 3), np.int64)
         else:
             self.rstat[:] = 0

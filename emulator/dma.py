@@ -109,6 +109,19 @@ class DmaMixin:
             name = f"{src_space.upper()} (DMA source)"
             raise Trap("out-of-bounds", f"{name} access [{src_range[0]}, {src_range[1]}) is outside {name} "
                                         f"of {src_size} bytes")
+        # Both ends are checked before any byte is copied: a block with huge counts
+        # (over zero or tiny strides) is refused, never materialised.
+        dst_size = self._space_size(target, dst_space)
+        if dst_range[0] < 0 or dst_range[1] > dst_size:
+            raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
+                                        f"is outside {dst_space.upper()} of {dst_size} bytes"
+                                        + (f" on chip {target.chip} core {target.index}" if remote else ""))
+        size = inner * n1 * n2
+        if size > dst_range[1] - dst_range[0]:
+            raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} moves {size} bytes ({inner}x{n1}x{n2}) "
+                                         f"into a destination block of {dst_range[1] - dst_range[0]} bytes: its "
+                                         f"rows overlap (dst_stride1 {ds1}, dst_stride2 {ds2}), so it writes "
+                                         "some bytes more than once")
         config = self.config
         src_data = dst_data = True      # (only timing-only runs leave memories without bytes)
         if config.timing_only or config.record_readbacks:
@@ -134,12 +147,6 @@ class DmaMixin:
                 data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
             if computed and config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
-        dst_size = self._space_size(target, dst_space)
-        if dst_range[0] < 0 or dst_range[1] > dst_size:
-            raise Trap("out-of-bounds", f"DMA destination {dst_space.upper()} [{dst_range[0]}, {dst_range[1]}) "
-                                        f"is outside {dst_space.upper()} of {dst_size} bytes"
-                                        + (f" on chip {target.chip} core {target.index}" if remote else ""))
-        size = inner * n1 * n2
         resources, latency, hops = self._route(core, target, "hbm" in (src_space, dst_space))
         self.dma_count += 1
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,

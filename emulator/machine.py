@@ -216,9 +216,7 @@ class Machine(DmaMixin):
                 continue
             t, _, kind, payload = heapq.heappop(self.events)
             if t > self.config.max_cycles:
-                core = payload if kind == RESUME else None
-                raise self._fault(core, "max-cycles",
-                                  f"the run passed the max-cycle guard of {self.config.max_cycles} cycles", t)
+                raise self._max_cycles(kind, payload, t)
             self.now = max(self.now, t)
             if kind == RESUME:
                 self._resume(payload, t)
@@ -497,10 +495,35 @@ class Machine(DmaMixin):
     def _fault(self, core: Core | None, kind: str, message: str, cycle: int | None = None) -> EmulatorFault:
         if core is None:
             return EmulatorFault(kind, message, cycle=cycle)
+        pc = core.pc
+        if kind == "ran-off-end" and pc > 0:
+            pc -= 1     # (past the end: named by the last instruction, which fell through)
         return EmulatorFault(kind, f"kernel {self.kernel.name}: {message}", chip=core.chip, core=core.index,
-                             cycle=core.t if cycle is None else cycle, pc=core.pc,
-                             instruction=self.decoded_op_text(core.pc),
-                             source=self.kernel.source_line(core.pc))
+                             cycle=core.t if cycle is None else cycle, pc=pc,
+                             instruction=self.decoded_op_text(pc),
+                             source=self.kernel.source_line(pc))
+
+    def _max_cycles(self, kind: int, payload, t: int) -> EmulatorFault:
+        """The max-cycle guard, passed by the next event: named by the core it resumes, or
+        by the instruction that caused it (a DMA's issue, a signal); a flow's completion
+        by the oldest DMA still in flight."""
+        message = f"the run passed the max-cycle guard of {self.config.max_cycles} cycles"
+        if kind == RESUME:
+            return self._fault(payload, "max-cycles", message, t)
+        if kind in (DMA_BEGIN, LAND):
+            by = (payload.src_core, payload.pc, payload.text)
+        elif kind == SIGNAL:
+            by = payload[4]
+        else:
+            oldest = min(self.dmas.values(), key=lambda d: d.seq, default=None)
+            by = (oldest.src_core, oldest.pc, oldest.text) if oldest is not None else None
+        if by is None:
+            return EmulatorFault("max-cycles", message, cycle=t)
+        core, pc, text = by
+        what = "signal" if kind == SIGNAL else "DMA"
+        return EmulatorFault("max-cycles", f"kernel {self.kernel.name}: {message}, with this {what} still in flight",
+                             chip=core.chip, core=core.index, cycle=t, pc=pc, instruction=text,
+                             source=self.kernel.source_line(pc))
 
     def _deadlock(self, waiting: list[Core]) -> EmulatorFault:
         lines = []

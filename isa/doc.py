@@ -85,7 +85,7 @@ A fault stops the run naming its kind, chip, core, cycle, pc, instruction and so
 | `vbcast.lane` idx < 128, `vbcast.sub` idx < 8, `vcol` block < 16, `vextract`/`vinsert` element 0..1023 | `bad-operand` |
 | `div`, `rem`, `divi`, `remi`: divisor not 0 | `divide-by-zero` |
 | branch target below the kernel's length; the last instruction executed is `halt` | `bad-branch`, `ran-off-end` |
-| DMA descriptor: 7 words, 4-aligned, inside SMEM; `inner_bytes`, `n1`, `n2` positive; both ends inside their memories | `out-of-bounds`, `bad-descriptor` |
+| DMA descriptor: 7 words, 4-aligned, inside SMEM; `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves); the destination block spans at least the bytes moved (rows that overlap so much that some bytes are written twice, e.g. a destination stride of 0 over several rows, are refused) | `out-of-bounds`, `bad-descriptor` |
 | `sem`, `rsem` below the profile's `semaphores`; `tgt` a global core of the mesh | `bad-semaphore`, `bad-target` |
 | `mark.pop` only inside a `mark.push` region | `bad-region` |
 

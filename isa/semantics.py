@@ -524,10 +524,28 @@ def _align(addr, stride, size, E):
     return 0
 
 
+# Beyond every memory, and far enough inside int64 that no sum of the few terms of an
+# address wraps around: an address (or span end) past it is reported at this bound.
+_FAR = 1 << 62
+
+
+@jitable
+def _saturate(value):
+    """A float estimate of an address as an int64, clamped to -_FAR .. _FAR."""
+    return int(max(min(value, float(_FAR)), -float(_FAR)))
+
+
 @jitable
 def rows_span(addr, stride, rows, row_bytes):
-    """[lo, hi) of `rows` rows of `row_bytes` bytes, `stride` bytes apart."""
+    """[lo, hi) of `rows` rows of `row_bytes` bytes, `stride` bytes apart. Where the
+    exact span reaches past +-2^62 (a 64-bit address or stride from a register), its
+    ends are clamped there instead of wrapping around int64 into some memory."""
     last = (rows - 1) * stride
+    far = abs(float(addr)) + abs(float(rows - 1) * float(stride)) + float(row_bytes)
+    if far > float(_FAR):
+        last_f = float(rows - 1) * float(stride)
+        return (_saturate(float(addr) + min(0.0, last_f)),
+                _saturate(float(addr) + max(0.0, last_f) + float(row_bytes)))
     return addr + min(0, last), addr + max(0, last) + row_bytes
 
 
@@ -558,7 +576,7 @@ def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
     if rows >= 0:
         if rows and lanes:
             if stride == 0:
-                lo, hi = addr, addr + lanes * size
+                lo, hi = rows_span(addr, 0, 1, lanes * size)
             else:
                 lo, hi = rows_span(addr, stride, rows, lanes * size)
             err = _check(mem.size, lo, hi, E)
@@ -599,6 +617,10 @@ def _masked_span(M, mask, addr, stride, size):
     for e in range(TILE):
         if M[mask, e]:
             start = addr + (e // LANES) * stride + (e % LANES) * size
+            estimate = float(addr) + float(e // LANES) * float(stride) + float((e % LANES) * size)
+            if abs(estimate) > float(_FAR):
+                # (the exact address is far outside memory: not its int64 wraparound)
+                start = _saturate(estimate)
             lo = min(lo, start)
             hi = max(hi, start + size)
     return lo, hi
@@ -681,10 +703,7 @@ def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed,
     err = _align(addr, step, 2, E)
     if err:
         return err
-    if step >= cols * 2:
-        lo, hi = addr, addr + (rows - 1) * step + cols * 2
-    else:
-        lo, hi = rows_span(addr, step, rows, cols * 2)
+    lo, hi = rows_span(addr, step, rows, cols * 2)
     err = _check(VMEM.size, lo, hi, E)
     if err:
         return err
@@ -734,10 +753,7 @@ def mxfp4_bits(code, scale):
 def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
     """mxu.ldw.mx: the weight tile of matrix unit x from MXFP4 values and scales in VMEM."""
     half = cols // 2
-    if step >= half:
-        lo, hi = addr, addr + (rows - 1) * step + half
-    else:
-        lo, hi = rows_span(addr, step, rows, half)
+    lo, hi = rows_span(addr, step, rows, half)
     err = _check(VMEM.size, lo, hi, E)
     if err:
         return err
