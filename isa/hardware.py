@@ -70,6 +70,7 @@ MAX_CORES_PER_CHIP = 16
 MAX_SEMAPHORES = 1 << 16
 MAX_VMEM_BYTES = 1 << 30
 MAX_SMEM_BYTES = 1 << 26
+MAX_MXU_DIM = 1024      # each core holds its MXUs' mxu_dim x mxu_dim weights
 # One (8, 128) tile of 32-bit words: VMEM is allocated in these.
 VMEM_TILE_BYTES = 8 * 128 * 4
 MXU_DIM_QUANTUM = 128
@@ -235,7 +236,8 @@ _SCHEMA = (
         "mxu_dim",
         "mxu_dim",
         "int",
-        _positive_multiple(MXU_DIM_QUANTUM, "the MXU works on whole 128-lane vregs"),
+        _at_most(_positive_multiple(MXU_DIM_QUANTUM, "the MXU works on whole 128-lane vregs"), MAX_MXU_DIM,
+                 "emulator limit: each core holds its MXUs' weights"),
     ),
     _Key("core", "mxu_accumulators", "mxu_accumulators", "int", _between(1, MAX_ACCUMULATORS, "encoding limit")),
     _Key("core", "vmem_bw", "vmem_bw_bytes_per_cycle", "bw"),
@@ -522,11 +524,18 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
         if problem:
             raise ConfigError(problem, file=file, key=dotted)
         result = amount / clock_hz if toml_key.endswith("_per_s") else amount
+        if not 0 < result < math.inf:
+            raise ConfigError(f"{value} is {result} bytes per cycle at clock_hz {clock_hz:g}: not a positive "
+                              "finite number", file=file, key=dotted)
     elif spec.kind == "time":
         if toml_key.endswith("_cycles"):
             result = _as_int(value, file, dotted)
         else:
-            result = _ceil_cycles(_as_number(value, file, dotted) * clock_hz)
+            cycles = _as_number(value, file, dotted) * clock_hz
+            if not math.isfinite(cycles):
+                raise ConfigError(f"{value} s is {cycles} cycles at clock_hz {clock_hz:g}: must be at most "
+                                  f"{MAX_INT:,} (the emulator counts in 64-bit integers)", file=file, key=dotted)
+            result = _ceil_cycles(cycles)
         if result < 0:
             raise ConfigError(f"must not be negative, got {value}", file=file, key=dotted)
     else:  # pragma: no cover - the schema above names only the kinds handled here

@@ -365,7 +365,11 @@ class Run:
         default: the program's reference on this run's inputs). Returns the first
         difference, or None; also records the outcome in the report."""
         if expected is None:
-            expected = self.kernel.expected(self.inputs)
+            # A buffer not given started as zeros: the reference sees it so too.
+            zeros = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
+                     for b in self.kernel.program.buffers if b.kind in ("input", "inout", "weight")
+                     for chip in range(self.kernel.chips)}
+            expected = self.kernel.expected({**zeros, **self.inputs})
         elif not isinstance(expected, Mapping):
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
                               f"{type(expected).__name__}", key="expected")

@@ -354,9 +354,19 @@ def cmd_trace(args) -> int:
         return 0
     if args.others:
         raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")
-    trace = read_trace(args.path)
     exports = [(flag, out) for flag, out in (("--perfetto", args.perfetto), ("--html", args.html),
-                                             ("--plot", args.plot)) if out]
+                                             ("--plot", args.plot)) if out is not None]
+    from mkemu.runner import check_writable
+
+    for flag, out in exports:   # every output checked before the first is written
+        check_writable(out, flag)
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401 - checked before any export is written
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
+                              "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
+    trace = read_trace(args.path)
     if exports:
         from mkemu.tools.view import view
 
@@ -391,6 +401,10 @@ def cmd_asm(args) -> int:
     from mkemu.isa.hardware import load_profile
     from mkemu.isa.listing import listing
 
+    if args.output is not None:
+        from mkemu.runner import check_writable
+
+        check_writable(args.output, "-o")   # before compiling, not after it
     if args.params:
         return _print_params(args)
 
@@ -401,7 +415,7 @@ def cmd_asm(args) -> int:
     program = load_program(args.file, profile, _params(args.set))
     compile_s = time.perf_counter() - t0
     text = listing(program, stats=args.stats, compile_s=compile_s)
-    if args.output:
+    if args.output is not None:
         from mkemu.runner import atomic_write
 
         atomic_write(args.output, text.encode())
@@ -435,7 +449,7 @@ def _print_params(args) -> int:
         rows.append((p.name, str(p.value), str(p.default), values, p.description, f"{p.span.file}:{p.span.line}"))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     text = "".join("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + f"  {r[5]}\n" for r in rows)
-    if args.output:
+    if args.output is not None:
         from mkemu.runner import atomic_write
 
         atomic_write(args.output, text.encode())
@@ -453,13 +467,15 @@ def cmd_tune(args) -> int:
     _check_scale_out(args)
     if args.budget < 1:
         raise ConfigError(f"--budget must be at least 1, got {args.budget}", key="--budget")
+    if args.resume == "":
+        raise ConfigError("--resume wants the path of a tune record, got an empty one", key="--resume")
     if args.timing_only:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
     base = trial(resolve(args.file), _options(args), args.inputs)
     params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
-    out = args.out or args.resume or f"{Path(args.file).stem}.tune.json"
+    out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
     check_writable(out, "--out")
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler)
@@ -530,7 +546,7 @@ def cmd_sweep(args) -> int:
             raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
                               key="--hw-set")
         seen.add(axis.key)
-    if args.mesh:
+    if args.mesh is not None:
         axes.append(mesh_axis(args.mesh))
     if not axes:
         raise ConfigError("nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,...", key="--hw-set")
@@ -542,7 +558,7 @@ def cmd_sweep(args) -> int:
             raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
                               "(the JSON record has every figure)", key="--plot") from None
     for path, key in ((args.out, "--out"), (args.plot, "--plot")):
-        if path:
+        if path is not None:
             check_writable(path, key)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]

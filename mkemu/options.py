@@ -10,6 +10,7 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -46,14 +47,21 @@ def _mesh(value):
     return dims + (1,) * (3 - len(dims))
 
 
-def _int(low: int | None = None, optional: bool = False):
+def _int(low: int | None = None, optional: bool = False, high: int | None = None):
     def check(instance, attribute, value):
         if optional and value is None:
             return
         if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
             bound = "an integer" if low is None else f"an integer >= {low}"
             raise ConfigError(f"{attribute.name} must be {bound}, not {value!r}", key=attribute.name)
+        if high is not None and value > high:
+            raise ConfigError(f"{attribute.name} must be at most {high:,} (the emulator counts in 64-bit "
+                              f"integers), not {value:,}", key=attribute.name)
     return check
+
+
+# Cycle and instruction guards are 64-bit integers in the emulator (with room to add to them).
+MAX_GUARD = 2**62
 
 
 def _one_of(choices):
@@ -98,13 +106,15 @@ def _params(instance, attribute, value):
 
 
 def _optional_str(instance, attribute, value):
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"{attribute.name} must be a path (a string), not {value!r}", key=attribute.name)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{attribute.name} must be a non-empty string, not {value!r}", key=attribute.name)
 
 
 def _optional_number(instance, attribute, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
         raise ConfigError(f"{attribute.name} must be a number >= 0, not {value!r}", key=attribute.name)
+    if value is not None and not math.isfinite(value):
+        raise ConfigError(f"{attribute.name} must be a finite number, not {value!r}", key=attribute.name)
 
 
 def _trace(instance, attribute, value):
@@ -131,10 +141,10 @@ class Options:
     hw: str = attrs.field(default=DEFAULT_PROFILE)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
     seed: int = attrs.field(default=0, validator=_int(0))
-    max_cycles: int = attrs.field(default=10**12, validator=_int(1))
+    max_cycles: int = attrs.field(default=10**12, validator=_int(1, high=MAX_GUARD))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names, validator=_checks)
-    max_instructions: int = attrs.field(default=50_000_000, validator=_int(1))
+    max_instructions: int = attrs.field(default=50_000_000, validator=_int(1, high=MAX_GUARD))
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = attrs.field(default=0, validator=_int(0))
     params: dict[str, int] = attrs.field(factory=dict, converter=_param_dict, validator=_params)

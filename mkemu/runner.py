@@ -55,23 +55,38 @@ def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
 
 
 def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
+    # A damaged archive (truncated, bad CRC, a member that does not inflate, a header
+    # numpy cannot parse or whose shape does not fit in memory) is the user's file, not
+    # our bug: numpy raises many types for it (tokenize.TokenError, MemoryError, ...).
+    damaged = Exception
     try:
         data = np.load(path)
-    except (OSError, ValueError, EOFError) as exc:
-        raise ConfigError(f"cannot read inputs: {exc}", file=path) from None
+    except damaged as exc:
+        raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path) from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ConfigError("inputs must be a .npz file (np.savez) of arrays named by buffer", file=path)
     with data:
         try:
             arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read inputs: {exc}", file=path) from None
+        except damaged as exc:
+            raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path) from None
+    if not arrays:
+        raise ConfigError("the file holds no arrays (give one per input buffer, keyed name or name@chip)",
+                          file=path)
     names = {b.name for b in program.buffers}
     for key in arrays:
         if key.split("@")[0] not in names:
             raise ConfigError(f"no buffer named {key.split('@')[0]!r} in the program "
                               f"(buffers: {', '.join(sorted(names))})", file=path, key=key)
     return arrays
+
+
+def _why(exc: Exception) -> str:
+    """What went wrong reading a file, in one line (the type's name when it says more)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, (OSError, ValueError, EOFError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None) -> None:
@@ -236,14 +251,21 @@ def is_chip_text(text: str, chips: int) -> bool:
 def check_writable(path: str, key: str) -> None:
     """An output file that will be written after a long run: its folder must exist and
     take files (checked before the run, not after it)."""
+    if not path:
+        raise ConfigError("wants the path of a file to write, got an empty one", key=key)
     target = Path(path)
-    if target.is_dir():
-        raise ConfigError(f"{path} is a directory, not a file to write", key=key)
-    if _is_device(target):
-        return   # written into, never replaced
-    folder = target.parent
-    if not folder.is_dir():
-        raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
+    try:
+        if target.is_dir():
+            raise ConfigError(f"{path} is a directory, not a file to write", key=key)
+        if _is_device(target):
+            return   # written into, never replaced
+        folder = target.parent
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"cannot write {path}: {folder} is a file, not a folder", key=key)
+        if not folder.is_dir():
+            raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
+    except OSError as exc:   # e.g. a name too long for the file system
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", key=key) from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
 
@@ -255,8 +277,14 @@ def _is_device(target: Path) -> bool:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Write a file so that a crash leaves either the old file or the new one."""
+    if not path:
+        raise ConfigError("cannot write output: the path is empty")
     target = Path(path)
-    if _is_device(target):
+    try:
+        device = _is_device(target)
+    except OSError as exc:   # e.g. a name too long for the file system
+        raise ConfigError(f"cannot write output: {exc.strerror or exc}", file=str(path)) from None
+    if device:
         # A device or a pipe (/dev/null, /dev/stdout, a FIFO): write into it, never replace it.
         try:
             with open(target, "wb") as fh:
@@ -264,7 +292,8 @@ def atomic_write(path: str, data: bytes) -> None:
         except OSError as exc:
             raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None
         return
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    # (the name cut so that the temporary file's name is no longer than the target's may be)
+    tmp = target.with_name(f".{target.name[:200]}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -272,5 +301,8 @@ def atomic_write(path: str, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:   # never created: its folder is missing or not a folder
+            pass
+        raise ConfigError(f"cannot write output: {exc.strerror or exc}", file=str(path)) from None

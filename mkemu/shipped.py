@@ -47,10 +47,16 @@ def list_programs() -> list[ShippedProgram]:
 
 def resolve(program: str) -> str:
     """`program` itself if it is a file, else the path of the shipped program of that name."""
-    if Path(program).is_file():
-        return program
-    if Path(program).is_dir():
-        raise ConfigError("cannot read program: it is a directory", file=program)
+    if not program:
+        raise ConfigError("no program given: the name is empty (`mkemu programs` lists the shipped ones)",
+                          key="PROGRAM")
+    try:
+        if Path(program).is_file():
+            return program
+        if Path(program).is_dir():
+            raise ConfigError("cannot read program: it is a directory", file=program)
+    except OSError as exc:   # e.g. a name too long for the file system
+        raise ConfigError(f"cannot read program: {exc.strerror or exc}", file=program) from None
     for shipped in list_programs():
         if program in (shipped.name, shipped.path.name):
             return str(shipped.path)

@@ -410,7 +410,7 @@ def _check_meta(meta: dict, fail) -> None:
     clock = meta["clock_hz"]
     need(isinstance(clock, (int, float)) and not isinstance(clock, bool) and 0 < clock < float("inf"),
          "clock_hz is not a positive number")
-    need(_is_int(meta["end_cycle"]), "end_cycle is not an integer")
+    need(_is_int(meta["end_cycle"]) and 0 <= meta["end_cycle"] <= 2**62, "end_cycle is not a cycle count")
     need(len(list_of("units", lambda u: isinstance(u, str))) > 0, "units is empty")
     need("hbm" in list_of("spaces", lambda v: isinstance(v, str)), "spaces lacks hbm")
     list_of("region_names", lambda v: isinstance(v, str))
@@ -426,7 +426,7 @@ def _check_meta(meta: dict, fail) -> None:
     need({c["chip"] for c in cores} <= {r["chip"] for r in resources if r["kind"] == "hbm"},
          "a chip has no hbm resource")
     list_of("launches", lambda l: isinstance(l, dict) and isinstance(l.get("kernel"), str)
-            and _is_int(l.get("start")) and _is_int(l.get("end")) and l["start"] <= l["end"])
+            and _is_int(l.get("start")) and _is_int(l.get("end")) and 0 <= l["start"] <= l["end"] <= 2**62)
     kernels = meta["kernels"]
     need(isinstance(kernels, dict), "kernels is not an object")
     nunits = len(meta["units"])
@@ -472,7 +472,7 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
             index = int(launch_of[row])
             fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel "
                  f"{meta['launches'][index]['kernel']}")
-    for table, col in (("dma", "res_start"), ("dma", "res_count")):
+    for table, col in (("dma", "res_start"), ("dma", "res_count"), ("dma", "size_bytes")):
         if tables[table][col].size and tables[table][col].min() < 0:
             fail(f"corrupted trace: {table}.{col} has a negative value")
     dma = tables["dma"]
