@@ -255,7 +255,7 @@ def drive_timing_only(session, opts: dict, cfg) -> dict:
     session.write("layer_plan", _layer_plan(cfg))
     record = None
     if opts.get("routing"):
-        record = timing.RoutingRecord.load(opts["routing"], cfg.name, batch, session.info.cores, n_steps)
+        record = timing.RoutingRecord.load(opts["routing"], cfg, batch, session.info.cores, n_steps)
     skew = float(opts.get("routing_skew") or 0.0)
     tokens = np.random.default_rng([seed, 1]).integers(0, cfg.vocab, size=(n_steps, batch))
     per_step = []

@@ -40,7 +40,9 @@ def synthetic_routing(cfg, batch: int, seed: int, skew: float, step: int) -> np.
     """One step's expert ids in readback order, drawn from the seeded distribution."""
     ranking = np.random.default_rng([seed, 2]).permutation(cfg.n_experts)
     weight = np.empty(cfg.n_experts)
-    weight[ranking] = 1.0 / np.arange(1, cfg.n_experts + 1) ** skew
+    with np.errstate(over="ignore"):
+        # (floored: a huge skew leaves every expert a chance, however small, so top-k can draw)
+        weight[ranking] = np.maximum(1.0 / np.arange(1, cfg.n_experts + 1) ** skew, np.finfo(float).tiny)
     p = weight / weight.sum()
     out = []
     moe = [plan for plan in cfg.layer_plan() if plan.ffn == "moe"]
@@ -71,7 +73,10 @@ class RoutingRecord:
         atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
     @classmethod
-    def load(cls, path: str, model: str, batch: int, cores: int, steps: int) -> RoutingRecord:
+    def load(cls, path: str, cfg, batch: int, cores: int, steps: int) -> RoutingRecord:
+        """The record at `path`, checked against this run (model `cfg`, batch, cores, the
+        steps it needs): a bad file is a ConfigError naming the file and the field."""
+        model = cfg.name
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
@@ -82,10 +87,48 @@ class RoutingRecord:
             if doc.get(key) != want:
                 raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
                                   file=path, key=key)
-        if len(doc.get("steps", [])) < steps:
-            raise ConfigError(f"the routing record has {len(doc.get('steps', []))} steps; this run needs "
+        if not isinstance(doc.get("steps"), list):
+            raise ConfigError("expected a list of steps", file=path, key="steps")
+        if len(doc["steps"]) < steps:
+            raise ConfigError(f"the routing record has {len(doc['steps'])} steps; this run needs "
                               f"{steps}", file=path, key="steps")
+        for i, step in enumerate(doc["steps"][:steps]):
+            _check_step(step, f"steps[{i}]", cfg, batch, cores, path)
         return cls(model, batch, cores, doc["steps"])
+
+
+def _ints(value, lo: int, hi: int) -> bool:
+    """A list of integers in [lo, hi)?"""
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
+                                           for v in value)
+
+
+def _check_step(step, where: str, cfg, batch: int, cores: int, path: str) -> None:
+    """One recorded step as `add` writes it (a hand-edited or damaged file fails here)."""
+    def bad(field: str, what: str):
+        raise ConfigError(f"expected {what}", file=path, key=f"{where}.{field}" if field else where)
+
+    if not isinstance(step, dict):
+        bad("", "an object with tokens, pos, readbacks and payloads")
+    if not _ints(step.get("tokens"), 0, cfg.vocab) or len(step["tokens"]) != batch:
+        bad("tokens", f"a list of {batch} token ids in 0..{cfg.vocab - 1}")
+    pos = step.get("pos")
+    if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos < cfg.max_seq:
+        bad("pos", f"a position in 0..{cfg.max_seq - 1}")
+    readbacks = step.get("readbacks")
+    if not isinstance(readbacks, list) or len(readbacks) > cores \
+            or not all(_ints(r, -2**31, 2**31) for r in readbacks):
+        bad("readbacks", f"a list of at most {cores} lists (one per core) of 32-bit integers")
+    payloads = step.get("payloads")
+    if not isinstance(payloads, list) or len(payloads) != cores or not all(
+            isinstance(core, list) and all(isinstance(p, str) for p in core) for core in payloads):
+        bad("payloads", f"a list of {cores} lists (one per core) of base64 strings")
+    for core in payloads:
+        for p in core:
+            try:
+                base64.b64decode(p, validate=True)
+            except ValueError:
+                bad("payloads", "base64 strings (one does not decode)")
 
 
 def budget(report: dict, cfg, per_step: list[dict], cores: int, clock_hz: float) -> dict:

@@ -85,3 +85,38 @@ def test_a_routing_record_of_another_run_is_refused(capsys, tmp_path):
     assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--batch", "2", "--prompt-len", "1",
                  "--steps", "1", "--timing-only", "--routing", str(record)]) == 1
     assert "the routing record is for batch 1; this run has 2" in capsys.readouterr().err
+
+
+DAMAGE = [
+    (lambda doc: doc.__setitem__("steps", {"0": {}}), "steps: error: expected a list of steps"),
+    (lambda doc: doc["steps"].__setitem__(0, 7), "steps[0]: error: expected an object"),
+    (lambda doc: doc["steps"][0].__setitem__("tokens", "abc"), "steps[0].tokens: error: expected a list of 1 token"),
+    (lambda doc: doc["steps"][0].__setitem__("tokens", [-1]), "steps[0].tokens: error"),
+    (lambda doc: doc["steps"][0].__setitem__("pos", "0"), "steps[0].pos: error: expected a position"),
+    (lambda doc: doc["steps"][0].__setitem__("readbacks", 3), "steps[0].readbacks: error"),
+    (lambda doc: doc["steps"][0]["readbacks"][0].append(2**40), "steps[0].readbacks: error"),
+    (lambda doc: doc["steps"][0]["payloads"][0].append("!!"), "steps[0].payloads: error: expected base64"),
+    (lambda doc: doc["steps"][0].pop("payloads"), "steps[0].payloads: error"),
+]
+
+
+def test_a_damaged_routing_record_is_an_error_naming_the_field(capsys, tmp_path):
+    record = tmp_path / "routing.json"
+    run_json(capsys, "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
+             "--record-routing", str(record))
+    good = json.loads(record.read_text())
+    for damage, message in DAMAGE:
+        doc = json.loads(json.dumps(good))
+        damage(doc)
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(doc))
+        assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
+                     "--timing-only", "--routing", str(bad)]) == 1
+        out, err = capsys.readouterr()
+        assert f"{bad}: {message}" in err and len(err.strip().splitlines()) == 1, (message, err)
+
+
+def test_a_huge_routing_skew_still_draws_top_k_experts(capsys):
+    report = run_json(capsys, "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps",
+                      "1", "--timing-only", "--routing-skew", "1e300")
+    assert report["timing_only"] is True
