@@ -12,6 +12,8 @@ from mkemu.dsl import ast, ir
 from mkemu.dsl.pipeline import Pipelines
 from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, StructVal, count_of, describe
 
+MAX_INLINE_DEPTH = 64
+
 
 class Calls(Pipelines):
     """fn inlining."""
@@ -24,6 +26,10 @@ class Calls(Pipelines):
             if frozenset(cycle) not in self.cycles_reported:
                 self.cycles_reported.add(frozenset(cycle))
                 self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)")
+            return
+        if len(self.inline_stack) >= MAX_INLINE_DEPTH:   # (inlined recursively: Python's stack would overflow)
+            self.error(call.span, f"fn calls nested more than {MAX_INLINE_DEPTH} deep (fns are inlined): "
+                                  f"{' -> '.join(names[:3] + ['...'] + [decl.name])}")
             return
         if call.keywords:
             self.error(call.keywords[0].span, f"fn '{decl.name}' takes no keyword arguments")

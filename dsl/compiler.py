@@ -239,6 +239,10 @@ class KernelCompiler(TileLowering):
                         d = layout.dma_descriptor(src, dst, part)
                     except layout.DmaShapeError as exc:
                         raise CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}") from None
+                    bad = [w for w in d if not INT32_MIN <= w <= INT32_MAX]   # (descriptor words are int32)
+                    if bad:
+                        raise CompileError(stmt.dma.span, f"cannot lower this DMA: its descriptor needs {bad[0]:,} "
+                                                          "(a byte count or stride), which does not fit in 32 bits")
                     if d not in self.desc_addr:
                         self.desc_addr[d] = smem + 28 * len(descs)
                         descs.append(d)
@@ -630,6 +634,8 @@ class KernelCompiler(TileLowering):
         if wide and not INT32_MIN <= const <= INT32_MAX:
             # A constant offset past 2 GiB: add its high half separately.
             lo = _wrap32(const)
+            if not INT32_MIN <= (const - lo) >> 32 <= INT32_MAX:   # (lui.d's immediate is 32 bits)
+                self.error(f"'{buf.name}': a constant offset of {const:,} bytes is past the 64-bit address space")
             high = self.tmp()
             self.emit("lui.d", sd=high, imm=(const - lo) >> 32)
             self.emit("add.d", sd=reg, sa=reg, sb=high)
@@ -849,11 +855,11 @@ class KernelCompiler(TileLowering):
         self.push_arena()
         try:
             if kind == "r":
-                self.emit("addi", sd=where, sa=where, imm=s.step)
+                self.emit("addi", sd=where, sa=where, imm=self.int32(s.step))
             else:
                 t = self.tmp()
                 self.emit("lds", sd=t, off=where, sa=0)
-                self.emit("addi", sd=t, sa=t, imm=s.step)
+                self.emit("addi", sd=t, sa=t, imm=self.int32(s.step))
                 self.emit("sts", sb=t, off=where, sa=0)
             self.loop_test(var, s.stop, stop_home, "blt", body_l)
         finally:
@@ -864,6 +870,16 @@ class KernelCompiler(TileLowering):
             (self.free_sregs if k == "r" else self.free_spills).append(w)
         if stop_home is not None:
             (self.free_sregs if stop_home[0] == "r" else self.free_spills).append(stop_home[1])
+
+    def check_capacity(self, lines: list) -> None:
+        k, p = self.kernel, self.profile
+        for space, used, cap in (("VMEM", self.vmem_peak, p.vmem_bytes), ("SMEM", self.smem_top, p.smem_bytes)):
+            if used > cap:
+                biggest = sorted(lines, key=lambda x: -x[0])
+                biggest = [l for _, l, _ in biggest if l.startswith(space)][:5]
+                raise CompileError(k.span, f"kernel '{k.name}' needs {used:,} bytes of {space}, "
+                                           f"{used - cap:,} bytes more than the {cap:,} of profile "
+                                           f"'{p.name}'; largest buffers: " + "; ".join(biggest))
 
     def loop_test(self, var, stop, stop_home, mnem: str, target: Label) -> None:
         self.push_arena()
@@ -884,7 +900,9 @@ class KernelCompiler(TileLowering):
     # -- the kernel ------------------------------------------------------------
 
     def compile(self) -> Kernel:
-        k, p = self.kernel, self.profile
+        k = self.kernel
+        # Buffers too big to hold, first: lowering tiles of them could take forever.
+        self.check_capacity(sorted(self.alloc_lines, key=lambda x: (x[2], x[1])))
         self.push_arena()
         self.block(k.body)
         self.span = k.span
@@ -897,13 +915,7 @@ class KernelCompiler(TileLowering):
             lines.append((self.vmem_peak - self.vmem_static,
                           f"VMEM {self.vmem_static:#08x} (temporaries) ({self.vmem_peak - self.vmem_static:,} bytes)",
                           self.vmem_static))
-        for space, used, cap in (("VMEM", vmem, p.vmem_bytes), ("SMEM", smem, p.smem_bytes)):
-            if used > cap:
-                biggest = sorted(lines, key=lambda x: -x[0])
-                biggest = [l for _, l, _ in biggest if l.startswith(space)][:5]
-                raise CompileError(k.span, f"kernel '{k.name}' needs {used:,} bytes of {space}, "
-                                           f"{used - cap:,} bytes more than the {cap:,} of profile "
-                                           f"'{p.name}'; largest buffers: " + "; ".join(biggest))
+        self.check_capacity(lines)
         for lab in self.labels:
             if lab.pc is None:
                 raise AssertionError(f"label {lab.name} never placed")

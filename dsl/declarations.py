@@ -25,6 +25,7 @@ LITERAL_NAMES = ("true", "false", "inf")   # literals the grammar reads as names
 MX_SPACES = ("hbm", "vmem")
 # A param range is listed value by value (for `--params` and tuners): keep it small.
 MAX_PARAM_VALUES = 4096
+MAX_CONST_CHAIN = 100      # consts defined in terms of consts ..., evaluated recursively
 
 
 class Declarations:
@@ -90,6 +91,10 @@ class Declarations:
         if name in self.evaluating:
             chain = " -> ".join(self.evaluating[self.evaluating.index(name):] + [name])
             self.error(decl.name_span, f"'{name}' is defined in terms of itself: {chain}")
+            return None
+        if len(self.evaluating) >= MAX_CONST_CHAIN:   # (evaluated recursively: Python's stack would overflow)
+            self.error(decl.name_span, f"'{name}' is defined through a chain of more than {MAX_CONST_CHAIN} "
+                                       f"consts and params (from '{self.evaluating[0]}')")
             return None
         self.evaluating.append(name)
         saved_ctx, saved_stack = self.ctx, self.inline_stack
@@ -174,11 +179,12 @@ class Declarations:
             self.error(domain.step.span, f"the step of a param range must be positive, got {step}")
             return None
         values = range(start, stop, step)
-        if not values:
+        count = max(0, -(-(stop - start) // step))   # (len() of a range past 2**63 raises OverflowError)
+        if not count:
             self.error(domain.span, f"the range {start}..{stop} holds no value (its end is excluded, as in `for`)")
             return None
-        if len(values) > MAX_PARAM_VALUES:
-            self.error(domain.span, f"a param takes at most {MAX_PARAM_VALUES} values; this range holds {len(values)}")
+        if count > MAX_PARAM_VALUES:
+            self.error(domain.span, f"a param takes at most {MAX_PARAM_VALUES} values; this range holds {count}")
             return None
         return tuple(values)
 

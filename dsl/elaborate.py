@@ -86,6 +86,9 @@ class Elaborator(Calls):
         if is_module:
             # Imported when the program runs (the front end imports no Python code).
             return ir.ReferenceFn(None, fn, item.span, module=path)
+        if "\0" in path:   # (resolve() would raise ValueError)
+            self.error(item.span, "reference file name contains a NUL character")
+            return None
         full = (main_dir / path).resolve()
         if not full.is_file():
             self.error(item.span, f"reference file '{path}' not found (looked for {full})")

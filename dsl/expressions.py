@@ -15,7 +15,7 @@ import attrs
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, Builtins
 from mkemu.dsl.declarations import Declarations
-from mkemu.dsl.folding import broadcast, fold_int, linear
+from mkemu.dsl.folding import MAX_INT_BITS, broadcast, fold_int, linear
 from mkemu.dsl.layout import MX_BLOCK, divisible
 from mkemu.dsl.values import (
     POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, ViewChoice, describe,
@@ -342,7 +342,12 @@ class Expressions(Declarations):
                 return self.error(span, "division by zero in a compile-time expression")
             if op in ("<<", ">>") and b.value < 0:
                 return self.error(span, "negative shift count in a compile-time expression")
-            return ir.Const(fold_int(op, a.value, b.value), span, dtype)
+            # (Python's ints are unbounded: 1 << 10**30 would exhaust memory)
+            value = None if op == "<<" and a.value and b.value > MAX_INT_BITS else fold_int(op, a.value, b.value)
+            if value is None or value.bit_length() > MAX_INT_BITS:
+                return self.error(span, f"the result of '{op}' is too large for a compile-time integer "
+                                        f"(at most {MAX_INT_BITS} bits)")
+            return ir.Const(value, span, dtype)
         return ir.ScalarOp(op, (a, b), span)
 
     def float_binary(self, op: str, a, b, span: SourceSpan):

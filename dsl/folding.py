@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from mkemu.dsl import ir
 
+# Compile-time integers are Python's (unbounded): a literal or a folded result beyond this
+# many bits is an error, not hours of arithmetic, an integer too long to print or one
+# float() refuses.
+MAX_INT_BITS = 512
+
 
 def int_div(a: int, b: int) -> int:
     q = abs(a) // abs(b)

@@ -55,6 +55,9 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
         for item in module.items:
             if not isinstance(item, ast.Import):
                 continue
+            if "\0" in item.path:   # (resolve() would raise ValueError)
+                result.errors.append((item.span, "imported file name contains a NUL character"))
+                continue
             target = (path.parent / item.path).resolve()
             target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
             if target in stack:

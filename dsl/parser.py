@@ -18,6 +18,7 @@ from lark import Token, Transformer, v_args
 from lark.lexer import PatternStr
 
 from mkemu.dsl import ast
+from mkemu.dsl.folding import MAX_INT_BITS
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
@@ -147,6 +148,21 @@ def parse(text: str, filename: str = "<string>") -> ast.Module:
     return _parse_text(text, filename)
 
 
+# Levels of the parse tree (the shipped programs reach 27).
+MAX_NESTING = 100
+
+
+def _too_deep(tree: lark.Tree) -> lark.Tree | None:
+    """The first node nested more than MAX_NESTING levels deep, or None."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING and not getattr(node.meta, "empty", True):
+            return node
+        stack.extend((c, depth + 1) for c in reversed(node.children) if isinstance(c, lark.Tree))
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_text(text: str, filename: str) -> ast.Module:
     try:
@@ -188,7 +204,18 @@ def _parse_text(text: str, filename: str) -> ast.Module:
         raise _syntax_error(text, filename, line, col, width, msg) from None
     except lark.exceptions.LarkError as e:  # pragma: no cover - any other Lark failure
         raise _syntax_error(text, filename, 1, 1, 1, f"cannot parse: {e}") from None
-    return _Builder(filename, text).transform(tree)
+    deep = _too_deep(tree)
+    if deep is not None:   # (the builder and the elaborator recurse: Python's stack would overflow)
+        meta = deep.meta
+        width = meta.end_column - meta.column if meta.end_line == meta.line else 1
+        raise _syntax_error(text, filename, meta.line, meta.column, width,
+                            f"nested too deeply (more than {MAX_NESTING} levels of blocks and expressions)")
+    try:
+        return _Builder(filename, text).transform(tree)
+    except lark.exceptions.VisitError as e:   # a builder's own error (a bad literal), wrapped by Lark
+        if isinstance(e.orig_exc, SourceError):
+            raise e.orig_exc from None
+        raise
 
 
 # ---------------------------------------------------------------- tree -> AST
@@ -387,7 +414,14 @@ class _Builder(Transformer):
 
     def int_lit(self, meta, c):
         text = str(c[0]).replace("_", "")
-        value = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 10)
+        hexadecimal = text[:2] in ("0x", "0X")
+        digits = text[2:] if hexadecimal else text
+        # (int() refuses `0x_`, which has no digits, and literals of thousands of digits)
+        value = int(digits, 16 if hexadecimal else 10) if 0 < len(digits) <= MAX_INT_BITS else None
+        if value is None or value.bit_length() > MAX_INT_BITS:
+            span = self._span(meta)
+            what = f"is too large (at most {MAX_INT_BITS} bits)" if digits else "has no digits"
+            raise SourceError([Diagnostic(span, f"integer literal {what}", _source_line(self.text, span.line))])
         return ast.IntLit(value, self._span(meta))
 
     def neg_int_lit(self, meta, c):

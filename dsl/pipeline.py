@@ -40,6 +40,7 @@ from mkemu.dsl import ast, ir
 from mkemu.dsl.expressions import view_leaves
 from mkemu.dsl.generics import Generics
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, Scope, ViewChoice, describe
+from mkemu.isa.hardware import MAX_SEMAPHORES
 
 
 class Pipelines(Generics):
@@ -59,6 +60,10 @@ class Pipelines(Generics):
         depth = None if s.depth is None else self.const_int(s.depth, scope, "the pipeline depth")
         if depth is not None and depth <= 0:
             self.error(s.depth.span, f"the pipeline depth must be positive, got {depth}")
+            depth = None
+        elif depth is not None and depth > MAX_SEMAPHORES:   # (a slot each; its prefetch is unrolled)
+            self.error(s.depth.span, f"the pipeline depth must be at most {MAX_SEMAPHORES:,} (a semaphore per slot), "
+                                     f"got {depth:,}")
             depth = None
         part = 0 if s.part is None else self.const_int(s.part, scope, "the part of a pipeline")
         if part is not None and part not in (0, 1, 2):
@@ -149,6 +154,10 @@ class Pipe:
     def view(self, st: ast.PipeStream, scope: Scope):
         v = self.c.expr(st.view, scope)
         if v is POISON:
+            return None
+        if isinstance(v, (ViewChoice, ir.Ref)) and not v.shape:   # (its slots would be buffers of no dimension)
+            self.c.error(st.view.span, "a pipeline tile has at least 1 dimension, got a single element (keep one "
+                                       "as a slice: x[i, j +: 1])")
             return None
         if isinstance(v, ViewChoice):   # a tile from one of several arrays: checked by select
             return v if all(self.c.mx_view(leaf, st.view.span) for leaf in view_leaves(v)) else None

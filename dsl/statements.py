@@ -17,6 +17,8 @@ from mkemu.dsl.expressions import Expressions
 from mkemu.dsl.folding import broadcast, linear
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 
+MAX_HOST_TRIPS = 1_000_000
+
 
 def _mutable(e) -> bool:
     """Whether a scalar expression reads state that can change: a `var`, SMEM, a tile."""
@@ -431,6 +433,11 @@ class Statements(Expressions):
                 return
             if not isinstance(start, ir.Const) or not isinstance(stop, ir.Const):
                 self.error(s.span, "host loops need compile-time bounds")
+                return
+            trips = max(0, -(-(stop.value - start.value) // step))
+            if trips > MAX_HOST_TRIPS:   # (unrolled here: a loop of 10**30 launches would never end)
+                self.error(s.span, f"a host loop is unrolled at compile time; this one runs {trips:,} times "
+                                   f"(at most {MAX_HOST_TRIPS:,})")
                 return
             for i in range(start.value, stop.value, step):
                 inner = Scope(scope)

@@ -8,6 +8,8 @@ compiled .mk program, its params as declared (what `--set` and tuners reach).
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import numpy as np
 
@@ -20,13 +22,14 @@ DTYPES = {"bf16": 2, "f32": 4, "i32": 4, "mxfp4": None}
 
 def storage_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     """Bytes an array of `dtype` and `shape` takes in HBM."""
-    count = int(np.prod(shape, dtype=np.int64))
+    # (exact: a shape past int64, from a malformed program, is sized to fail the HBM check)
+    count = math.prod(int(d) for d in shape)
     if dtype != "mxfp4":
         return count * DTYPES[dtype]
     from mkemu.isa.numerics import mxfp4_nbytes
 
     values, scales = mxfp4_nbytes(shape[-2], shape[-1])
-    return int(np.prod(shape[:-2], dtype=np.int64)) * (values + scales)
+    return math.prod(int(d) for d in shape[:-2]) * (values + scales)
 BUFFER_KINDS = ("input", "output", "inout", "weight", "scratch")
 HBM_ALIGN_BYTES = 512
 

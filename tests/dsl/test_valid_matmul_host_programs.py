@@ -1091,8 +1091,8 @@ def test_bad_inputs_files_are_one_line_cli_errors(mx_program, tmp_path, capsys, 
     npz = tmp_path / "in.npz"
     np.savez(npz, **arrays)
     code, out, err = _cli(capsys, mx_program, "--mesh", "2", "--inputs", npz)
-    if message is None:                  # integers for a float buffer are numbers: fine
-        assert code == 1 and "KeyError: 'w@1'" in err      # (the reference's own error)
+    if message is None:   # integers for a float buffer are numbers; w@1, not given, is zeros for both sides
+        assert code == 0 and out.startswith("PASS"), (out, err)
         return
     assert code == 1 and out == "", out
     line = err.strip()
