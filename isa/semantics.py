@@ -527,6 +527,9 @@ def _align(addr, stride, size, E):
 # Beyond every memory, and far enough inside int64 that no sum of the few terms of an
 # address wraps around: an address (or span end) past it is reported at this bound.
 _FAR = 1 << 62
+# An address and a stride both inside +-_NEAR give spans exact in int64 (rows and row
+# bytes are at most a few thousand): the usual case, checked with two comparisons.
+_NEAR = 1 << 48
 
 
 @jitable
@@ -540,13 +543,12 @@ def rows_span(addr, stride, rows, row_bytes):
     """[lo, hi) of `rows` rows of `row_bytes` bytes, `stride` bytes apart. Where the
     exact span reaches past +-2^62 (a 64-bit address or stride from a register), its
     ends are clamped there instead of wrapping around int64 into some memory."""
-    last = (rows - 1) * stride
-    far = abs(float(addr)) + abs(float(rows - 1) * float(stride)) + float(row_bytes)
-    if far > float(_FAR):
-        last_f = float(rows - 1) * float(stride)
-        return (_saturate(float(addr) + min(0.0, last_f)),
-                _saturate(float(addr) + max(0.0, last_f) + float(row_bytes)))
-    return addr + min(0, last), addr + max(0, last) + row_bytes
+    if -_NEAR < addr < _NEAR and -_NEAR < stride < _NEAR:
+        last = (rows - 1) * stride
+        return addr + min(0, last), addr + max(0, last) + row_bytes
+    last_f = float(rows - 1) * float(stride)
+    return (_saturate(float(addr) + min(0.0, last_f)),
+            _saturate(float(addr) + max(0.0, last_f) + float(row_bytes)))
 
 
 @jitable
@@ -614,13 +616,14 @@ def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
 @jitable
 def _masked_span(M, mask, addr, stride, size):
     lo, hi = 1 << 62, -(1 << 62)
+    near = -_NEAR < addr < _NEAR and -_NEAR < stride < _NEAR
     for e in range(TILE):
         if M[mask, e]:
-            start = addr + (e // LANES) * stride + (e % LANES) * size
-            estimate = float(addr) + float(e // LANES) * float(stride) + float((e % LANES) * size)
-            if abs(estimate) > float(_FAR):
-                # (the exact address is far outside memory: not its int64 wraparound)
-                start = _saturate(estimate)
+            if near:
+                start = addr + (e // LANES) * stride + (e % LANES) * size
+            else:
+                # (far outside memory: the estimate, clamped, not the int64 wraparound)
+                start = _saturate(float(addr) + float(e // LANES) * float(stride) + float((e % LANES) * size))
             lo = min(lo, start)
             hi = max(hi, start + size)
     return lo, hi
