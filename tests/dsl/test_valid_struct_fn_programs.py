@@ -5,15 +5,18 @@ compared bit for bit with numpy; and the errors those sections name."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import contextlib
+import io
+import os
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import mkemu
+from mkemu.cli import main
 from mkemu.dsl.frontend import load_program
 from mkemu.errors import ConfigError, SourceError
 from mkemu.isa import numerics as nx
@@ -1011,8 +1014,7 @@ def test_generic_kernel_one_instance_per_distinct_set_of_values(tmp_path, m):
 
 def test_generic_kernel_names_in_the_listing(tmp_path):
     (tmp_path / "g.mk").write_text(GENERIC_KERNEL)
-    out = subprocess.run([sys.executable, "-m", "mkemu.cli", "asm", str(tmp_path / "g.mk"), "--hw", "test"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    out = mkemu_cli("asm", str(tmp_path / "g.mk"), "--hw", "test", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "kernel proj<256,512>:" in out.stdout and "kernel proj<512,128>:" in out.stdout
 
@@ -1133,16 +1135,14 @@ def test_params_through_load_program_and_the_cli(tmp_path):
     (tmp_path / "p.mk").write_text(PARAMS)
     program = load_program(str(tmp_path / "p.mk"), {"N": 2048, "TN": 1024})
     assert program.params["N"] == 2048 and program.consts["NT"] == 2
-    out = subprocess.run([sys.executable, "-m", "mkemu.cli", "asm", "p.mk", "--params", "--set", "WR=8",
-                          "--set", "TN=128"], capture_output=True, text=True, cwd=tmp_path)
+    out = mkemu_cli("asm", "p.mk", "--params", "--set", "WR=8", "--set", "TN=128", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
     assert out.stdout.splitlines()[0].split() == ["NAME", "VALUE", "DEFAULT", "VALUES", "DESCRIPTION", "WHERE"]
     assert rows["WR"][:3] == ["WR", "8", "12"] and rows["WR"][-1] == "p.mk:2"
     assert rows["TN"][:3] == ["TN", "128", "256"] and rows["N"][-1] == "p.mk:5"
-    out = subprocess.run([sys.executable, "-m", "mkemu.cli", "run", "p.mk", "--hw", "test", "--mesh", "1",
-                          "--set", "N=512", "--set", "TN=512", "--json"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    out = mkemu_cli("run", "p.mk", "--hw", "test", "--mesh", "1", "--set", "N=512", "--set", "TN=512", "--json",
+                    cwd=tmp_path)
     assert out.returncode == 0, out.stderr
 
 
@@ -1449,7 +1449,15 @@ def reference(inputs, *, chips, cores_per_chip):
 
 
 def mkemu_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "mkemu.cli", *args], capture_output=True, text=True, cwd=cwd)
+    """`mkemu ARGS` in `cwd`, in this process (a real process: tests/dsl/test_valid_matmul_host_programs.py)."""
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(here)
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 @pytest.mark.parametrize("sets", [[], ["--set", "D=512", "--set", "K=-2"]])
