@@ -141,10 +141,7 @@ class Statements(Expressions):
         if s is not None:
             if self.ctx.mode == "host":
                 return self.error(value_span, "host lets must be compile-time integers")
-            var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(s))
-            self.let_range(var, s)
-            out.append(ir.LetScalar(var, s, span))
-            return var
+            return self.let_scalar(name, s, span, out)
         if isinstance(v, ir.Ref):
             return self.frozen(v, name, out)
         if isinstance(v, ir.TILE_NODES):
@@ -154,6 +151,13 @@ class Statements(Expressions):
             out.append(ir.LetTile(tv, v, span))
             return tv
         return self.error(value_span, f"cannot bind {self.kind_name(v)} with let")
+
+    def let_scalar(self, name: str, value, span, out) -> ir.ScalarVar:
+        """A let scalar `name` holding `value`, computed here (its range recorded)."""
+        var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(value))
+        self.let_range(var, value)
+        out.append(ir.LetScalar(var, value, span))
+        return var
 
     def frozen(self, v, name: str, out):
         """A view, semaphore or copy bound by `let` with every index that reads mutable
@@ -165,10 +169,7 @@ class Statements(Expressions):
                 return e
             if isinstance(e, (ir.ScalarOp, ir.Spmd)):   # keep the form (`32 * i` stays a multiple of 32)
                 return attrs.evolve(e, args=tuple(scalar(a) for a in e.args))
-            var = ir.ScalarVar(self.unique(f"{name}.index"), "let", e.span, ir.scalar_dtype(e))
-            self.let_range(var, e)
-            out.append(ir.LetScalar(var, e, e.span))
-            return ir.ScalarRead(var, e.span)
+            return ir.ScalarRead(self.let_scalar(f"{name}.index", e, e.span, out), e.span)
         match v:
             case ir.Ref():
                 return attrs.evolve(v, slot=scalar(v.slot), offsets=tuple(scalar(o) for o in v.offsets))

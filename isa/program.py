@@ -31,6 +31,7 @@ def storage_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     values, scales = mxfp4_nbytes(shape[-2], shape[-1])
     return math.prod(int(d) for d in shape[:-2]) * (values + scales)
 BUFFER_KINDS = ("input", "output", "inout", "weight", "scratch")
+INPUT_KINDS = ("input", "inout", "weight")   # written before a run (given, generated, or zeros)
 HBM_ALIGN_BYTES = 512
 
 

@@ -539,11 +539,17 @@ def _saturate(value):
 
 
 @jitable
+def _near(addr, stride):
+    """Are both inside +-_NEAR, so that the span's ends are exact in int64?"""
+    return -_NEAR < addr < _NEAR and -_NEAR < stride < _NEAR
+
+
+@jitable
 def rows_span(addr, stride, rows, row_bytes):
     """[lo, hi) of `rows` rows of `row_bytes` bytes, `stride` bytes apart. Where the
     exact span reaches past +-2^62 (a 64-bit address or stride from a register), its
     ends are clamped there instead of wrapping around int64 into some memory."""
-    if -_NEAR < addr < _NEAR and -_NEAR < stride < _NEAR:
+    if _near(addr, stride):
         last = (rows - 1) * stride
         return addr + min(0, last), addr + max(0, last) + row_bytes
     last_f = float(rows - 1) * float(stride)
@@ -616,7 +622,7 @@ def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
 @jitable
 def _masked_span(M, mask, addr, stride, size):
     lo, hi = 1 << 62, -(1 << 62)
-    near = -_NEAR < addr < _NEAR and -_NEAR < stride < _NEAR
+    near = _near(addr, stride)
     for e in range(TILE):
         if M[mask, e]:
             if near:

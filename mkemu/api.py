@@ -29,6 +29,7 @@ import numpy as np
 
 from mkemu import runner
 from mkemu.errors import ConfigError, SourceError, not_text
+from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options
 from mkemu.session import Session
 
@@ -367,7 +368,7 @@ class Run:
         if expected is None:
             # A buffer not given started as zeros: the reference sees it so too.
             zeros = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
-                     for b in self.kernel.program.buffers if b.kind in ("input", "inout", "weight")
+                     for b in self.kernel.program.buffers if b.kind in INPUT_KINDS
                      for chip in range(self.kernel.chips)}
             expected = self.kernel.expected({**zeros, **self.inputs})
         elif not isinstance(expected, Mapping):

@@ -19,7 +19,7 @@ import numpy as np
 
 from mkemu.errors import ConfigError, MkemuError
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
-from mkemu.isa.program import Program
+from mkemu.isa.program import INPUT_KINDS, Program
 
 
 @attrs.frozen
@@ -41,7 +41,7 @@ def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for buf in program.buffers:
-        if buf.kind not in ("input", "inout", "weight"):
+        if buf.kind not in INPUT_KINDS:
             continue
         if buf.dtype == "i32":
             out[buf.name] = rng.integers(-100, 100, size=buf.shape, dtype=np.int32)
