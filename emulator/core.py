@@ -27,7 +27,7 @@ import numpy as np
 from mkemu.emulator import loop as lp
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
-from mkemu.emulator.memory import Trap
+from mkemu.emulator.memory import Trap, anonymous
 from mkemu.emulator.safety import describe_dma
 from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import SPECIAL_REGS
@@ -75,7 +75,7 @@ class Core:
         self.V = np.zeros((p.vregs, ROWS * LANES), np.uint32)
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
         self.M[0] = 1      # m0: every lane, read-only
-        self.vmem = np.zeros(p.vmem_bytes, np.uint8)
+        self.vmem = anonymous(p.vmem_bytes)
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         self.smem32 = self.smem.view(np.int32)     # its words (DMA descriptors, launch arguments)
         d = p.mxu_dim

@@ -8,7 +8,10 @@ file privately, so all chips read the same physical pages until one of them writ
 a page, which the OS then copies for that chip alone. Pages no chip touches cost
 nothing. Reads of bytes a chip has never written go through one shared read-only
 mapping (`for_read`), so a page eight chips read is in memory once, not eight
-times. After the first use, `write_all` simply writes every chip's copy.
+times. After the first use, `write_all` simply writes every chip's copy. A single chip
+shares with no one: its HBM is plain anonymous memory, which the OS may back with huge
+pages (a shared file's pages are small where shmem huge pages are off, and a DMA that
+reads a column block of a large matrix then misses the TLB on every row).
 
 A timing-only run keeps data only in a few buffers (`regions`: the i32 ones), so its
 HBM is those buffers alone, one small array each per chip, and a chip of any size
@@ -24,6 +27,8 @@ import os
 import tempfile
 
 import numpy as np
+
+from mkemu.emulator.memory import anonymous
 
 
 class ChipMemories:
@@ -42,7 +47,7 @@ class ChipMemories:
             self._region_lo = [lo for lo, _ in self._regions]
             self._region_arrays = [[np.zeros(hi - lo, np.uint8) for lo, hi in self._regions]
                                    for _ in range(chips)]
-        elif size_bytes:
+        elif size_bytes and chips > 1:
             if hasattr(os, "memfd_create"):
                 self._fd = os.memfd_create("mkemu-hbm")
             else:
@@ -72,6 +77,8 @@ class ChipMemories:
         if self._regions is not None:
             return self._region(chip, lo, hi)
         arrays = self.arrays
+        if self._shared is None:
+            return arrays[chip], 0
         los, his = self._written[chip]
         i = bisect.bisect_right(los, lo) - 1
         if (i >= 0 and his[i] > lo) or (i + 1 < len(los) and los[i + 1] < hi):
@@ -101,7 +108,7 @@ class ChipMemories:
     def write_all(self, offset: int, data: np.ndarray) -> None:
         """Write the same bytes at `offset` of every chip's HBM."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        if self._arrays is not None or self._regions is not None:
+        if self._arrays is not None or self._regions is not None or self._fd < 0:
             for chip in range(self.chips):
                 array, base = self.for_write(chip, offset, offset + raw.size)
                 if array is not None:
@@ -121,6 +128,9 @@ class ChipMemories:
             self._arrays = [np.zeros(0, np.uint8) for _ in range(self.chips)]
             self._shared = np.zeros(0, np.uint8)
             return
+        if self._fd < 0:            # one chip: nothing to share
+            self._arrays = [anonymous(self.size_bytes)]
+            return
         maps = [mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_COPY) for _ in range(self.chips)]
         self._arrays = [np.frombuffer(m, np.uint8) for m in maps]
         self._shared = np.frombuffer(mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_READ), np.uint8)
@@ -130,3 +140,4 @@ class ChipMemories:
         else:
             os.close(self._fd)
         self._fd = -1
+

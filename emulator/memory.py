@@ -9,6 +9,8 @@ instruction semantics: `isa/semantics.py`.)
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 
@@ -19,6 +21,18 @@ class Trap(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+def anonymous(size: int) -> np.ndarray:
+    """`size` zero bytes of private memory, pages allocated at first touch, huge pages
+    asked for (Linux `madvise`; where the OS offers them)."""
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:     # (a kernel without transparent huge pages)
+            pass
+    return np.frombuffer(m, np.uint8)
 
 
 def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):
