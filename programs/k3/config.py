@@ -163,8 +163,6 @@ def _validate(cfg: ModelConfig) -> None:
         _fail(f"must be 128 (one KDA state tile is 128 x 128), got {cfg.head_dim}", "head_dim")
     if cfg.top_k > cfg.n_experts:
         _fail(f"top_k {cfg.top_k} is more than n_experts {cfg.n_experts}", "top_k")
-    if isinstance(cfg.n_shared, int) and cfg.n_shared < 0:
-        _fail("must be at least 0", "n_shared")
     if cfg.expert_dtype not in EXPERT_DTYPES:
         _fail(f"expected one of {', '.join(repr(d) for d in EXPERT_DTYPES)}, got {cfg.expert_dtype!r}", "expert_dtype")
     if cfg.expert_dtype == "mxfp4":
