@@ -118,8 +118,12 @@ class Machine(DmaMixin):
             self.trace.attach(self)
         self.decoded = {name: decode_kernel(kernel, self.profile) for name, kernel in program.kernels.items()}
         if program.hbm_bytes > self.profile.hbm_bytes:
-            raise EmulatorFault("out-of-memory", f"program needs {program.hbm_bytes} bytes of HBM, "
-                                                 f"the chip has {self.profile.hbm_bytes}")
+            largest = sorted(program.buffers, key=lambda b: -b.size_bytes)[:3]
+            names = ", ".join(f"'{b.name}' {b.dtype}[{', '.join(map(str, b.shape))}] {b.size_bytes:,} bytes"
+                              for b in largest)
+            raise EmulatorFault("out-of-memory", f"the program's HBM buffers take {program.hbm_bytes:,} bytes, "
+                                                 f"the chip has {self.profile.hbm_bytes:,} (profile "
+                                                 f"'{self.profile.name}'); the largest: {names}")
         # What holds data in a timing-only run besides SMEM: the i32 HBM buffers.
         self.data_regions = [(b.offset_bytes, b.offset_bytes + b.size_bytes)
                              for b in program.buffers if b.dtype == "i32"]

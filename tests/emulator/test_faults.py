@@ -211,3 +211,14 @@ def test_cli_max_cycles_option(emu, tmp_path, capsys):
     assert main(["run", str(path), "--hw", "test", "--mesh", "1", "--max-cycles", "5000"]) == 1
     out, err = capsys.readouterr()
     assert "fault [max-cycles]" in err and "Traceback" not in out + err
+
+
+def test_hbm_too_small_for_the_program_names_its_largest_buffers(tmp_path, capsys):
+    src = tmp_path / "big.mk"
+    src.write_text("kernel k(x: hbm f32[8, 128]) {\n    vmem a: f32[8, 128];\n    sem s;\n"
+                   "    start copy(x, a, s);\n    wait copy(x, a, s);\n}\n"
+                   "host {\n    input x: f32[8, 128];\n    input big: f32[1048576, 128];\n    launch k(x);\n}\n")
+    assert main(["run", str(src), "--hw", "test", "--mesh", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "fault [out-of-memory]" in err and "Traceback" not in err
+    assert "'big' f32[1048576, 128] 536,870,912 bytes" in err and "profile 'test'" in err
