@@ -199,6 +199,7 @@ class KernelCompiler(TileLowering):
         self.values: dict = {}           # TileValue -> View
         self.regions: list[str] = []
         self.n_labels = 0
+        self.in_select = 0               # > 0 while compiling the sides of a run-time select
         self._layout()
 
     # -- allocation ----------------------------------------------------------
@@ -504,8 +505,15 @@ class KernelCompiler(TileLowering):
         rc = self.sval(args[0])
         mask = self._dest(None, rc)
         self.emit("sub", sd=mask, sa=0, sb=rc)
-        ra = self.sval(args[1])
-        rb = self.sval(args[2])
+        # Both sides run whichever is picked, though each was bounds-checked only under
+        # its side of the condition (select(j + 1 < N, m[0, j + 1], 0)): the views they
+        # read get no per-dimension checks, only their buffers' own.
+        self.in_select += 1
+        try:
+            ra = self.sval(args[1])
+            rb = self.sval(args[2])
+        finally:
+            self.in_select -= 1
         diff = self._dest(None, ra)
         self.emit("xor", sd=diff, sa=ra, sb=rb)
         self.emit("and", sd=diff, sa=diff, sb=mask)
@@ -608,24 +616,35 @@ class KernelCompiler(TileLowering):
         if part is not None:
             const += layout.part_base(buf, part)
             ref = layout.part_ref(ref, part)
+        # Each index (the slot, then every dimension) as a constant plus (expression,
+        # coefficient) terms, in elements; a term is scaled to bytes by one instruction,
+        # which checks the index's own range when it is the index's only run-time term.
+        shape = layout.part_shape(buf.shape, part) if part is not None else tuple(buf.shape)
+        indices = [(ref.slot, layout.slot_stride(buf), buf.slots, 1, None)] if ref.slot is not None else []
+        indices += [(expr, stride, n, size or 1, dim)
+                    for dim, (expr, stride, n, size) in enumerate(zip(ref.offsets, strides, shape, ref.sizes))]
         terms: list = []
-        if ref.slot is not None:
-            const += _affine(ref.slot, layout.slot_stride(buf), terms)
-        for expr, stride in zip(ref.offsets, strides):
-            const += _affine(expr, stride, terms)
+        for expr, stride, n, length, dim in indices:
+            index_terms: list = []
+            k = _affine(expr, 1, index_terms)
+            const += k * stride
+            live = [(e, c) for e, c in index_terms if c * stride != 0]
+            check = (self.index_check(buf, part, dim, live[0][1], k, length, n)
+                     if len(live) == 1 and not self.in_select else None)
+            terms += [(e, c * stride, check) for e, c in live]
         d = ".d" if wide else ""
-        for expr, stride in terms:
-            if stride == 0:
-                continue
+        for expr, stride, check in terms:
             r = self.sval(expr)
             t = self._dest(None, r)
+            check = None if check is None else attrs.evolve(check, reg=r)
             if stride == 1:
                 if t != r:
-                    self.emit("add" + d, sd=t, sa=r, sb=0)
+                    self.emit("add" + d, sd=t, sa=r, sb=0, check=check)
+                # (else no instruction, so no check of this index: the whole-buffer one)
             elif stride & (stride - 1) == 0 and stride > 0:
-                self.emit("shli" + d, sd=t, sa=r, imm=stride.bit_length() - 1)
+                self.emit("shli" + d, sd=t, sa=r, imm=stride.bit_length() - 1, check=check)
             else:
-                self.emit("muli" + d, sd=t, sa=r, imm=self.stride_imm(stride, buf))
+                self.emit("muli" + d, sd=t, sa=r, imm=self.stride_imm(stride, buf), check=check)
             if reg is None:
                 reg = t
             else:
@@ -642,6 +661,45 @@ class KernelCompiler(TileLowering):
             self.release(high)
             const = lo
         return reg, const
+
+    def index_check(self, buf: ir.Buffer, part: str | None, dim: int | None, coeff: int, k: int,
+                    length: int, n: int) -> RangeCheck | None:
+        """The run-time check of one index of a view whose start is coeff * v + k for the
+        value v of its only run-time term: the window [start, start + length) must lie
+        in [0, n) (for the slot, `dim` None: the slot in [0, slots)). As a range of v
+        (the register is filled in by the caller); None if every int32 v is in range."""
+        lo_start, hi_start = -k, n - length - k          # coeff * v must lie in [lo_start, hi_start]
+        if coeff > 0:
+            lo, hi = -(-lo_start // coeff), hi_start // coeff + 1
+        else:
+            lo, hi = -(-hi_start // coeff), lo_start // coeff + 1
+        if lo >= hi:
+            lo = hi = 0                                  # no start fits: every value faults
+        lo, hi = max(lo, INT32_MIN), min(hi, INT32_MAX + 1)
+        if lo == INT32_MIN and hi == INT32_MAX + 1:
+            return None
+        shape = ", ".join(map(str, buf.shape))
+        slots = f"[{buf.slots}]" if buf.slots else ""
+        name = f"'{buf.name}' ({buf.dtype}{slots}[{shape}])"
+        if part is not None:
+            bytes_shape = ", ".join(map(str, layout.part_shape(buf.shape, part)))
+            name = f"the {part} of '{buf.name}' ({buf.dtype}{slots}[{shape}], {part} as bytes [{bytes_shape}])"
+        if coeff == 1 and k == 0:
+            value = "{value}"
+        else:
+            term = "v" if coeff == 1 else "-v" if coeff == -1 else f"{coeff}*v"
+            value = f"{term} {'+' if k >= 0 else '-'} {abs(k)} = {{start}} (v = {{value}})" if k else \
+                f"{term} = {{start}} (v = {{value}})"
+        if dim is None:
+            what = f"slot {value} of {name} is outside 0..{n - 1}"
+        elif length > n:
+            what = (f"index {value} of dimension {dim} of {name}: a window of {length} does not fit "
+                    f"the dimension (size {n}) at any start")
+        else:
+            what = f"index {value} of dimension {dim} of {name} is outside 0..{n - length}"
+            if length > 1:
+                what += f": a window of {length} from it would leave the dimension"
+        return RangeCheck(0, lo, hi, what, kind="out-of-bounds", scale=coeff, offset=k)
 
     def stride_imm(self, stride: int, buf: ir.Buffer) -> int:
         if not INT32_MIN <= stride <= INT32_MAX:

@@ -287,7 +287,7 @@ class Core:
         if code == lp.E_BUFFER:
             return Trap("out-of-bounds", self.kernel.extents[self.pc][c].describe(a, b))
         if code == lp.E_RANGE:
-            return Trap("out-of-range", self.kernel.ranges[self.pc].what.format(value=a, lo=b, hi=c))
+            return Trap(self.kernel.ranges[self.pc].kind, self.kernel.ranges[self.pc].message(a, b, c))
         kind, template = FAULTS[code]
         op = self.decoded.ops[self.pc]
         mnemonic = op.instr.mnemonic if op.instr is not None else ""

@@ -88,12 +88,22 @@ class Extent:
 @attrs.frozen
 class RangeCheck:
     """A run-time value an instruction takes that must lie in [lo, hi) (checked free
-    of cycles before the instruction runs): register `reg`, described by `what`."""
+    of cycles before the instruction runs): register `reg`, described by `what` (a
+    format string of `value`, `lo`, `hi` and `start` = scale * value + offset, the
+    index a view's start is computed as). A value outside faults as `kind`:
+    "out-of-range", or "out-of-bounds" for an index of a view that leaves its
+    dimension."""
 
     reg: int
     lo: int
     hi: int
     what: str
+    kind: str = "out-of-range"
+    scale: int = 1
+    offset: int = 0
+
+    def message(self, value: int, lo: int, hi: int) -> str:
+        return self.what.format(value=value, lo=lo, hi=hi, start=self.scale * value + self.offset)
 
 
 @attrs.frozen(eq=False)

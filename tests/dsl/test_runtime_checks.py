@@ -1,9 +1,14 @@
-"""Run-time checks the compiler attaches to what it emits (free of cycles): an access
-through a named buffer outside that buffer faults naming the buffer, the index and
-the source line, even when it stays inside the memory (VMEM, SMEM, HBM, both ends of
-a DMA); `global_core` with a run-time core index outside the chip faults."""
+"""Run-time checks the compiler attaches to what it emits (free of cycles): an index of
+a view whose start is known only at run time that leaves its own dimension (the slot
+index: the buffer's slots) faults naming the buffer, the dimension, the index and the
+source line; an access through a named buffer outside that buffer faults naming the
+buffer, the index and the source line, even when it stays inside the memory (VMEM,
+SMEM, HBM, both ends of a DMA); `global_core` with a run-time core index outside the
+chip faults."""
 
 from __future__ import annotations
+
+import re
 
 import attrs
 import numpy as np
@@ -13,6 +18,150 @@ import mkemu
 from mkemu.errors import EmulatorFault
 
 # `r` comes from the input at run time; each ACCESS uses it.
+DIMS = """
+kernel k(idx: hbm i32[8], x: hbm f32[16, 512], y: hbm f32[8, 128]) {{
+    smem si: i32[8];
+    smem m: i32[4, 8];
+    vmem a: f32[8, 128];
+    vmem v: f32[8, 256];
+    vmem w: f32[16, 128];
+    vmem b: f32[3][8, 128];
+    vmem xb: bf16[8, 128];
+    vmem wt: bf16[256, 128];
+    sem s;
+    start copy(idx, si, s);
+    wait copy(idx, si, s);
+    a = 0.0;
+    v = 1.0;
+    w = 2.0;
+    xb = 1.0;
+    wt = 0.5;
+    let r = si[0];
+    {access}
+    start copy(a, y, s);
+    wait copy(a, y, s);
+}}
+host {{
+    input idx: i32[8];
+    input x: f32[16, 512];
+    output y: f32[8, 128];
+    launch k(idx, x, y);
+}}
+"""
+DIMS_LINE = DIMS.splitlines().index("    {access}") + 1
+X512 = np.arange(16 * 512, dtype=np.float32).reshape(16, 512)
+
+
+def copy(src: str, dst: str) -> str:
+    return f"start copy({src}, {dst}, s);\n    wait copy({src}, {dst}, s);"
+
+
+def window(n: int, length: int) -> str:
+    return f"is outside 0..{n - length}: a window of {length} from it would leave the dimension"
+
+
+# name -> (access, values of r that must run, values that must fault, the fault's message)
+DIM_CASES = {
+    # docs/language.md: a row overrun inside the buffer (400 + 128 reaches row 1's columns)
+    "hbm dma source, columns": (copy("x[0:8, r +: 128]", "a"), (0, 384), (400, 385, -1),
+                                lambda v: f"index {v} of dimension 1 of 'x' (f32[16, 512]) {window(512, 128)}"),
+    "hbm dma destination": (copy("a[0:1, :]", "x[3, r +: 128]"), (0, 384), (385, -1),
+                            lambda v: f"index {v} of dimension 1 of 'x' (f32[16, 512]) {window(512, 128)}"),
+    "vmem load, columns": ("a[0:1, :] = v[0:1, r +: 128];", (0, 128), (129, -1),
+                           lambda v: f"index {v} of dimension 1 of 'v' (f32[8, 256]) {window(256, 128)}"),
+    "vmem store, rows": ("w[r +: 2, :] = a[0:2, :];", (0, 14), (15, -1, -8),
+                         lambda v: f"index {v} of dimension 0 of 'w' (f32[16, 128]) {window(16, 2)}"),
+    "vmem dma destination": (copy("x[0:1, 0:128]", "v[0:1, r +: 128]"), (0, 128), (129, -1),
+                             lambda v: f"index {v} of dimension 1 of 'v' (f32[8, 256]) {window(256, 128)}"),
+    "smem load, a point index": ("si[1] = m[0, r];", (0, 7), (8, -1),
+                                 lambda v: f"index {v} of dimension 1 of 'm' (i32[4, 8]) is outside 0..7"),
+    "smem store, a point index": ("m[2, r] = 5;", (0, 7), (8, -1),
+                                  lambda v: f"index {v} of dimension 1 of 'm' (i32[4, 8]) is outside 0..7"),
+    "slot, vmem dma destination": (copy("x[0:8, 0:128]", "b[r]"), (0, 2), (3, -1),
+                                   lambda v: f"slot {v} of 'b' (f32[3][8, 128]) is outside 0..2"),
+    "slot, vmem load": ("a = b[r];", (0, 2), (3, -1),
+                        lambda v: f"slot {v} of 'b' (f32[3][8, 128]) is outside 0..2"),
+    "a coefficient": ("a[0:2, :] = w[r * 2 +: 2, :];", (0, 7), (8, -1),
+                      lambda v: f"index 2*v = {2 * v} (v = {v}) of dimension 0 of 'w' (f32[16, 128]) "
+                                f"{window(16, 2)}"),
+    "a coefficient and a constant": ("a[0:2, :] = w[r * 2 + 3 +: 2, :];", (-1, 5), (6, -2),
+                                     lambda v: f"index 2*v + 3 = {2 * v + 3} (v = {v}) of dimension 0 of 'w' "
+                                               f"(f32[16, 128]) {window(16, 2)}"),
+    "a negative coefficient": ("a[0:2, :] = w[r * -2 + 13 +: 2, :];", (0, 6), (7, -1),
+                               lambda v: f"index -2*v + 13 = {13 - 2 * v} (v = {v}) of dimension 0 of 'w' "
+                                         f"(f32[16, 128]) {window(16, 2)}"),
+    "matmul weights": ("a = matmul(xb, wt[r +: 128, :]);", (0, 128), (129, -1),
+                       lambda v: f"index {v} of dimension 0 of 'wt' (bf16[256, 128]) {window(256, 128)}"),
+}
+
+
+def run_dims(access: str, r: int, **options):
+    kernel = mkemu.compile_source(DIMS.format(access=access), "dims.mk", hw="tpu-v7-like", **options)
+    return kernel(idx=np.array([r] + [0] * 7, np.int32), x=X512)
+
+
+@pytest.mark.parametrize("case", sorted(DIM_CASES))
+def test_a_run_time_start_that_leaves_its_dimension_faults_naming_it(case):
+    access, good, bad, message = DIM_CASES[case]
+    for r in good:                                      # the first and last starts inside: clean
+        run_dims(access, r)
+    for r in bad:
+        with pytest.raises(EmulatorFault) as info:
+            run_dims(access, r)
+        text = info.value.render()
+        assert info.value.kind == "out-of-bounds", text
+        assert message(r) in text, text
+        assert f"dims.mk:{DIMS_LINE}:" in text, text    # the access's source line
+
+
+def test_the_docs_example_reads_the_next_row_only_without_the_dimension_check():
+    # x[0:8, i +: 128] on f32[16, 512] with i = 400: inside the buffer, past row 0's end.
+    access = copy("x[0:8, r +: 128]", "a")
+    kernel = mkemu.compile_source(DIMS.format(access=access), "dims.mk", hw="tpu-v7-like")
+    (check,) = [c for k in kernel.program.kernels.values() for c in k.ranges.values()]
+    assert (check.lo, check.hi, check.kind) == (0, 385, "out-of-bounds")
+    kernel.program = attrs.evolve(kernel.program, kernels={
+        name: attrs.evolve(k, ranges={}) for name, k in kernel.program.kernels.items()})
+    kernel(idx=np.array([400] + [0] * 7, np.int32), x=X512)          # only the whole buffer: clean
+
+
+def test_a_timing_only_run_checks_dimensions_too():
+    access, _, _, message = DIM_CASES["hbm dma source, columns"]
+    run_dims(access, 384, timing_only=True)
+    with pytest.raises(EmulatorFault, match=re.escape(message(400))):
+        run_dims(access, 400, timing_only=True)
+
+
+SELECT = """
+kernel k(idx: hbm i32[4, 8], y: hbm i32[8]) {
+    smem m: i32[4, 8];
+    smem o: i32[8];
+    sem s;
+    start copy(idx, m, s);
+    wait copy(idx, m, s);
+    for j in 0..8 {
+        o[j] = select(j + 1 < 8, m[0, j + 1], 0);
+    }
+    start copy(o, y, s);
+    wait copy(o, y, s);
+}
+host { input idx: i32[4, 8]; output y: i32[8]; launch k(idx, y); }
+"""
+
+
+def test_the_sides_of_a_run_time_select_get_no_dimension_check():
+    # Both sides are read whichever is picked: at j = 7 the unpicked m[0, 8] (m[1, 0],
+    # inside m) is read and dropped. The side was checked at compile time under
+    # j + 1 < 8, so the program runs.
+    kernel = mkemu.compile_source(SELECT, "select.mk", hw="tpu-v7-like")
+    m = np.arange(32, dtype=np.int32).reshape(4, 8)
+    assert list(kernel(idx=m).outputs["y@0"]) == [1, 2, 3, 4, 5, 6, 7, 0]
+    whats = [c.what for k in kernel.program.kernels.values() for c in k.ranges.values()]
+    assert any("'o'" in w for w in whats) and not any("'m'" in w for w in whats), whats   # o[j]: checked
+
+
+# `r` and `q` come from the input at run time (q = 0); each ACCESS uses them. A start of
+# two run-time terms (r + q) is checked against the whole buffer only.
 PROGRAM = """
 kernel k(idx: hbm i32[8], x: hbm f32[16, 128], y: hbm f32[8, 128]) {{
     smem si: i32[8];
@@ -25,7 +174,7 @@ kernel k(idx: hbm i32[8], x: hbm f32[16, 128], y: hbm f32[8, 128]) {{
     start copy(x[0:8, :], a, s);
     wait copy(x[0:8, :], a, s);
     b = a * 2.0;
-    let r = si[0];
+    let r = si[0]; let q = si[1];
     {access}
     start copy(a, y, s);
     wait copy(a, y, s);
@@ -40,14 +189,14 @@ host {{
 X = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
 
 CASES = {
-    "vmem store": ("a[r +: 1, :] = b[0:1, :];", 7, 9, "VMEM", "'a'", "[9, 0]"),
-    "vmem load": ("a[0:1, :] = b[r +: 1, :];", 7, -1, "VMEM", "'b'", "[-1, 0]"),
-    "smem load": ("si[1] = si[r];", 7, 8, "SMEM", "'si'", "[8]"),
-    "smem store": ("si[r] = 5;", 7, 12, "SMEM", "'si'", "[12]"),
-    "hbm dma source": ("start copy(x[r +: 8, :], a, s);\n    wait copy(x[r +: 8, :], a, s);", 8, 9,
+    "vmem store": ("a[r + q +: 1, :] = b[0:1, :];", 7, 9, "VMEM", "'a'", "[9, 0]"),
+    "vmem load": ("a[0:1, :] = b[r + q +: 1, :];", 7, -1, "VMEM", "'b'", "[-1, 0]"),
+    "smem load": ("si[2] = si[r + q];", 7, 8, "SMEM", "'si'", "[8]"),
+    "smem store": ("si[r + q] = 5;", 7, 12, "SMEM", "'si'", "[12]"),
+    "hbm dma source": ("start copy(x[r + q +: 8, :], a, s);\n    wait copy(x[r + q +: 8, :], a, s);", 8, 9,
                        "HBM", "'x'", "[9, 0]"),
-    "vmem dma destination": ("start copy(x[0:1, :], b[r +: 1, :], s);\n    wait copy(x[0:1, :], b[r +: 1, :], s);",
-                             7, 8, "VMEM", "'b'", "[8, 0]"),
+    "vmem dma destination": ("start copy(x[0:1, :], b[r + q +: 1, :], s);\n    "
+                             "wait copy(x[0:1, :], b[r + q +: 1, :], s);", 7, 8, "VMEM", "'b'", "[8, 0]"),
 }
 
 
@@ -69,17 +218,29 @@ def test_an_index_outside_its_buffer_faults_naming_it(case):
     assert "checks.mk:14" in text, text                # the access's source line
 
 
-def test_the_checks_cost_no_cycles():
+def test_a_start_of_several_run_time_terms_is_checked_against_the_whole_buffer_only():
+    # (documented) b[0:1, r + q +: 1] with r + q = 128 is past row 0's 128 columns but
+    # inside b (b[1, 0]): not reported; from b's last row it leaves b and faults.
+    run("a[0:1, :] = b[0:1, r + q +: 1];", 127)
+    with pytest.raises(EmulatorFault, match=r"outside buffer 'b'"):
+        run("a[0:1, :] = b[7:8, r + q +: 1];", 128)
+    run("a[0:1, :] = b[0:1, r + q +: 1];", 128)         # b[1, 0]: not reported
+
+
+@pytest.mark.parametrize("program, access, r", [(PROGRAM, CASES["vmem store"][0], 3),
+                                                (DIMS, DIM_CASES["hbm dma source, columns"][0], 384),
+                                                (DIMS, DIM_CASES["slot, vmem load"][0], 2)])
+def test_the_checks_cost_no_cycles(program, access, r):
     # The same program run with its checks and with them stripped: same bits, cycles
     # and instruction count.
-    kernel = mkemu.compile_source(PROGRAM.format(access=CASES["vmem store"][0]), "checks.mk",
-                                  hw="tpu-v7-like")
-    inputs = dict(idx=np.array([3] + [0] * 7, np.int32), x=X)
+    kernel = mkemu.compile_source(program.format(access=access), "checks.mk", hw="tpu-v7-like")
+    inputs = dict(idx=np.array([r] + [0] * 7, np.int32), x=X if program is PROGRAM else X512)
     checked = kernel(**inputs)
-    program = kernel.program
-    assert any(k.extents for k in program.kernels.values())
-    kernel.program = attrs.evolve(program, kernels={
-        name: attrs.evolve(k, extents={}, ranges={}) for name, k in program.kernels.items()})
+    compiled = kernel.program
+    assert any(k.extents for k in compiled.kernels.values())
+    assert any(k.ranges for k in compiled.kernels.values()) == (program is DIMS)
+    kernel.program = attrs.evolve(compiled, kernels={
+        name: attrs.evolve(k, extents={}, ranges={}) for name, k in compiled.kernels.items()})
     unchecked = kernel(**inputs)
     assert np.array_equal(checked.outputs["y@0"], unchecked.outputs["y@0"])
     for key in ("cycles", "instructions"):
@@ -148,5 +309,6 @@ def test_hbm_addresses_past_2_gib_use_64_bits():
     idx = np.array([4, 11, 22, 33, 44, 55, 66, 77], np.int32)
     run = kernel(idx=idx)
     assert np.array_equal(run.outputs["y@0"], idx)
-    with pytest.raises(EmulatorFault, match=r"outside buffer 'big' .* starts at index \[5, 1024\]"):
+    with pytest.raises(EmulatorFault, match=r"index 5 of dimension 0 of 'big' \(i32\[5, 134217728\]\) is "
+                                            r"outside 0\.\.4"):
         kernel(idx=np.array([5, 0, 0, 0, 0, 0, 0, 0], np.int32))

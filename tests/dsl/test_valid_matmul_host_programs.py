@@ -694,7 +694,8 @@ def test_an_expert_index_past_the_mxfp4_array_faults_naming_it():
     with pytest.raises(EmulatorFault) as info:
         run(EXPERTS, sel=np.array([3, 0] + [0] * 6, np.int32), x=b16(8, 64), w=normal(3, 64, 256))
     text = info.value.render()
-    assert "outside buffer 'w'" in text and "bad" not in text
+    assert "index 3 of dimension 0 of the values of 'w'" in text and "is outside 0..2" in text, text
+    assert "bad" not in text
     assert "matmul_host.mk:17" in text, text
 
 

@@ -805,8 +805,9 @@ def test_prologue_tiles_past_a_run_time_count_are_never_issued(count):
 
 
 def test_a_run_time_count_past_the_array_faults_naming_the_buffer_and_line():
+    # (the prologue's tile 3: its row start t * 8 = 24 leaves x's rows)
     text = fault(RUNTIME_COUNT.replace("COUNT", "4"), x=f32(24, 128))
-    assert "[out-of-bounds]" in text and "buffer 'x' (f32[24, 128]" in text and "index [24, 0]" in text
+    assert "[out-of-bounds]" in text and "index 8*v = 24 (v = 3) of dimension 0 of 'x' (f32[24, 128])" in text
     assert f"{FILE}:3:" in text
 
 
@@ -1078,7 +1079,8 @@ kernel kv(ix: hbm i32[4], x: hbm f32[8, 128], y: hbm f32[8, 128]) {
     x = f32(8, 128)
     same(x + np.float32(1), run(src, ix=np.array([1, 0, 0, 0], np.int32), x=x).output("y"))
     text = fault(src, ix=np.array([3, 0, 0, 0], np.int32), x=x)
-    assert "buffer 'b' (f32[3, 8, 128]" in text and "index [3, 0, 0]" in text and f"{FILE}:8:" in text
+    assert "[out-of-bounds]" in text and "slot 3 of 'b' (f32[3][8, 128]) is outside 0..2" in text
+    assert f"{FILE}:8:" in text
 
 
 VLOAD = """
@@ -1131,15 +1133,16 @@ kernel kv(ix: hbm i32[4], y: hbm i32[4]) {
 """
 
 
-@pytest.mark.parametrize("src, start, where, line", [
-    (VLOAD, 400, "VMEM access", 14), (VLOAD, 500, "VMEM access", 14), (DMA, 385, "HBM access", 8),
-    (SMEM, 4, "SMEM access", 8), (SMEM, -1, "SMEM access", 8)])
-def test_a_run_time_start_that_leaves_its_buffer_faults(src, start, where, line):
+@pytest.mark.parametrize("src, start, dim, line", [
+    (VLOAD, 400, 1, 14), (VLOAD, 500, 1, 14), (DMA, 385, 1, 8), (SMEM, 4, 0, 8), (SMEM, -1, 0, 8)])
+def test_a_run_time_start_that_leaves_its_buffer_faults(src, start, dim, line):
     # "even when it stays inside the memory": `after` follows v; idx is followed by o.
-    buffer = {VLOAD: "'v'", DMA: "'x'", SMEM: "'idx'"}[src]
+    # (A start that leaves its dimension is caught there, naming the dimension.)
+    buffer, last = {VLOAD: ("'v' (f32[8, 512])", 384), DMA: ("'x' (f32[8, 512])", 384),
+                    SMEM: ("'idx' (i32[4])", 3)}[src]
     text = fault(src, x=f32(8, 512), ix=np.array([0, start, 0, 0], np.int32)) if src is not SMEM else \
         fault(src, ix=np.array([0, start, 0, 0], np.int32))
-    assert "[out-of-bounds]" in text and where in text and f"outside buffer {buffer}" in text
+    assert "[out-of-bounds]" in text and f"index {start} of dimension {dim} of {buffer} is outside 0..{last}" in text
     assert f"{FILE}:{line}:" in text
 
 
