@@ -629,6 +629,9 @@ class KernelCompiler(TileLowering):
             k = _affine(expr, 1, index_terms)
             const += k * stride
             live = [(e, c) for e, c in index_terms if c * stride != 0]
+            if live and dim is not None and length > n:
+                self.error(f"a window of {length} is longer than dimension {dim} of '{buf.name}' (size {n}): "
+                           "no start fits", ref.span)
             check = (self.index_check(buf, part, dim, live[0][1], k, length, n)
                      if len(live) == 1 and not self.in_select else None)
             terms += [(e, c * stride, check) for e, c in live]
@@ -692,9 +695,6 @@ class KernelCompiler(TileLowering):
                 f"{term} = {{start}} (v = {{value}})"
         if dim is None:
             what = f"slot {value} of {name} is outside 0..{n - 1}"
-        elif length > n:
-            what = (f"index {value} of dimension {dim} of {name}: a window of {length} does not fit "
-                    f"the dimension (size {n}) at any start")
         else:
             what = f"index {value} of dimension {dim} of {name} is outside 0..{n - length}"
             if length > 1:

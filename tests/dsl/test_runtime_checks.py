@@ -312,3 +312,13 @@ def test_hbm_addresses_past_2_gib_use_64_bits():
     with pytest.raises(EmulatorFault, match=r"index 5 of dimension 0 of 'big' \(i32\[5, 134217728\]\) is "
                                             r"outside 0\.\.4"):
         kernel(idx=np.array([5, 0, 0, 0, 0, 0, 0, 0], np.int32))
+
+
+def test_a_run_time_window_longer_than_its_dimension_is_a_compile_error():
+    # (No start could fit: a run-time check would fault for every value.)
+    src = DIMS.replace("    vmem a: f32[8, 128];\n", "    vmem a: f32[8, 128];\n    vmem big: f32[32, 128];\n")
+    with pytest.raises(mkemu.errors.SourceError) as info:
+        mkemu.compile_source(src.format(access=copy("x[r +: 32, 0:128]", "big")), "dims.mk", hw="tpu-v7-like")
+    text = info.value.render()
+    assert "a window of 32 is longer than dimension 0 of 'x' (size 16): no start fits" in text, text
+    assert "dims.mk:" in text
