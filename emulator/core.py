@@ -277,7 +277,7 @@ class Core:
             return Trap("ran-off-end", f"pc {a} is past the end of the kernel ({b} instructions); "
                                        "a kernel must end with halt")
         if code == lp.E_MAX_CYCLES:
-            return Trap("max-cycles", f"the run passed the max-cycle guard of {a} cycles")
+            return Trap("max-cycles", max_cycles_message(a, self.profile))
         if code == lp.E_MAX_INSTRUCTIONS:
             return Trap("max-instructions", f"this core ran {a:,} instructions in one launch without reaching "
                                             "a halt (a loop that never ends?); raise the limit with "
@@ -386,3 +386,10 @@ class Core:
         if hi > I[at + 1]:
             I[at + 1] = hi
 
+
+def max_cycles_message(limit: int, profile: HardwareProfile) -> str:
+    message = f"the run passed the max-cycle guard of {limit} cycles"
+    if limit < profile.kernel_launch_cycles:
+        message += (f" (it counts from the start of the run, and a kernel launch alone takes "
+                    f"{profile.kernel_launch_cycles:,} cycles on '{profile.name}')")
+    return message

@@ -23,7 +23,7 @@ from mkemu.isa.program import Program
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.config import RunConfig
-from mkemu.emulator.core import Core
+from mkemu.emulator.core import Core, max_cycles_message
 from mkemu.emulator.decode import decode_kernel, unit_names
 from mkemu.emulator.dma import DMA_BEGIN, FLOWS, LAND, Dma, DmaMixin
 from mkemu.emulator.flows import FlowNetwork
@@ -511,7 +511,7 @@ class Machine(DmaMixin):
         """The max-cycle guard, passed by the next event: named by the core it resumes, or
         by the instruction that caused it (a DMA's issue, a signal); a flow's completion
         by the oldest DMA still in flight."""
-        message = f"the run passed the max-cycle guard of {self.config.max_cycles} cycles"
+        message = max_cycles_message(self.config.max_cycles, self.profile)
         if kind == RESUME:
             return self._fault(payload, "max-cycles", message, t)
         if kind in (DMA_BEGIN, LAND):

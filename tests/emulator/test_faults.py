@@ -222,3 +222,10 @@ def test_hbm_too_small_for_the_program_names_its_largest_buffers(tmp_path, capsy
     err = capsys.readouterr().err
     assert "fault [out-of-memory]" in err and "Traceback" not in err
     assert "'big' f32[1048576, 128] 536,870,912 bytes" in err and "profile 'test'" in err
+
+
+def test_max_cycle_guard_below_the_launch_cost_says_so(emu):
+    fault = fault_of(emu, "halt", config=RunConfig(max_cycles=10))
+    assert fault.kind == "max-cycles"
+    assert "max-cycle guard of 10 cycles (it counts from the start of the run, and a kernel launch alone takes" \
+        in fault.render()
