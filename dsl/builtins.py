@@ -242,7 +242,22 @@ class Builtins:
                                       f"views (for a copy), got {c.kind_name(other)} (for tiles use where(mask, a, b))")
         if ir.scalar_dtype(sa) != ir.scalar_dtype(sb):
             return c.error(node.span, "select() needs two values of one type, got a bool and an integer")
-        return ir.ScalarOp("select", (cond, sa, sb), node.span)
+        return ir.ScalarOp("select", (cond, self.guarded(sa), self.guarded(sb)), node.span)
+
+    def guarded(self, e):
+        """Side `e` of a run-time select with its SMEM reads whose indices were checked at
+        compile time (under the side's condition) marked `guarded`: both sides are read
+        whichever is picked, so `select(j + 1 < N, m[i, j + 1], 0)` reads m[i, N] at
+        j = N - 1 and drops it, which must not fault."""
+        if isinstance(e, ir.SmemLoad):
+            ref = e.ref
+            if all(self.c.interval(x) is not None for x in (ref.slot, *ref.offsets) if x is not None):
+                return attrs.evolve(e, guarded=True)
+            return e
+        if isinstance(e, ir.ScalarOp):
+            args = tuple(self.guarded(a) for a in e.args)
+            return e if all(a is b for a, b in zip(args, e.args)) else attrs.evolve(e, args=args)
+        return e
 
     def b_bytes(self):
         """`bytes(view)` / `bytes(copy(...))`: the compile-time byte count a DMA of it moves

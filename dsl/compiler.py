@@ -432,7 +432,8 @@ class KernelCompiler(TileLowering):
         if isinstance(e, ir.SmemLoad):
             reg, off = self.ref_address(e.ref)
             r = self._dest(want, reg) if reg is not None else (want if want is not None else self.tmp())
-            self.emit("lds", sd=r, off=off, sa=reg or 0, extents=(self.extent(e.ref.buffer),))
+            self.emit("lds", sd=r, off=off, sa=reg or 0,
+                      extents=None if e.guarded else (self.extent(e.ref.buffer),))
             if reg is not None and r != reg:
                 self.release(reg)
             return r

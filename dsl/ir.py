@@ -131,10 +131,13 @@ class ScalarOp:
 
 @attrs.frozen
 class SmemLoad:
-    """Read one int32 from SMEM; `ref` has every dimension indexed."""
+    """Read one int32 from SMEM; `ref` has every dimension indexed. `guarded`: a side of
+    a run-time `select` whose indices the front end proved in range under that side's
+    condition (it is read whichever side is picked, so it has no run-time bounds check)."""
 
     ref: "Ref"
     span: SourceSpan
+    guarded: bool = False
 
 
 @attrs.frozen

@@ -160,6 +160,26 @@ def test_the_sides_of_a_run_time_select_get_no_dimension_check():
     assert any("'o'" in w for w in whats) and not any("'m'" in w for w in whats), whats   # o[j]: checked
 
 
+def test_the_unpicked_side_of_a_select_may_read_past_its_buffer_at_the_last_row():
+    # At row 3, j = 7, the unpicked side reads m[3, 8]: past the end of m. Its indices
+    # were proven in range under j + 1 < 8, so it has no run-time check at all (it used
+    # to fault through the whole-buffer check).
+    kernel = mkemu.compile_source(SELECT.replace("m[0, j + 1]", "m[3, j + 1]"), "select.mk", hw="tpu-v7-like")
+    m = np.arange(32, dtype=np.int32).reshape(4, 8)
+    assert list(kernel(idx=m).outputs["y@0"]) == [25, 26, 27, 28, 29, 30, 31, 0]
+
+
+def test_a_select_side_with_a_run_time_index_keeps_its_buffer_check():
+    # m[3, m[0, 0]]: an index known only at run time is not proven by the condition.
+    src = SELECT.replace("m[0, j + 1]", "m[3, m[0, 0] + j]")
+    kernel = mkemu.compile_source(src, "select.mk", hw="tpu-v7-like")
+    m = np.zeros((4, 8), np.int32)
+    m[0, 0] = 1
+    with pytest.raises(EmulatorFault, match=r"outside buffer 'm'") as info:
+        kernel(idx=m)
+    assert "select.mk:9:" in info.value.render()
+
+
 # `r` and `q` come from the input at run time (q = 0); each ACCESS uses them. A start of
 # two run-time terms (r + q) is checked against the whole buffer only.
 PROGRAM = """
