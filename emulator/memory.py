@@ -26,7 +26,10 @@ class Trap(Exception):
 def anonymous(size: int) -> np.ndarray:
     """`size` zero bytes of private memory, pages allocated at first touch, huge pages
     asked for (Linux `madvise`; where the OS offers them)."""
-    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:     # (ENOMEM: more than the host will promise)
+        raise MemoryError(f"cannot map {size:,} bytes of host memory ({e.strerror})") from None
     if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)
