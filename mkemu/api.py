@@ -63,9 +63,9 @@ def compile_source(text: str, filename: str = "<source>.mk", options: Options | 
     if not isinstance(text, str):
         raise ConfigError(f"compile_source takes the program's text (a str), not {type(text).__name__}",
                           key="text")
-    if not isinstance(filename, str):
-        raise ConfigError(f"filename must be a str, not {filename!r}", key="filename")
-    return Kernel._build(filename, text, Options.of(options, **changes))
+    if not isinstance(filename, (str, os.PathLike)):
+        raise ConfigError(f"filename must be a str or a path, not {filename!r}", key="filename")
+    return Kernel._build(os.fspath(filename), text, Options.of(options, **changes))
 
 
 @attrs.frozen
@@ -91,10 +91,9 @@ class Kernel:
     @classmethod
     def _build(cls, path: str, text: str, options: Options) -> Kernel:
         from mkemu.emulator.topology import Mesh
-        from mkemu.isa.hardware import load_profile
         from mkemu.session import machine_info
 
-        profile = load_profile(options.hw)
+        profile = hw_profile(options.hw)
         mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
         params = dict(options.params)
         declared = (_ASM_REFERENCE if path.endswith(".s") else _REFERENCE).search(text)
@@ -167,12 +166,18 @@ class Kernel:
                               f"{type(progress).__name__}; give a buffer named 'progress' in the inputs "
                               "dict: kernel({'progress': array})", key="progress")
         source = None
-        if isinstance(inputs, (str, Path)):
-            source = str(inputs)
+        if isinstance(inputs, (str, os.PathLike)):
+            source = os.fspath(inputs)
             inputs = runner.load_inputs(source, self.program)
+        elif inputs is not None and not isinstance(inputs, Mapping):
+            raise ConfigError(f"inputs are a dict of arrays by buffer ('name' or 'name@chip') or the path of a "
+                              f".npz file, not {type(inputs).__name__}", key="inputs")
         given = {**(inputs or {}), **arrays}
+        # Files written after the run: checked before it, not after it.
         if isinstance(self.options.trace, str):
-            runner.check_writable(self.options.trace, "trace")   # before the run, not after it
+            runner.check_writable(self.options.trace, "trace")
+        if self.options.record_routing is not None and self.is_driven:
+            runner.check_writable(self.options.record_routing, "record_routing")
         wall0 = time.perf_counter()
         if self.is_driven:
             if given:
@@ -215,6 +220,9 @@ class Kernel:
         if self.reference is None:
             raise ConfigError("the program names no reference function to compute expected outputs",
                               file=self.path)
+        if not isinstance(inputs, Mapping):
+            raise ConfigError(f"expected() takes the inputs as a dict name@chip -> array (e.g. run.inputs), not "
+                              f"{type(inputs).__name__}", key="inputs")
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
@@ -268,6 +276,19 @@ class Kernel:
                 written[f"{buf.name}@{chip}"] = np.asarray(
                     runner.from_storage(stored, buf.dtype, buf.shape)).reshape(buf.shape)
         return written
+
+
+def hw_profile(hw: str):
+    """The hardware profile the `hw` option names; an unknown name is that option's error
+    (a profile file's own errors name the file and the key)."""
+    from mkemu.isa.hardware import load_profile
+
+    try:
+        return load_profile(hw)
+    except ConfigError as exc:
+        if exc.file is not None or exc.key is not None:
+            raise
+        raise ConfigError(exc.message, key="hw") from None
 
 
 def is_driver(reference) -> bool:

@@ -7,6 +7,7 @@ exits 2. Anything else escaping is a bug in mkemu and shows as such.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import sys
@@ -148,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--region", metavar="NAME", help="only cycles inside region NAME, NAME[INDEX] or kernel:NAME")
     trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
     trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
-    trace.add_argument("--top", type=int, default=5, metavar="N", help="how many HBM bubbles to list (default 5)")
+    trace.add_argument("--top", type=int, metavar="N", help="how many HBM bubble sites to list (default 5)")
     trace.add_argument("--perfetto", metavar="OUT.pftrace",
                        help="write a Perfetto protobuf trace (open at ui.perfetto.dev); honours "
                             "--chip/--core/--from/--to")
@@ -295,7 +296,8 @@ def cmd_run(args) -> int:
     if args.schedules < 0:
         raise ConfigError(f"--schedules must be 0 or more, not {args.schedules}", key="--schedules")
     options = _options(args)
-    report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
+    with _as_flags():
+        report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
     ok = report["bit_exact"] in (True, None)
     if args.schedules:
         report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
@@ -309,6 +311,19 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+@contextlib.contextmanager
+def _as_flags():
+    """An error the API raises naming an option by its field (the files a run writes
+    after it, checked before it: `trace`, `record_routing`), named by its flag."""
+    try:
+        yield
+    except ConfigError as exc:
+        flag = {"trace": "--trace", "record_routing": "--record-routing", "hw": "--hw"}.get(exc.key or "")
+        if flag is None or exc.file is not None:
+            raise
+        raise ConfigError(exc.message, key=flag) from None
+
+
 def cmd_compare(args) -> int:
     from mkemu.run import compare_text, execute
 
@@ -317,7 +332,8 @@ def cmd_compare(args) -> int:
     # Every program must be there before the first one's run, which may take a while.
     files = [resolve(file) for file in (args.first, *args.others)]
     options = _options(args)
-    reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
+    with _as_flags():
+        reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:
@@ -343,9 +359,15 @@ def cmd_trace(args) -> int:
         raise ConfigError(f"--to {args.end} is not after --from {args.start}: the window [from, to) is empty",
                           key="--to")
     filters = dict(chips=args.chip, cores=args.core, region=args.region, start=args.start, end=args.end)
+    exports = [(flag, out) for flag, out in (("--perfetto", args.perfetto), ("--html", args.html),
+                                             ("--plot", args.plot)) if out is not None]
     if args.path == "diff":
         if len(args.others) != 2:
             raise ConfigError("trace diff wants two traces: mkemu trace diff A B", key="diff")
+        for flag, used in (*exports, ("--top", args.top)):
+            if used is not None:
+                raise ConfigError(f"{flag} applies to one trace (mkemu trace PATH {flag} ...), not to diff",
+                                  key=flag)
         d = trace_diff.diff(read_trace(args.others[0]), read_trace(args.others[1]), **filters)
         if args.json:
             print(json.dumps(d, default=_json_default))
@@ -354,12 +376,16 @@ def cmd_trace(args) -> int:
         return 0
     if args.others:
         raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")
-    exports = [(flag, out) for flag, out in (("--perfetto", args.perfetto), ("--html", args.html),
-                                             ("--plot", args.plot)) if out is not None]
     from mkemu.runner import check_writable
 
     for flag, out in exports:   # every output checked before the first is written
         check_writable(out, flag)
+        if _same_file(out, args.path):
+            raise ConfigError(f"{out} is the trace being read; write the export to another file", key=flag)
+        for other_flag, other in exports[:exports.index((flag, out))]:
+            if _same_file(out, other):
+                raise ConfigError(f"{other_flag} and {flag} both write {out}; give each export its own file",
+                                  key=flag)
     if args.plot is not None:
         try:
             import matplotlib  # noqa: F401 - checked before any export is written
@@ -367,6 +393,7 @@ def cmd_trace(args) -> int:
             raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
                               "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
     trace = read_trace(args.path)
+    top = 5 if args.top is None else args.top
     if exports:
         from mkemu.tools.view import view
 
@@ -391,14 +418,20 @@ def cmd_trace(args) -> int:
             raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
                               "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
     if args.json:
-        print(json.dumps(trace_summary.summarize(trace, top=args.top, **filters), default=_json_default))
+        print(json.dumps(trace_summary.summarize(trace, top=top, **filters), default=_json_default))
     elif not (args.perfetto or args.html or args.plot):
-        sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=args.top, **filters)))
+        sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=top, **filters)))
     return 0
 
 
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or Path(a).samefile(b)
+    except OSError:   # (either does not exist)
+        return False
+
+
 def cmd_asm(args) -> int:
-    from mkemu.isa.hardware import load_profile
     from mkemu.isa.listing import listing
 
     if args.output is not None:
@@ -408,7 +441,10 @@ def cmd_asm(args) -> int:
     if args.params:
         return _print_params(args)
 
-    profile = load_profile(args.hw)
+    from mkemu.api import hw_profile
+
+    with _as_flags():
+        profile = hw_profile(args.hw)
     t0 = time.perf_counter()
     from mkemu.run import load_program
 
@@ -473,7 +509,8 @@ def cmd_tune(args) -> int:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
     base = trial(resolve(args.file), _options(args), args.inputs)
-    params, driver_set = program_params(base)
+    with _as_flags():
+        params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
     out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
     check_writable(out, "--out")
@@ -535,17 +572,16 @@ def _check_scale_out(args) -> None:
 def cmd_sweep(args) -> int:
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
-    from mkemu.sweep import Sweep, mesh_axis, parse_axis, plot, point_label, render
+    from mkemu.sweep import Sweep, check_axes, mesh_axis, parse_axis, plot, point_label, render
     from mkemu.trials import trial
 
+    from mkemu.api import hw_profile
+
     _check_scale_out(args)
+    with _as_flags():
+        hw_profile(args.hw)   # the base profile, before any point is made of it
     axes = [parse_axis(item) for item in args.hw_set]
-    seen = set()
-    for axis in axes:
-        if axis.key in seen:
-            raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
-                              key="--hw-set")
-        seen.add(axis.key)
+    check_axes(axes)
     if args.mesh is not None:
         axes.append(mesh_axis(args.mesh))
     if not axes:
@@ -560,6 +596,8 @@ def cmd_sweep(args) -> int:
     for path, key in ((args.out, "--out"), (args.plot, "--plot")):
         if path is not None:
             check_writable(path, key)
+    if args.out is not None and args.plot is not None and _same_file(args.out, args.plot):
+        raise ConfigError(f"--out and --plot both write {args.plot}; give each its own file", key="--plot")
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)

@@ -22,8 +22,9 @@ class ConfigError(MkemuError):
 
     def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
         self.message = message
-        self.file = file
-        self.key = key
+        # (a file or key that came from the user as something else, e.g. a buffer named 3)
+        self.file = None if file is None else str(file)
+        self.key = None if key is None else str(key)
         super().__init__(self.render())
 
     def render(self) -> str:

@@ -60,6 +60,15 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     # our bug: numpy raises many types for it (tokenize.TokenError, MemoryError, ...).
     damaged = Exception
     try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise ConfigError(f"cannot read inputs: {exc.strerror or exc}", file=path) from None
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
+        # (numpy would take it for a pickle and talk of allow_pickle)
+        raise ConfigError("inputs must be a .npz file (np.savez) of arrays named by buffer; this file is not "
+                          "one (not a zip archive)", file=path)
+    try:
         data = np.load(path)
     except damaged as exc:
         raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path) from None
@@ -115,10 +124,46 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     # Rounding to float32 takes a float64 beyond its range to +-inf, as documented: no warning.
     with np.errstate(over="ignore"):
         if dtype == "bf16":
-            return f32_to_bf16_bits(np.asarray(array, np.float32))
+            return f32_to_bf16_bits(_f32_for_bf16(np.asarray(array)))
         if dtype == "mxfp4":
             return mxfp4_to_bytes(array)
         return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
+
+
+def _f32_for_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 values whose rounding to bf16 (nearest, ties to even) is the nearest bf16
+    of `values` themselves. A type float32 holds exactly is converted as it is; wider
+    ones (float64, 32- and 64-bit integers) are rounded to float32 *to odd* (toward zero,
+    the last bit set when anything was dropped): rounding them to float32 to nearest
+    first could land on a bf16 tie that the value itself is not on (1 + 2^-8 + 2^-40 is
+    nearer 1 + 2^-7 than 1, but its nearest float32 is the tie 1 + 2^-8, which goes to
+    1). float32 keeps 16 bits more than bf16, so the odd bit decides such ties rightly."""
+    kind, size = values.dtype.kind, values.dtype.itemsize
+    if kind == "b" or (kind == "f" and size <= 4) or (kind in "iu" and size <= 2):
+        return values.astype(np.float32, copy=False)
+    if kind in "iu" and size == 8 and values.size and (values.max() > 2**53 or values.min() < -2**53):
+        # Beyond 2^53 a float64 holds these no better than float32 does: to odd exactly, as Python ints.
+        return np.array([_int_to_f32_odd(int(v)) for v in values.reshape(-1)], np.float32).reshape(values.shape)
+    wide = values.astype(np.float64)            # exact for the rest (float64, or integers within 2^53)
+    f32 = wide.astype(np.float32)
+    inexact = (f32.astype(np.float64) != wide) & ~np.isnan(wide)
+    if inexact.any():
+        bits = f32.view(np.uint32).copy()
+        away = np.abs(f32.astype(np.float64)) > np.abs(wide)
+        bits[inexact & away] -= np.uint32(1)        # toward zero (an infinity becomes the largest finite)
+        bits[inexact] |= np.uint32(1)
+        f32 = bits.view(np.float32)
+    return f32
+
+
+def _int_to_f32_odd(v: int) -> float:
+    """An integer rounded to float32's 24 significant bits, to odd."""
+    m = abs(v)
+    shift = max(m.bit_length() - 24, 0)
+    q = m >> shift
+    if shift and m & ((1 << shift) - 1):
+        q |= 1
+    return float(q << shift) * (-1 if v < 0 else 1)
 
 
 def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -74,8 +74,29 @@ def mesh_axis(text: str) -> Axis:
 
     meshes = tuple(m.strip() for m in text.split(","))
     for m in meshes:
-        parse_mesh(m)
+        try:
+            parse_mesh(m)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, key="--mesh") from None
     return Axis("mesh", meshes)
+
+
+def check_axes(axes: list[Axis]) -> None:
+    """Each profile value is varied once: not twice under one key, nor under both of
+    its units (`hbm_bw_bytes_per_s` and `hbm_bw_bytes_per_cycle` are one value)."""
+    from mkemu.isa.hardware import _ALTERNATIVES
+
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.key in seen:
+            raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
+                              key="--hw-set")
+        section, _, name = axis.key.partition(".")
+        for other in _ALTERNATIVES.get((section, name), ()):
+            if f"{section}.{other}" in seen:
+                raise ConfigError(f"{section}.{other} and {axis.key} are one profile value in two units; vary it "
+                                  "once, in either unit", key="--hw-set")
+        seen.add(axis.key)
 
 
 def _toml_value(value) -> str:

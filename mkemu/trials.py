@@ -63,7 +63,9 @@ def trial(file: str, options: Options, inputs: str | None = None) -> Trial:
         return None if path is None else str(Path(path).resolve())
 
     hw = fix(options.hw) if _is_path(options.hw) else options.hw
-    return Trial(fix(file), Options.of(options, hw=hw, trace=None, dump=fix(options.dump)), fix(inputs))
+    return Trial(fix(file), Options.of(options, hw=hw, trace=None, dump=fix(options.dump),
+                                       routing=fix(options.routing), record_routing=fix(options.record_routing)),
+                 fix(inputs))
 
 
 def _is_path(hw: str) -> bool:

@@ -296,3 +296,92 @@ def test_negative_trace_bounds_are_errors(capsys, tmp_path, argv, message):
     assert main(["run", "vector_add", "--hw", "test", "--mesh", "1", "--trace", trace]) == 0
     capsys.readouterr()
     one_line_error(capsys, ["trace", trace, *argv], message)
+
+
+# ---------------------------------------------------------------- docs/api.md: inputs, files
+
+
+@pytest.mark.parametrize("inputs", [[1, 2], 3, np.zeros((8, 1024), np.float32)])
+def test_inputs_that_are_neither_a_dict_nor_a_path_are_config_errors(inputs):
+    """"given as a dict, as keyword arguments, or as the path of a .npz file" (a list or a
+    number was a TypeError traceback)."""
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    with pytest.raises(mkemu.ConfigError, match=re.escape("inputs are a dict of arrays by buffer")):
+        kernel(inputs)
+
+
+def test_paths_are_taken_as_inputs_file_and_as_source_filename(tmp_path):
+    np.savez(tmp_path / "in.npz", a=A, b=A)
+    assert mkemu.compile("vector_add", hw="test", mesh="1")(tmp_path / "in.npz").check() is None
+    source = (ROOT / "programs" / "examples" / "vector_add.mk").read_text()
+    kernel = mkemu.compile_source(source, ROOT / "programs" / "examples" / "copy_of_vector_add.mk",
+                                  hw="test", mesh="1")
+    assert kernel(a=A, b=A).check() is None           # its reference found beside that path
+
+
+def test_bf16_inputs_are_rounded_once_to_the_nearest_bf16():
+    """"others are rounded to the nearest bf16, ties to even": a float64 (or a wide integer)
+    was rounded to float32 first, which can land on a bf16 tie the value is not on."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    kernel = mkemu.compile("matmul_single_buffered", hw="test", mesh="1")
+    x = np.zeros((8, 2048))
+    x[0, :4] = [1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1 + 2**-8, -(1 + 2**-7 + 2**-8 + 2**-40)]
+    x[1:] = np.random.default_rng(0).standard_normal((7, 2048)) * 2.0 ** np.linspace(-20, 20, 2048)
+    got = kernel(x=x).inputs["x@0"]
+    assert list(got[0, :4]) == [1 + 2**-7, 1, 1, -(1 + 2**-6)]
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    wide = np.zeros((8, 2048), np.int64)
+    wide[0, :3] = [2**24 + 2**16 + 1, 2**24 + 2**16, 2**60 + 2**52 + 1]
+    assert list(kernel(x=wide).inputs["x@0"][0, :3]) == [2**24 + 2**17, 2**24, 2**60 + 2**53]
+
+
+def test_an_inputs_file_that_is_not_an_npz_says_so(capsys, tmp_path):
+    """"one that cannot be read as an .npz" is an error naming the file (a text file was
+    reported as pickled data that could be loaded with allow_pickle)."""
+    bad = tmp_path / "in.npz"
+    bad.write_text("a = 1\n")
+    code, out, err = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--inputs", str(bad))
+    assert code == 1 and not out
+    assert err.startswith(f"{bad}: error: inputs must be a .npz file") and "pickle" not in err, err
+
+
+def test_files_written_after_a_run_are_named_by_their_flag_before_it(capsys, tmp_path):
+    missing = str(tmp_path / "nope" / "out")
+    one_line_error(capsys, ["run", "vector_add", "--hw", "test", "--mesh", "1", "--trace", ""],
+                   "--trace: error: wants the path of a file to write")
+    one_line_error(capsys, ["run", "vector_add", "--hw", "test", "--mesh", "1", "--trace", missing],
+                   "--trace: error: cannot write")
+    # A driver's routing record is checked before the run too (it was written, and failed, after it).
+    one_line_error(capsys, ["run", "k3_megakernel", "--model", "k3-tiny", "--steps", "1", "--record-routing",
+                            missing], "--record-routing: error: cannot write")
+    kernel = mkemu.compile("k3_megakernel", model="k3-tiny", steps=1, record_routing=missing)
+    with pytest.raises(mkemu.ConfigError, match="record_routing: error: cannot write"):
+        kernel()
+
+
+def test_a_buffer_named_by_a_non_string_is_a_config_error():
+    """`output(name, chip=0)` / a session's `read` and `write`: "a buffer the program lacks is
+    a ConfigError" (one named by a number raised a TypeError while the error was built), and
+    `expected(inputs)` takes a dict."""
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    run = kernel(a=A, b=A)
+    for call in (lambda: run.output(3), lambda: kernel.session().read(3), lambda: kernel.session().write(3, A)):
+        with pytest.raises(mkemu.ConfigError, match="no .*buffer 3"):
+            call()
+    with pytest.raises(mkemu.ConfigError, match=re.escape("expected() takes the inputs as a dict")):
+        kernel.expected(None)
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "vector_add"], ["asm", "vector_add"], ["tune", SCALE, "--param", "TN=512"],
+    ["sweep", "vector_add", "--hw-set", "clock_hz=1e9"], ["sweep", "vector_add", "--mesh", "1"],
+])
+def test_an_unknown_profile_is_the_hw_flags_error_before_any_run(capsys, tmp_path, command):
+    """`hw`: "a shipped name (mkemu hw list) or a TOML file". An unknown name named no flag;
+    a sweep blamed its first --hw-set point, or ran and rejected every --mesh point."""
+    one_line_error(capsys, [*command, "--hw", "nope", *(["--out", str(tmp_path / "o.json")]
+                                                         if command[0] in ("tune", "sweep") else [])],
+                   "--hw: error: unknown hardware profile 'nope'")
+    with pytest.raises(mkemu.ConfigError, match="^hw: error: unknown hardware profile"):
+        mkemu.compile("vector_add", hw="nope")

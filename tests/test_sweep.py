@@ -106,9 +106,16 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
                                             "got -1"),
     (("--hw-set", "vmem_bytes=1x"), "--hw-set core.vmem_bytes: error: '1x' is not a value a profile takes"),
     (("--hw-set", "vmem_bytes"), "--hw-set: error: --hw-set wants KEY=V1,V2,..., got 'vmem_bytes'"),
-    (("--mesh", "2x0"), "mesh: error: bad mesh '2x0'"),
+    (("--mesh", "2x0"), "--mesh: error: bad mesh '2x0'"),
+    # One value in both its units: the point's profile took the last one silently.
+    (("--hw-set", "hbm_bw_bytes_per_s=1e12", "--hw-set", "hbm_bw_bytes_per_cycle=100"),
+     "--hw-set: error: chip.hbm_bw_bytes_per_s and chip.hbm_bw_bytes_per_cycle are one profile value in two units"),
+    (("--hw-set", "ici.hop_latency_cycles=10", "--hw-set", "hop_latency_s=1e-6"),
+     "--hw-set: error: ici.hop_latency_cycles and ici.hop_latency_s are one profile value in two units"),
     ((), "--hw-set: error: nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,..."),
+    (("--mesh", "1", "--plot", "{out}"), "--plot: error: --out and --plot both write"),
 ])
 def test_bad_sweep_options_are_one_line_errors(capsys, tmp_path, argv, message):
+    argv = [a.format(out=tmp_path / "sweep.json") for a in argv]
     code, _, err, _ = sweep(capsys, tmp_path, SCALE, "--hw", "test", *argv)
     assert code == 1 and err.startswith(message) and len(err.strip().splitlines()) == 1

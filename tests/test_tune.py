@@ -176,6 +176,16 @@ def test_bad_tune_options_are_one_line_errors(capsys, tmp_path, argv, message):
     assert err.strip() in (expected, f"{SCALE}: {expected}")
 
 
+def test_files_a_trial_writes_are_given_to_it_by_absolute_path(capsys, tmp_path, monkeypatch):
+    """"Each trial is one task whose argument is the run options (absolute paths, ...)": a
+    relative --record-routing reached the workers as given, relative to their folder."""
+    monkeypatch.chdir(tmp_path)
+    code, _, _, record = tune(capsys, tmp_path, "k3_megakernel", "--model", "k3-tiny", "--prompt-len", "1",
+                              "--steps", "1", "--param", "WR_MAX=12", "--record-routing", "routing.bin")
+    assert code == 0 and (tmp_path / "routing.bin").is_file()
+    assert record["settings"]["driver"]["record_routing"] == str(tmp_path / "routing.bin")
+
+
 def test_driver_params_cannot_be_tuned(capsys, tmp_path):
     code = main(["tune", str(ROOT / "programs" / "k3_megakernel.mk"), "--model", "k3-tiny", "--param", "BATCH=1,2",
                  "--out", str(tmp_path / "t.json")])

@@ -8,12 +8,13 @@ reason and HBM utilisation come first.
 
 from __future__ import annotations
 
+from mkemu.errors import ConfigError
 from mkemu.tools.trace_reader import Trace
 from mkemu.tools.trace_summary import STALL_REASONS, summarize
 
 
 def diff(a: Trace, b: Trace, **filters) -> dict:
-    sa, sb = summarize(a, **filters), summarize(b, **filters)
+    sa, sb = _summary(a, filters), _summary(b, filters)
     ra = {r["region"]: r for r in sa["regions"]}
     rb = {r["region"]: r for r in sb["regions"]}
     rows = []
@@ -39,6 +40,14 @@ def diff(a: Trace, b: Trace, **filters) -> dict:
         "hbm_utilisation": {"a": hbm(sa), "b": hbm(sb)},
         "regions": rows,
     }
+
+
+def _summary(trace: Trace, filters: dict) -> dict:
+    """One side's summary; a filter that selects nothing in it names its file."""
+    try:
+        return summarize(trace, **filters)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=trace.path, key=exc.key) from None
 
 
 def render_text(d: dict) -> str:

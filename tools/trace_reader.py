@@ -20,6 +20,7 @@ import numpy as np
 from mkemu.errors import TraceError
 
 MAGIC = b"MKTRACE\x00"
+FORMAT = "mkemu-trace"
 SUPPORTED_VERSIONS = (1,)
 HEADER = struct.Struct("<8sIIQQI")
 # The columns the tools read (the writer is emulator/trace.py); all integers but one.
@@ -134,13 +135,15 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
 
     if len(data) < HEADER.size:
         fail(f"not an mkemu trace: the file has {len(data)} bytes, shorter than the {HEADER.size}-byte header")
-    magic, version, _flags, raw_size, packed_size, crc = HEADER.unpack_from(data)
+    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(data)
     if magic != MAGIC:
         fail("not an mkemu trace (bad magic bytes; write one with `mkemu run FILE --trace PATH`)")
     if version not in SUPPORTED_VERSIONS:
         fail(f"trace format version {version} is not supported by this mkemu "
              f"(it reads version{'s' if len(SUPPORTED_VERSIONS) > 1 else ''} "
              f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
+    if flags != 0:
+        fail(f"trace header flags {flags:#x} are not understood by this mkemu (version {version} traces have flags 0)")
     body = memoryview(data)[HEADER.size:]
     if len(body) < packed_size:
         fail(f"truncated trace: the header promises {packed_size} compressed bytes, the file has {len(body)}")
@@ -153,7 +156,7 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
     # once. Anything unusual about the file (a decompression error, columns not laid
     # out one after another, any check failing) is read again the simple way, which
     # gives the same error it always did.
-    streamed = _streamed(body, raw_size, path)
+    streamed = _streamed(body, raw_size, path, version)
     if streamed is not None:
         return streamed
     try:
@@ -162,14 +165,14 @@ def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
         fail(f"corrupted trace: cannot decompress ({exc})")
     if len(raw) != raw_size:
         fail(f"corrupted trace: decompressed to {len(raw)} bytes, the header says {raw_size}")
-    return _parse_payload(_Whole(raw), path, fail)
+    return _parse_payload(_Whole(raw), path, fail, version)
 
 
-def _streamed(body: memoryview, raw_size: int, path: str) -> Trace | None:
+def _streamed(body: memoryview, raw_size: int, path: str, version: int) -> Trace | None:
     """The trace read by streaming, or None if the file is anything but well-formed
     and laid out as the writer lays it out (the whole-payload reading then decides)."""
     try:
-        return _parse_payload(_Stream(body, raw_size), path, _refuse)
+        return _parse_payload(_Stream(body, raw_size), path, _refuse, version)
     except Exception:  # noqa: BLE001 - any surprise: the whole-payload reading gives the error
         return None
 
@@ -308,7 +311,7 @@ def _convert(chunks, length: int, dtype: np.dtype, delta: bool, narrow: bool) ->
 NARROW_TABLES = ("instr",)
 
 
-def _parse_payload(payload, path: str, fail) -> Trace:
+def _parse_payload(payload, path: str, fail, version: int) -> Trace:
     if payload.size < 8:
         fail("corrupted trace: no metadata")
     (meta_size,) = struct.unpack_from("<Q", payload.head(8))
@@ -321,6 +324,9 @@ def _parse_payload(payload, path: str, fail) -> Trace:
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
         fail(f"corrupted trace: metadata lacks {', '.join(missing)}")
+    if meta.get("format", FORMAT) != FORMAT or meta.get("version", version) != version:
+        fail(f"corrupted trace: the metadata says format {meta.get('format')!r} version {meta.get('version')!r}, "
+             f"the header {FORMAT!r} version {version}")
     _check_meta(meta, fail)
     tables: dict[str, dict[str, np.ndarray]] = {}
     base = 8 + meta_size

@@ -14,6 +14,8 @@ constant), scaled so each DMA's segments add up to exactly its bytes.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from mkemu.errors import ConfigError
@@ -25,12 +27,21 @@ STALL_REASONS = ("unit", "dependency", "dma", "semaphore", "barrier")
 
 
 def selected_cores(trace: Trace, chips=None, cores=None) -> list[int]:
+    """The global ids of the cores of `chips` (None: every chip) whose index on their
+    chip is in `cores` (None: every core). Each value must select something: a
+    `--chip 9` beside a `--chip 1` is as much an error as on its own."""
     out = [c["gid"] for c in trace.cores
            if (chips is None or c["chip"] in chips) and (cores is None or c["core"] in cores)]
+    has = f"the trace has {trace.num_chips} chip(s), 0..{trace.num_chips - 1}, of {trace.meta['cores_per_chip']} cores each"
+    no_chip = [c for c in chips or () if not any(k["chip"] == c for k in trace.cores)]
     if not out:
         asked = " ".join([*(f"--chip {c}" for c in chips or ()), *(f"--core {c}" for c in cores or ())])
-        raise ConfigError(f"no core matches {asked} (the trace has {trace.num_chips} chip(s), 0..{trace.num_chips - 1}, "
-                          f"of {trace.meta['cores_per_chip']} cores each)", key="--chip" if chips else "--core")
+        raise ConfigError(f"no core matches {asked} ({has})", key="--chip" if no_chip or not cores else "--core")
+    if no_chip:
+        raise ConfigError(f"--chip {no_chip[0]} matches no core ({has})", key="--chip")
+    no_core = [c for c in cores or () if not any(k["core"] == c for k in trace.cores)]
+    if no_core:
+        raise ConfigError(f"--core {no_core[0]} matches no core ({has})", key="--core")
     return out
 
 
@@ -55,9 +66,13 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
         s, e = region_intervals(trace, gids, region)
         if not s.size:
             names = sorted(set(trace.region_names) | {f"kernel:{l['kernel']}" for l in trace.launches})
-            raise ConfigError(f"no region {region!r} in this trace (regions: {', '.join(names) or 'none'})",
-                              key="--region")
+            anywhere = region_intervals(trace, [c["gid"] for c in trace.cores], region)[0].size > 0
+            raise ConfigError(f"no region {region!r} " + ("on the selected cores (--chip/--core)" if anywhere else
+                              f"in this trace (regions: {', '.join(names) or 'none'})"), key="--region")
         spans = spans.intersect(Spans.union(s, e))
+        if not spans.total:
+            raise ConfigError(f"region {region!r} takes no cycles "
+                              + ("in the window [from, to)" if cut else "on the selected cores"), key="--region")
     return spans
 
 
@@ -68,15 +83,18 @@ def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndar
         ls = [l for l in trace.launches if l["kernel"] == name]
         return np.array([l["start"] for l in ls], float), np.array([l["end"] for l in ls], float)
     r = trace.region
-    name, _, index = label.partition("[")
+    name, index = label, None
+    if "[" in label or "]" in label:
+        m = re.fullmatch(r"([^\[\]]+)\[(-?[0-9]+)\]", label)
+        if m is None:
+            raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) or kernel:NAME",
+                              key="--region")
+        name, index = m.group(1), int(m.group(2))
     if name not in trace.region_names:
         return np.zeros(0), np.zeros(0)
     sel = (r["name"] == trace.region_names.index(name)) & np.isin(r["core"], gids)
-    if index:
-        try:
-            sel &= r["index"] == int(index.rstrip("]"))
-        except ValueError:
-            raise ConfigError(f"bad region {label!r}: write NAME or NAME[INDEX]", key="--region") from None
+    if index is not None:
+        sel &= r["index"] == index
     return r["start"][sel].astype(float), r["end"][sel].astype(float)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from mkemu.errors import ConfigError
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import NO_ROWS, index_by, pieces, selected_cores
+from mkemu.tools.trace_summary import NO_ROWS, index_by, pieces, selected_cores, window
 
 
 @attrs.frozen
@@ -36,6 +36,8 @@ class View:
 def view(trace: Trace, chips=None, cores=None, start=None, end=None) -> View:
     """The cores and cycles to draw; by default every core over the launches' cycles."""
     gids = selected_cores(trace, chips, cores)
+    if start is not None or end is not None:
+        window(trace, gids, start=start, end=end)   # a window with no kernel time in it is an error, as for the summary
     t0 = trace.start_cycle if start is None else max(int(start), 0)
     t1 = trace.end_cycle if end is None else min(int(end), trace.end_cycle)
     if t1 <= t0:

@@ -170,3 +170,105 @@ def test_barrier_scope_ids_in_the_wait_table(tmp_path, scope, index):
                                mesh="2x1x1", trace=True)()
     wait = run.report.trace.wait
     assert set(wait["kind"].tolist()) == {1} and set(wait["sem"].tolist()) == {index}
+
+
+# Chip 0's cores enter region "solo"; every core enters "load" (test profile, 2 chips).
+SOLO = """
+param N = 128;
+
+kernel scale(x: hbm f32[8, N], y: hbm f32[8, N]) {
+    vmem v: f32[8, N];
+    sem s;
+    region "load" { start copy(x, v, s); wait copy(x, v, s); }
+    if chip_id() == 0 {
+        region "solo" { v = v + v; }
+    }
+    start copy(v, y, s);
+    wait copy(v, y, s);
+}
+
+host {
+    input x: f32[8, N];
+    output y: f32[8, N];
+    launch scale(x, y);
+}
+"""
+
+
+@pytest.fixture
+def solo(tmp_path):
+    path = tmp_path / "solo.mkt"
+    run = mkemu.compile_source(SOLO, str(tmp_path / "solo.mk"), hw="test", mesh="2", trace=str(path))()
+    return path, run
+
+
+def _fails(capsys, argv, message: str) -> str:
+    capsys.readouterr()
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err, err
+    return err
+
+
+def test_each_chip_and_core_given_must_select_a_core(solo, capsys):
+    """"a --chip/--core that matches no core" is an error, also beside one that does (it
+    was ignored)."""
+    path, _ = solo
+    _fails(capsys, ["trace", str(path), "--chip", "0", "--chip", "5"], "--chip: error: --chip 5 matches no core")
+    _fails(capsys, ["trace", str(path), "--core", "1", "--core", "2"], "--core: error: --core 2 matches no core")
+    _fails(capsys, ["trace", str(path), "--chip", "1", "--core", "9"], "--core: error: no core matches --chip 1")
+    assert "chips 0,1; cores 1" in _summary_text(path, "--chip", "0", "--chip", "1", "--core", "1", capsys=capsys)
+
+
+@pytest.mark.parametrize("region", ["load[0", "load[0]]", "load[x]", "load[]", "[0]"])
+def test_a_region_is_name_name_index_or_kernel_name(solo, capsys, region):
+    path, _ = solo
+    _fails(capsys, ["trace", str(path), "--region", region], f"bad region {region!r}")
+
+
+def test_a_region_that_selects_no_cycles_is_an_error(solo, capsys):
+    path, run = solo
+    assert "region load[0]" in _summary_text(path, "--region", "load[0]", capsys=capsys)
+    assert "region solo" in _summary_text(path, "--region", "solo", "--chip", "0", capsys=capsys)
+    # On the selected cores the region is never entered: said so, not "not in this trace".
+    _fails(capsys, ["trace", str(path), "--region", "solo", "--chip", "1"],
+           "no region 'solo' on the selected cores")
+    # A window that misses every instance of the region (it gave a 0-cycle summary).
+    load = run.report.trace.region
+    after = int(load["end"].max()) + 1
+    assert after < run.report.cycles
+    for argv in (["--region", "load", "--from", str(after)], ["--region", "solo", "--from", str(after)]):
+        _fails(capsys, ["trace", str(path), *argv], "takes no cycles in the window")
+
+
+def test_exports_refuse_a_window_with_no_kernel_time(solo, capsys, tmp_path):
+    path, run = solo
+    page = tmp_path / "t.html"
+    for argv in (["--from", "10", "--to", "500"], ["--from", str(run.report.cycles + 5)]):
+        _fails(capsys, ["trace", str(path), "--html", str(page), *argv], "select no kernel time")
+        assert not page.exists()
+    assert main(["trace", str(path), "--html", str(page), "--from", "500", "--to", "1010"]) == 0
+    assert page.is_file()
+
+
+def test_diff_takes_the_filters_but_not_the_exports_and_names_the_trace_a_filter_fails_in(solo, capsys, tmp_path):
+    path, _ = solo
+    other = tmp_path / "plain.mkt"
+    mkemu.compile("vector_add", hw="test", mesh="2", trace=str(other))()
+    out = tmp_path / "d.pftrace"
+    for flag, value in (("--perfetto", str(out)), ("--html", str(tmp_path / "d.html")), ("--top", "3")):
+        _fails(capsys, ["trace", "diff", str(path), str(other), flag, value], f"{flag}: error: {flag} applies to one")
+    assert not out.exists()
+    _fails(capsys, ["trace", "diff", str(path), str(other), "--region", "solo"],
+           f"{other}: --region: error: no region 'solo' in this trace")
+
+
+def test_an_export_never_overwrites_the_trace_it_reads(solo, capsys, tmp_path):
+    path, _ = solo
+    before = path.read_bytes()
+    _fails(capsys, ["trace", str(path), "--perfetto", str(path)], "is the trace being read")
+    assert path.read_bytes() == before
+    page = tmp_path / "t.out"
+    _fails(capsys, ["trace", str(path), "--html", str(page), "--perfetto", str(page)],
+           "both write")
+    assert not page.exists()
