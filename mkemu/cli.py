@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     except MkemuError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    except MemoryError as exc:
+        # (inputs or memories larger than the host has: numpy's or `anonymous`'s refusal)
+        print(f"error: the host ran out of memory: {exc or 'an allocation failed'} (a smaller model, batch or "
+              "mesh needs less; --timing-only runs keep no data)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -312,3 +312,16 @@ def test_outputs_written_after_a_run_are_checked_before_it(capsys, tmp_path):
     code, _, err = cli(capsys, "sweep", EXAMPLE, "--hw", "test", "--hw-set", "clock_hz=1e9,2e9",
                        "--out", str(tmp_path))
     assert code == 1 and "is a directory, not a file to write" in err, err
+
+
+def test_inputs_larger_than_the_host_can_hold_are_an_error_not_a_traceback(capsys, tmp_path):
+    # 2^40 x 128 float32 (512 TiB) is past any host's address space: numpy refuses it at once.
+    src = tmp_path / "huge.mk"
+    src.write_text("kernel k(x: hbm f32[8, 128]) {\n    vmem a: f32[8, 128];\n    sem s;\n"
+                   "    start copy(x, a, s);\n    wait copy(x, a, s);\n}\n"
+                   "host {\n    input x: f32[8, 128];\n    input big: f32[1099511627776, 128];\n    launch k(x);\n}\n")
+    hw = tmp_path / "huge-hbm.toml"     # (a chip whose HBM holds it, so the emulator does not refuse it first)
+    hw.write_text('extends = "tpu-v7-like"\nname = "huge-hbm"\n[chip]\nhbm_bytes = 1125899906842624\n')
+    assert main(["run", str(src), "--mesh", "1", "--hw", str(hw)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the host ran out of memory:") and "Traceback" not in err, err
