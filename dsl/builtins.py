@@ -60,6 +60,11 @@ class Builtins:
         if bad:
             self.c.error(bad[0].span, f"{node.func}() has no keyword argument '{bad[0].name}'")
             return None
+        names = [k.name for k in node.keywords]
+        twice = [k for i, k in enumerate(node.keywords) if k.name in names[:i]]
+        if twice:
+            self.c.error(twice[0].span, f"{node.func}() is given keyword argument '{twice[0].name}' twice")
+            return None
         if len(node.args) != n:
             s = "" if n == 1 else "s"
             self.c.error(node.span, f"{node.func}() takes {n} argument{s}, got {len(node.args)}")
@@ -435,7 +440,15 @@ NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
 def _negated(cond):
-    """not cond, for a comparison (None when it is not one: nothing to narrow by)."""
-    if isinstance(cond, ir.ScalarOp) and cond.op in NEGATED:
+    """not cond, for narrowing: a comparison flipped, `!c` as c, `a || b` as `!a && !b`
+    (None when there is nothing to narrow by; `!(a && b)` narrows nothing)."""
+    if not isinstance(cond, ir.ScalarOp):
+        return None
+    if cond.op in NEGATED:
         return ir.ScalarOp(NEGATED[cond.op], cond.args, cond.span)
+    if cond.op == "!":
+        return cond.args[0]
+    if cond.op == "||":
+        a, b = (_negated(x) for x in cond.args)
+        return b if a is None else a if b is None else ir.ScalarOp("&&", (a, b), cond.span)
     return None

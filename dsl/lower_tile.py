@@ -73,7 +73,10 @@ def S(v: int) -> tuple:
 
 
 def _f32_bits(value: float) -> int:
-    return int(np.array([value], np.float32).view(np.uint32)[0])
+    """The float32 bits of a literal, rounded once (a literal past float32's range is
+    +-inf, as IEEE rounding makes it, without numpy's overflow warning)."""
+    with np.errstate(over="ignore"):
+        return int(np.array([value], np.float32).view(np.uint32)[0])
 
 
 def next_pow2(n: int) -> int:
@@ -483,7 +486,8 @@ class TileLowering:
         else:
             x = float(value)
             if dtype == "bf16":
-                x = float(bf16_round(np.float32(x)))
+                with np.errstate(over="ignore"):
+                    x = float(bf16_round(np.float32(x)))
             self.emit("vli.f32", vd=vd, imm=_f32_bits(x))
         return vd
 

@@ -131,7 +131,7 @@ def kernel(k: ir.Kernel) -> str:
         if isinstance(b, ir.Buffer):
             lines.append(f"  param {b.name}: {b.space} {b.dtype}{list(b.shape)}")
         else:
-            lines.append(f"  param {b.name}: i32")
+            lines.append(f"  param {b.name}: {b.dtype}")
     for b in k.buffers:
         slots = f"[{b.slots}]" if b.slots else ""
         lines.append(f"  {b.space} {b.name}: {b.dtype}{slots}{list(b.shape)}")

@@ -507,6 +507,9 @@ class Statements(Expressions):
             self.narrow(cond.args[0])
             self.narrow(cond.args[1])
             return
+        if isinstance(cond, ir.ScalarOp) and cond.op == "!":
+            self.narrow(_negated(cond.args[0]))
+            return
         if not (isinstance(cond, ir.ScalarOp) and cond.op in ("<", "<=", ">", ">=", "!=", "==")):
             return
         diff = linear(ir.ScalarOp("-", cond.args, cond.span))  # lhs - rhs
@@ -515,28 +518,42 @@ class Statements(Expressions):
             return
         (key, coef), = terms.items()
         var = next((v for v in self.ctx.ranges if key == ("v", id(v))), None)
-        if var is None or coef not in (1, -1):
+        if var is None or not isinstance(coef, int) or coef == 0:
             return
         lo, hi, deps = self.ctx.ranges[var]
         c = diff.get(1, 0)
+        if not isinstance(c, int):
+            return
+        # Each side must stay in int32 over v's range, or the run-time comparison (which
+        # wraps) could hold where the mathematical one does not.
+        for side in cond.args:
+            form = linear(side)
+            if set(form) - {1, key}:
+                return
+            ends = (form.get(key, 0) * x + form.get(1, 0) for x in (lo, hi))
+            if any(not -(1 << 31) <= e < (1 << 31) for e in ends):
+                return
         op = cond.op
-        if coef == -1:  # -v + c op 0  <=>  v - c flipped-op 0
+        if coef < 0:  # -a*v + c op 0  <=>  a*v - c flipped-op 0
             op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!=", "==": "=="}[op]
-            c = -c
-        bound = -c  # v op bound
+            coef, c = -coef, -c
+        # coef * v op -c, coef > 0: v's integer bounds (`2 * t < 6` is t <= 2)
         if op == "<":
-            hi = min(hi, bound - 1)
+            hi = min(hi, (-c - 1) // coef)
         elif op == "<=":
-            hi = min(hi, bound)
+            hi = min(hi, -c // coef)
         elif op == ">":
-            lo = max(lo, bound + 1)
+            lo = max(lo, -((c - 1) // coef))
         elif op == ">=":
-            lo = max(lo, bound)
+            lo = max(lo, -(c // coef))
         elif op == "==":
-            lo, hi = max(lo, bound), min(hi, bound)
-        elif bound == hi:
+            if -c % coef:
+                lo, hi = 1, 0  # never holds
+            else:
+                lo, hi = max(lo, -c // coef), min(hi, -c // coef)
+        elif -c % coef == 0 and -c // coef == hi:
             hi -= 1
-        elif bound == lo:
+        elif -c % coef == 0 and -c // coef == lo:
             lo += 1
         if lo <= hi:
             self.ctx.ranges[var] = (lo, hi, deps)

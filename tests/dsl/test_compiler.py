@@ -631,3 +631,21 @@ def test_the_compiled_program_carries_its_params():
     (n,) = program.params
     assert (n.name, n.value, n.default, n.values, n.description) == ("N", 128, 256, (128, 256), "columns")
     assert program.buffer("y").shape == (8, 128)
+
+
+def test_a_float_literal_past_float32_range_is_inf_without_a_numpy_warning():
+    """A literal rounds to float32 once (1e40 is +inf, as IEEE rounding makes it); compiling
+    it prints nothing: no numpy overflow warning leaks to the user."""
+    import warnings
+
+    import mkemu
+
+    src = copy_kernel("k", "f32", (8, 128), "yv = xv * 0.0 + 1e40; yv[0:1, :] = -1e40;")
+    src_bf16 = copy_kernel("k", "bf16", (8, 128), "yv = 1e40;")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel = mkemu.compile_source(src, "p.mk", hw="test", mesh="1x1x1")
+        mkemu.compile_source(src_bf16, "q.mk", hw="test", mesh="1x1x1")
+    outs, _, _ = run(src, {"x": f32(8, 128)})
+    assert np.isposinf(outs["y"][1:]).all() and np.isneginf(outs["y"][0]).all()
+    assert kernel is not None

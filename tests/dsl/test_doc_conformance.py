@@ -365,3 +365,55 @@ def test_integer_tiles_have_no_division_or_remainder():
         src = f"kernel k() {{ vmem a: i32[8, 128]; a = a {op} a; }}\n"
         with pytest.raises(SourceError, match=f"tile operator '{op}' on i32 has no vector instruction"):
             compile_text(src, "t.mk", "test")
+
+
+# -- views: starts affine in loop variables are "narrowed by enclosing `if i + 1 < N`-style
+#    conditions"; a negated condition, a multiple of the variable and the else branch of
+#    an `||` narrow like the plain comparison
+
+
+def test_negated_scaled_and_or_else_conditions_narrow_a_loop_range():
+    src = """\
+kernel k(x: hbm f32[8, 512], y: hbm f32[8, 512]) {
+    vmem xv: f32[8, 512];
+    vmem yv: f32[8, 512];
+    sem s;
+    start copy(x, xv, s);
+    wait copy(x, xv, s);
+    yv = 0.0;
+    for j in 0..4 {
+        if !(j >= 3) { yv[:, j * 128 +: 128] = xv[:, (j + 1) * 128 +: 128]; }
+        if 2 * j > 1 { yv[0:1, j * 128 +: 128] = xv[0:1, (j - 1) * 128 +: 128]; }
+        if j >= 3 || j < 1 { } else { yv[1:2, j * 128 +: 128] = xv[1:2, (j + 1) * 128 +: 128] * 2.0; }
+    }
+    start copy(yv, y, s);
+    wait copy(yv, y, s);
+}
+"""
+    x = np.arange(8 * 512, dtype=np.float32).reshape(8, 512)
+    outs, _, _ = run(src, {"x": x})
+    want = np.zeros_like(x)
+    for j in range(4):
+        if j < 3:
+            want[:, j * 128:(j + 1) * 128] = x[:, (j + 1) * 128:(j + 2) * 128]
+        if j >= 1:
+            want[0, j * 128:(j + 1) * 128] = x[0, (j - 1) * 128:j * 128]
+        if 1 <= j < 3:
+            want[1, j * 128:(j + 1) * 128] = x[1, (j + 1) * 128:(j + 2) * 128] * 2
+    same(want, outs["y"])
+
+
+def test_a_condition_that_can_wrap_in_int32_does_not_narrow(tmp_path, monkeypatch):
+    """`j * 1000000000 < 1` wraps for j >= 3 at run time: it holds there, so it must not
+    narrow j to 0 and let the slice past the buffer's end go unchecked."""
+    src = """\
+kernel k() {
+    vmem x: f32[8, 512];
+    vmem t: f32[8, 128];
+    for j in 0..8 {
+        if j * 1000000000 < 1 { t = x[:, j * 128 +: 128]; }
+    }
+}
+"""
+    out = errors(src, tmp_path, monkeypatch)
+    assert "slice reaching 0..1024 is out of range for dimension 1 of 'x' (size 512)" in out

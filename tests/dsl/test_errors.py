@@ -350,3 +350,13 @@ def test_a_semaphore_argument_of_the_wrong_count_names_the_fn_and_what_it_got(tm
                                                                                 message):
     src = f"fn f({param}) {{ }}\nkernel k() {{\n    sem a[2];\n    sem b;\n    f({arg});\n}}\n"
     assert f"prog.mk:5:7: error: {message}" in errors(src, tmp_path, monkeypatch)
+
+
+def test_a_keyword_argument_given_twice_is_an_error(tmp_path, monkeypatch):
+    """`sum(x, axis=1, axis=0)` is not `sum(x, axis=0)`: the second axis is an error at it."""
+    src = "kernel k() {\n    vmem x: f32[8, 128];\n    vmem y: f32[8, 1];\n    y = max(x, axis=1, axis=0);\n}\n"
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:4:24: error: max() is given keyword argument 'axis' twice\n"
+        "      y = max(x, axis=1, axis=0);\n"
+        "                         ^^^^^^"
+    )

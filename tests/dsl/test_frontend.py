@@ -186,3 +186,12 @@ def test_param_info_lists_every_param_as_declared(tmp_path):
     assert info["TK"].values == (128, 256, 384, 512)
     assert (info["N"].value, info["N"].values, info["N"].description) == (1024, None, "columns")
     assert p.consts == {"C": 1024}
+
+
+def test_pretty_prints_a_bool_kernel_parameter_as_bool(tmp_path):
+    p = program(tmp_path, """\
+        kernel k(n: i32, flag: bool) { }
+        host { launch k(3, true); }
+        """)
+    text = pretty.kernel(p.kernels["k"])
+    assert "  param n: i32\n  param flag: bool" in text
