@@ -348,6 +348,8 @@ class Expressions(Declarations):
                 return self.error(span, f"the result of '{op}' is too large for a compile-time integer "
                                         f"(at most {MAX_INT_BITS} bits)")
             return ir.Const(value, span, dtype)
+        if op in ("/", "%") and isinstance(b, ir.Const) and b.value == 0:
+            return self.error(span, f"division by zero: the divisor of '{op}' is the constant 0")
         return ir.ScalarOp(op, (a, b), span)
 
     def float_binary(self, op: str, a, b, span: SourceSpan):

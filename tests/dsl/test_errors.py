@@ -360,3 +360,15 @@ def test_a_keyword_argument_given_twice_is_an_error(tmp_path, monkeypatch):
         "      y = max(x, axis=1, axis=0);\n"
         "                         ^^^^^^"
     )
+
+
+def test_a_run_time_integer_divided_by_the_constant_zero_is_an_error(tmp_path, monkeypatch):
+    src = "kernel k() {\n    smem m: i32[4];\n    m[0] = m[1] / 0;\n    m[2] = m[3] % (2 - 2);\n}\n"
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:3:12: error: division by zero: the divisor of '/' is the constant 0\n"
+        "      m[0] = m[1] / 0;\n"
+        "             ^^^^^^^^\n"
+        "prog.mk:4:12: error: division by zero: the divisor of '%' is the constant 0\n"
+        "      m[2] = m[3] % (2 - 2);\n"
+        "             ^^^^^^^^^^^^^^"
+    )
