@@ -11,6 +11,7 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 
 import attrs
@@ -36,7 +37,7 @@ def _mesh(value):
     if isinstance(value, str):
         return parse_mesh(value)
     try:
-        dims = tuple(value)
+        dims = tuple(_integer(d) for d in value)
     except TypeError:
         raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh") from None
@@ -45,6 +46,14 @@ def _mesh(value):
         raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh")
     return dims + (1,) * (3 - len(dims))
+
+
+def _integer(value):
+    """A numpy integer (a seed drawn with numpy, a size from an array's shape) as the
+    Python int it is; anything else as it is, for the validators to judge."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    return value
 
 
 def _int(low: int | None = None, optional: bool = False, high: int | None = None):
@@ -85,7 +94,7 @@ def _check_names(value):
 def _param_dict(value):
     if not isinstance(value, Mapping):
         raise ConfigError(f"params must be a dict NAME -> integer, not {value!r}", key="params")
-    return dict(value)
+    return {name: _integer(v) for name, v in value.items()}
 
 
 def _bool(instance, attribute, value):
@@ -140,27 +149,27 @@ class Options:
 
     hw: str = attrs.field(default=DEFAULT_PROFILE)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
-    seed: int = attrs.field(default=0, validator=_int(0))
-    max_cycles: int = attrs.field(default=10**12, validator=_int(1, high=MAX_GUARD))
+    seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
+    max_cycles: int = attrs.field(default=10**12, converter=_integer, validator=_int(1, high=MAX_GUARD))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names, validator=_checks)
-    max_instructions: int = attrs.field(default=50_000_000, validator=_int(1, high=MAX_GUARD))
+    max_instructions: int = attrs.field(default=50_000_000, converter=_integer, validator=_int(1, high=MAX_GUARD))
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
-    schedule_seed: int = attrs.field(default=0, validator=_int(0))
+    schedule_seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
     params: dict[str, int] = attrs.field(factory=dict, converter=_param_dict, validator=_params)
     trace: str | bool | None = attrs.field(default=None, validator=_trace)
     model: str | None = attrs.field(default=None, validator=_optional_str)
-    batch: int | None = attrs.field(default=None, validator=_int(optional=True))
-    prompt_len: int | None = attrs.field(default=None, validator=_int(optional=True))
-    steps: int | None = attrs.field(default=None, validator=_int(optional=True))
+    batch: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
+    prompt_len: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
+    steps: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
     check_layers: bool = attrs.field(default=False, validator=_bool)
     dump: str | None = attrs.field(default=None, validator=_optional_str)
     timing_only: bool = attrs.field(default=False, validator=_bool)
     routing: str | None = attrs.field(default=None, validator=_optional_str)
     routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
     record_routing: str | None = attrs.field(default=None, validator=_optional_str)
-    spec_rows: int | None = attrs.field(default=None, validator=_int(optional=True))
-    accept: int | None = attrs.field(default=None, validator=_int(optional=True))
+    spec_rows: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
+    accept: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
 
     @hw.validator
     def _hw(self, attribute, value):

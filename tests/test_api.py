@@ -116,6 +116,17 @@ def test_options_are_one_object_shared_with_the_emulator():
     assert kernel.options == mkemu.Options.of(options, hw="test") and kernel.chips == 4
 
 
+def test_numpy_integers_are_taken_as_the_ints_they_are():
+    options = mkemu.Options(seed=np.int64(3), mesh=(np.int64(2), np.int32(1)), max_cycles=np.uint64(10**9),
+                            batch=np.int32(2), params={"N": np.int64(4)})
+    assert (options.seed, options.mesh, options.max_cycles, options.batch, options.params) == (
+        3, (2, 1, 1), 10**9, 2, {"N": 4})
+    assert all(type(v) is int for v in (options.seed, *options.mesh, options.max_cycles, options.batch,
+                                        options.params["N"]))
+    with pytest.raises(mkemu.ConfigError, match="seed must be an integer >= 0"):
+        mkemu.Options(seed=np.int64(-1))
+
+
 def test_compile_text_and_compile_file_share_the_profile_default():
     import inspect
 
