@@ -419,6 +419,7 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
             v = S[C[pc, C_RREG] - 1]
             if v < C[pc, C_RLO] or v >= C[pc, C_RHI]:
                 fault(E, E_RANGE, v, C[pc, C_RLO], C[pc, C_RHI], 0)
+                t = issue       # (a fault is named by the cycle its instruction issued)
                 code = EXIT_FAULT
                 break
         x_id = C[pc, C_XID]
@@ -426,6 +427,7 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
 
 _EPILOGUE = '''
         if err:
+            t = issue           # (a fault is named by the cycle its instruction issued)
             code = EXIT_FAULT
             break
         pc = pc + 1 if nxt < 0 else nxt

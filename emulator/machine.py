@@ -124,6 +124,20 @@ class Machine(DmaMixin):
             raise EmulatorFault("out-of-memory", f"the program's HBM buffers take {program.hbm_bytes:,} bytes, "
                                                  f"the chip has {self.profile.hbm_bytes:,} (profile "
                                                  f"'{self.profile.name}'); the largest: {names}")
+        # Initial SMEM words and launch arguments must fit the core's SMEM (the assembler
+        # checks them when it is told the profile's size; a program assembled without it,
+        # or built by hand, is checked here rather than failing while a launch starts).
+        smem = self.profile.smem_bytes
+        for kernel in program.kernels.values():
+            if len(kernel.smem_init) > smem:
+                raise EmulatorFault("out-of-bounds", f"kernel {kernel.name}: its initial SMEM words reach byte "
+                                                     f"{len(kernel.smem_init):,}, past SMEM of {smem:,} bytes "
+                                                     f"(profile '{self.profile.name}')")
+        for launch in program.launches:
+            if 4 * len(launch.args) > smem:
+                raise EmulatorFault("out-of-bounds", f"a launch of kernel {launch.kernel} has {len(launch.args)} "
+                                                     f"arguments ({4 * len(launch.args):,} bytes), past SMEM of "
+                                                     f"{smem:,} bytes (profile '{self.profile.name}')")
         # What holds data in a timing-only run besides SMEM: the i32 HBM buffers.
         self.data_regions = [(b.offset_bytes, b.offset_bytes + b.size_bytes)
                              for b in program.buffers if b.dtype == "i32"]

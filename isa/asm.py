@@ -29,6 +29,7 @@ import numpy as np
 
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
 from mkemu.isa.encoding import OPCODE_SHIFT, OperandKind, parse_f32_bits
+from mkemu.isa.hardware import MAX_SMEM_BYTES
 from mkemu.isa.program import BUFFER_KINDS, DTYPES, Kernel, Launch, Program, layout_buffers
 from mkemu.isa.table import BY_OPCODE, TABLE, Instr
 
@@ -100,9 +101,6 @@ def disassemble(word: int) -> str:
 # --- parsing assembly text ----------------------------------------------------
 
 _NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)"
-# From here on a decimal rounds (to nearest, ties to even) to inf: halfway between
-# float32's largest finite value and 2^128.
-_F32_ROUNDS_TO_INF = (2 - 2 ** -24) * 2.0 ** 127
 _SYMBOL = r"@?[A-Za-z_][\w.]*"
 
 
@@ -152,6 +150,11 @@ def parse_instr(text: str, symbols: dict[str, int] | None = None) -> tuple[Instr
         kind = instr.operand(name).kind
         values[name] = _operand_value(kind, raw, symbols or {}, name)
         problem = kind.check_value(values[name])
+        if problem and kind.name == "imm32":
+            problem = (f"imm32 value {values[name]} does not fit in 32 bits ({WORD_MIN}..{WORD_MAX})"
+                       if re.fullmatch(_NUMBER, raw) else
+                       f"{raw} is {values[name]}, beyond a 32-bit immediate, which is sign-extended "
+                       f"({WORD_MIN}..{(1 << 31) - 1})")
         if problem:
             raise EncodingError(f"{mnemonic}: operand {name}: {problem}")
     return instr, values
@@ -167,14 +170,14 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
     if kind.choices:
         return kind.choices.index(raw)
     if kind.name == "f32":
-        if not raw.startswith("f32:") and "inf" not in raw and "nan" not in raw:
-            value = float(raw)
-            if abs(value) >= _F32_ROUNDS_TO_INF:
-                raise EncodingError(f"float32 immediate {raw} is beyond the largest float32 "
-                                    f"(3.4028235e38); write inf for infinity")
         bits = parse_f32_bits(raw)
+        if bits is None and raw.startswith("f32:"):
+            raise EncodingError(f"raw float32 bits {raw[4:]} do not fit in 32 bits (0x0..0xffffffff)")
         if bits is None:
             raise EncodingError(f"bad float32 immediate {raw!r}")
+        if "inf" not in raw and not raw.startswith("f32:") and bits & 0x7FFFFFFF == 0x7F800000:
+            raise EncodingError(f"float32 immediate {raw} is beyond the largest float32 "
+                                f"(3.4028235e38); write inf for infinity")
         return bits
     if re.fullmatch(_NUMBER, raw):
         value = parse_int(raw)
@@ -196,7 +199,14 @@ def _closest(mnemonic: str) -> str | None:
 def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) -> Program:
     """Assemble a `.s` file into a Program; all errors are collected and raised together.
     With `smem_bytes` (the profile's SMEM per core), initial SMEM words and launch
-    arguments beyond it are errors at their line."""
+    arguments beyond it are errors at their line; without it, those beyond the largest
+    SMEM any profile may have (`hardware.MAX_SMEM_BYTES`)."""
+    if smem_bytes is None:
+        smem_bytes = MAX_SMEM_BYTES
+        smem_end, smem_has = (f"the largest SMEM a profile may have ({smem_bytes} bytes)",
+                              f"no profile has more than {smem_bytes} bytes of SMEM")
+    else:
+        smem_end, smem_has = f"SMEM of {smem_bytes} bytes", f"SMEM has {smem_bytes}"
     lines = text.splitlines()
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
@@ -263,9 +273,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 if bad:
                     error(line_no, col, f"launch argument {bad} does not fit in a 32-bit SMEM word "
                                         f"({WORD_MIN}..{WORD_MAX})")
-                elif smem_bytes is not None and 4 * len(values) > smem_bytes:
+                elif 4 * len(values) > smem_bytes:
                     error(line_no, col, f"{len(values)} launch arguments take {4 * len(values)} bytes; "
-                                        f"SMEM has {smem_bytes}")
+                                        f"{smem_has}")
                 else:
                     launches.append((line_no, col, args[0], tuple(values)))
             elif directive == ".smem" and current is None:
@@ -282,9 +292,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                     error(line_no, col, f".smem offset {offset} is not a 4-byte aligned SMEM address")
                 elif bad:
                     error(line_no, col, f".smem word {bad} does not fit in 32 bits ({WORD_MIN}..{WORD_MAX})")
-                elif smem_bytes is not None and offset + 4 * len(values) > smem_bytes:
+                elif offset + 4 * len(values) > smem_bytes:
                     error(line_no, col, f".smem words [{offset}, {offset + 4 * len(values)}) reach past "
-                                        f"SMEM of {smem_bytes} bytes")
+                                        f"{smem_end}")
                 else:
                     for i, w in enumerate(values):
                         current["smem"][offset + 4 * i] = w

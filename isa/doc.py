@@ -18,6 +18,12 @@ def render() -> str:
         "their results to 32 bits, the `.d` ones keep all 64 for HBM addresses), `v0..v31`",
         "vector (8 x 128 x 32 bit), `m0..m7` masks (`m0` all true), `x0..x3` matrix units,",
         "`a0..a15` accumulators (as many as the profile has).",
+        "An int32 operation reads its registers' full 64-bit values and wraps only its result: on",
+        "values within int32 (what every int32 operation and `lds` leave) it is int32 arithmetic.",
+        "On a register holding more (from a `.d` operation) the compares, `min`, `max`, `div`,",
+        "`rem` and `sra` see the 64-bit value (`lui.d s1, 1` then `srai s2, s1, 1` gives -2^31,",
+        "`slti s3, s1, 1` gives 0), `shr` and the rest only its low 32 bits; branches compare",
+        "all 64 bits.",
         "Timing classes map to a latency and an occupancy in each hardware profile.",
         "The assembly file format and the operand rules checked at run time follow the tables.",
         "",
@@ -61,10 +67,13 @@ optional.
 Numbers are decimal, `0x` hex or `0b` binary, with an optional sign; a decimal with a
 leading zero (`010`) is an error, not octal. An immediate may also be `@NAME` (the HBM
 byte address of buffer NAME) or a label (its instruction index). `imm` fields take
--2^31 .. 2^32-1 (`0xffffffff` is -1), `off` fields -2^26 .. 2^26-1, `idx`, `amount`,
-`block` and `chunk` 0..255, `target` and `region` 0 .. 2^24-1, `zero` 0 or 1; a value
-outside its field is an error. Float32 immediates are decimal (`1.5`, `-2e-3`), `inf`, `-inf`, `nan`, or raw bits `f32:0x7fc00000`, rounded to
-nearest; a value beyond the largest float32 is an error. SMEM words (`.smem`, `.launch`
+-2^31 .. 2^32-1 (`0xffffffff` is -1; an `imm` is sign-extended, so a buffer address used
+as one must be below 2^31), `off` fields -2^26 .. 2^26-1, `idx`, `amount`, `block` and
+`chunk` 0..255, `target` and `region` 0 .. 2^24-1, `zero` 0 or 1; a value outside its
+field is an error. Float32 immediates are decimal (`1.5`, `-2e-3`), `inf`, `-inf`,
+`nan`, or raw bits `f32:0x7fc00000` (at most 32 bits); a decimal is rounded once from
+its exact value to the nearest float32 (ties to even, subnormals kept), and one that
+rounds beyond the largest float32 is an error. SMEM words (`.smem`, `.launch`
 arguments) take -2^31 .. 2^32-1. `rdsr` names: core, chip, chip_x, chip_y, chip_z,
 mesh_x, mesh_y, mesh_z, cores, chips, gcore; barrier scopes: chip, all, x, y, z.
 
@@ -73,19 +82,20 @@ errors of a file at once, and `mkemu` exits with status 1.
 
 ## Operand rules checked at run time
 
-A fault stops the run naming its kind, chip, core, cycle, pc, instruction and source line.
+A fault stops the run naming its kind, chip, core, cycle (for a faulting instruction, the
+cycle it issued), pc, instruction and source line.
 
 | rule | fault |
 |---|---|
 | register numbers below the profile's counts (`sregs`, `vregs`, `mregs`; `x` below `mxus_per_core`, `a` below `mxu_accumulators`); `chunk` below `mxu_dim / 128` | `illegal-instruction` |
 | `lds`/`sts` (and `.d`): address 4-aligned and (both words) inside SMEM | `misaligned`, `out-of-bounds` |
-| `vld`/`vst`: address and stride multiples of the element size (4 for `.w`, 2 for `.bf16`); every row inside VMEM | `misaligned`, `out-of-bounds` |
-| `mxu.ldw`/`ldwt`/`ldw.mx`: shape = rows << 16 \\| cols with 0 < rows <= D and 0 < cols <= D, cols a multiple of 128 (D = the profile's `mxu_dim`); `mxu.mac` only after a weight tile was loaded into that unit | `bad-operand` |
+| `vld`/`vst`: address and stride multiples of the element size (4 for `.w`, 2 for `.bf16`); every element the mask selects inside VMEM (masked-off rows and lanes are not checked) | `misaligned`, `out-of-bounds` |
+| `mxu.ldw`/`ldwt`/`ldw.mx`: shape = rows << 16 \\| cols (the whole 64-bit register) with 0 < rows <= D and 0 < cols <= D, cols a multiple of 128 (D = the profile's `mxu_dim`); `mxu.mac` only after a weight tile was loaded into that unit | `bad-operand` |
 | `mxu.ldw`/`ldwt`: address and stride even; `mxu.ldw`/`ldwt`/`ldw.mx`: every byte read (rows, scales) inside VMEM | `misaligned`, `out-of-bounds` |
 | `vbcast.lane` idx < 128, `vbcast.sub` idx < 8, `vcol` block < 16, `vextract`/`vinsert` element 0..1023 | `bad-operand` |
 | `div`, `rem`, `divi`, `remi`: divisor not 0 | `divide-by-zero` |
 | branch target below the kernel's length; the last instruction executed is `halt` | `bad-branch`, `ran-off-end` |
-| DMA descriptor: 7 words, 4-aligned, inside SMEM; `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves); the destination block spans at least the bytes moved (rows that overlap so much that some bytes are written twice, e.g. a destination stride of 0 over several rows, are refused) | `out-of-bounds`, `bad-descriptor` |
+| DMA descriptor: 7 words (signed int32), 4-aligned, inside SMEM (else `out-of-bounds`); `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves); the destination block, from its lowest row start to its highest row end, at least as long as the bytes moved (so rows that overlap that much, e.g. a destination stride of 0 over several rows, are refused; overlapping rows inside a longer block are not) | `out-of-bounds`, `bad-descriptor` |
 | `sem`, `rsem` below the profile's `semaphores`; `tgt` a global core of the mesh | `bad-semaphore`, `bad-target` |
 | `mark.pop` only inside a `mark.push` region | `bad-region` |
 

@@ -9,6 +9,7 @@ nothing overlaps and every field fits.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import attrs
 import numpy as np
@@ -81,17 +82,55 @@ def format_f32_bits(bits: int) -> str:
     return str(value)
 
 
+F32_DECIMAL = r"([-+]?)(\d+\.?\d*|\.\d+)(?:[eE]([-+]?\d+))?"
+
+
 def parse_f32_bits(text: str) -> int | None:
-    """Parse a float32 immediate (`1.5`, `-2e-3`, `f32:0x7fc00000`) into raw bits."""
+    """Parse a float32 immediate (`1.5`, `-2e-3`, `inf`, `nan`, `f32:0x7fc00000`) into raw
+    bits; None if it is none of those (or raw bits wider than 32). A decimal is rounded
+    once, to nearest (ties to even), from its exact value: not through float64, whose
+    own rounding can land on a float32 midpoint and round the wrong way. A decimal beyond
+    the largest float32 gives the bits of infinity (the assembler refuses it)."""
     text = text.strip()
     if text.startswith("f32:"):
-        try:
-            return int(text[4:], 0) & 0xFFFFFFFF
-        except ValueError:
+        if not re.fullmatch(r"0[xX][0-9a-fA-F]+", text[4:]):
             return None
-    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?inf|nan", text):
+        bits = int(text[4:], 16)
+        return bits if bits <= 0xFFFFFFFF else None
+    if re.fullmatch(r"[-+]?inf|nan", text):
+        return int(np.array([text], dtype=np.float32).view(np.uint32)[0])
+    m = re.fullmatch(F32_DECIMAL, text)
+    if not m:
         return None
-    return int(np.array([text], dtype=np.float32).view(np.uint32)[0])
+    sign = 0x80000000 if m.group(1) == "-" else 0
+    return sign | _decimal_magnitude_bits(m.group(2), int(m.group(3) or 0))
+
+
+def _decimal_magnitude_bits(mantissa: str, exp10: int) -> int:
+    """float32 bits of the decimal `mantissa` x 10^exp10 (>= 0), correctly rounded."""
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    if not digits:
+        return 0
+    # The value lies in [10^(top - 1), 10^top): far outside float32's range it is
+    # settled without building huge integers.
+    top = len(digits) + exp10 - len(frac)
+    if top > 40:
+        return 0x7F800000               # 10^40 or more: infinity
+    if top < -46:
+        return 0                        # below 10^-47: under half the smallest subnormal
+    value = Fraction(int(whole + frac)) * Fraction(10) ** (exp10 - len(frac))
+    e = value.numerator.bit_length() - value.denominator.bit_length()
+    if value < Fraction(2) ** e:
+        e -= 1                          # now 2^e <= value < 2^(e + 1)
+    e = max(e, -126)                    # below the normal range the step stays 2^-149
+    q = value / Fraction(2) ** (e - 23)
+    n, rest = divmod(q.numerator, q.denominator)
+    if 2 * rest > q.denominator or (2 * rest == q.denominator and n & 1):
+        n += 1
+    # n in [2^23, 2^24] (normal; 2^24 carries into the exponent) or below 2^23 at e = -126
+    # (a subnormal): one formula covers both.
+    return min(((e + 127) << 23) + n - (1 << 23), 0x7F800000)
 
 
 REG_S = OperandKind("sreg", 5, prefix="s")

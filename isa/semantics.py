@@ -697,8 +697,10 @@ def mask_rect(M, MR, md, rows, lanes):
 
 @jitable
 def wtile_shape(shape_value, d, E):
-    """(rows, cols) of a weight-tile shape word (rows << 16 | cols), or a fault."""
-    rows, cols = (shape_value >> 16) & 0xFFFF, shape_value & 0xFFFF
+    """(rows, cols) of a weight-tile shape word (rows << 16 | cols), or a fault. Bits
+    above the rows field count (a 64-bit register's high half is not ignored): they make
+    rows too large, as does a negative word."""
+    rows, cols = shape_value >> 16, shape_value & 0xFFFF
     if not (0 < rows <= d and 0 < cols <= d and cols % LANES == 0):
         fault(E, E_WSHAPE, rows, cols, d, 0)
         return 0, 0

@@ -229,3 +229,44 @@ def test_max_cycle_guard_below_the_launch_cost_says_so(emu):
     assert fault.kind == "max-cycles"
     assert "max-cycle guard of 10 cycles (it counts from the start of the run, and a kernel launch alone takes" \
         in fault.render()
+
+
+@pytest.mark.parametrize("shape", [
+    "lui.d s3, 1\nli s4, 524416\nadd.d s3, s3, s4",     # (1 << 32) | 8 << 16 | 128: was read as 8x128
+    "li s3, -1",
+    "li s3, 128",                                        # no rows
+])
+def test_weight_tile_shape_counts_the_whole_register(emu, shape):
+    for op in ("mxu.ldw", "mxu.ldwt"):
+        fault = fault_of(emu, f"{shape}\nli s2, 256\n{op} x0, 0(s0), s2, s3")
+        assert "weight tile shape" in assert_names_everything(fault, "bad-operand", f"{op} x0, 0(s0), s2, s3")
+    fault = fault_of(emu, f"{shape}\nli s2, 64\nmxu.ldw.mx x0, 0(s0), s2, s3, s0")
+    assert "weight tile shape" in assert_names_everything(fault, "bad-operand", "mxu.ldw.mx x0, 0(s0), s2, s3, s0")
+
+
+def test_initial_smem_past_the_profile_is_an_error_at_load_not_a_traceback(emu):
+    # assembled without the profile's SMEM size (the Python API): was a numpy broadcast
+    # ValueError when the launch started
+    with pytest.raises(EmulatorFault) as info:
+        emu.machine(".kernel k\n  .smem 65532 1 2\n  halt\n")
+    assert info.value.kind == "out-of-bounds"
+    assert "kernel k: its initial SMEM words reach byte 65,540, past SMEM of 65,536 bytes" in info.value.render()
+    with pytest.raises(EmulatorFault) as info:
+        emu.machine(".kernel k\n  halt\n.launch k " + " ".join(["1"] * 16385) + "\n")
+    assert "a launch of kernel k has 16385 arguments (65,540 bytes), past SMEM of 65,536 bytes" in info.value.render()
+    emu.machine(".kernel k\n  .smem 65528 1 2\n  halt\n.launch k " + " ".join(["1"] * 16384) + "\n").run()
+
+
+@pytest.mark.parametrize("body, pc, cycle", [
+    ("div s1, s2, s0", 2, 1002),                         # (after the two-instruction solo prefix)
+    ("li s2, 3\ndiv s3, s2, s2\ndiv s4, s2, s0", 4, 1007),   # waits for the divider (occupancy 4)
+    ("li s1, 2\nli s2, 512\nvld.w v1, 0(s1), s2, m0", 4, 1004),
+    ("vcol v1, v2, 16", 2, 1002),
+    ("mark.pop", 2, 1002),
+])
+def test_a_fault_names_the_cycle_its_instruction_issued(emu, body, pc, cycle):
+    # was one cycle later for every fault the issue loop found (a global instruction's
+    # fault already named its issue cycle)
+    fault = fault_of(emu, body)
+    assert (fault.pc, fault.cycle) == (pc, cycle)
+    assert f"cycle {cycle}, pc {pc:#06x}" in fault.render()

@@ -174,6 +174,51 @@ def test_wide_address_arithmetic_keeps_64_bits(emu):
     assert int(ran.core.smem[1024:1032].view(np.int64)[0]) == big
 
 
+def test_int32_operations_read_all_64_bits_and_wrap_only_the_result(emu):
+    # docs/isa.md: a register holding more than int32 (from a `.d` operation) is compared,
+    # divided and shifted right as the 64-bit value; branches compare all 64 bits.
+    ran = emu.run_vec("""
+        lui.d s1, 1
+        srai s2, s1, 1
+        slti s3, s1, 1
+        li s9, 2
+        div s4, s1, s9
+        addi s5, s1, 7
+        li s6, 1
+        blt s1, s6, skip
+        li s7, 1
+    skip:
+        shri s8, s1, 1
+    """)
+    assert ran.core.s[2:9] == [I32_MIN, 0, I32_MIN, 7, 1, 1, 0]
+
+
+def test_tile_bounds_cover_only_the_elements_the_mask_selects(emu):
+    # docs/isa.md: every element the mask selects inside VMEM; masked-off rows and lanes
+    # are not checked (a rectangle from mrows, or any mask from a compare).
+    end = emu.profile().vmem_bytes
+    ran = emu.run_vec(f"""
+        li s1, 1
+        li s2, 128
+        mrows m1, s1, s2
+        li s3, {end}
+        li s4, 512
+        vli.f32 v2, 2.5
+        vst.w v2, -512(s3), s4, m1
+        vld.w v3, -512(s3), s4, m1
+        viota.sub v4
+        vbcast v5, s1
+        vcmplt.i32 m2, v4, v5
+        vld.w v6, -512(s3), s4, m2
+    """)
+    for reg in (3, 6):
+        tile = ran.core.vf[reg].reshape(8, 128)
+        assert (tile[0] == 2.5).all() and (tile[1:] == 0).all()
+    with pytest.raises(Exception, match="outside VMEM"):
+        emu.run_vec(f"li s1, 2\nli s2, 128\nmrows m1, s1, s2\nli s3, {end}\nli s4, 512\n"
+                    "vld.w v3, -512(s3), s4, m1")
+
+
 def test_wide_smem_access_faults_past_the_end(emu):
     with pytest.raises(Exception, match="outside SMEM"):
         emu.run_vec(f"li s1, {emu.profile().smem_bytes - 4}\nlds.d s2, 0(s1)")

@@ -86,3 +86,63 @@ def test_listing_shows_every_label_of_an_instruction():
 def test_isa_doc_keeps_a_bar_in_a_meaning():
     # vabs.f32's "vd = |va|." was printed as "vd = /va/."
     assert "| vd = \\|va\\|. |" in render()
+
+
+def _f32_imm(text: str) -> int:
+    program = assemble(f".kernel k\n  vli.f32 v1, {text}\n  halt\n", "ok.s")
+    return decode(int(program.kernels["k"].code[0]))[1]["imm"]
+
+
+@pytest.mark.parametrize("text, bits", [
+    # just above the midpoint between 1 and 1 + 2^-23: through float64 it became the
+    # midpoint itself and rounded (ties to even) down to 1.0
+    ("1.00000005960464477539062500001", 0x3F800001),
+    ("1.0000000596046447753906249999", 0x3F800000),
+    ("1.000000059604644775390625", 0x3F800000),            # the midpoint: ties to even
+    ("1.000000178813934326171875", 0x3F800002),            # 1 + 3*2^-24: ties to even, up
+    # just above half the smallest subnormal: was 0
+    ("7.00649232162408536e-46", 0x00000001),
+    ("7.0064923216240853546e-46", 0x00000000),
+    # below the midpoint between float32 max and 2^128: was refused as beyond float32
+    ("3.4028235677973366e38", 0x7F7FFFFF),
+    ("-0.0", 0x80000000),
+    ("1e-60", 0x00000000),
+    ("16777217", 0x4B800000),
+])
+def test_decimal_float32_immediates_are_rounded_once_from_their_exact_value(text, bits):
+    assert _f32_imm(text) == bits
+
+
+def test_shortest_float32_texts_read_back_as_themselves():
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 1 << 32, 2000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([values, np.arange(1, 40, dtype=np.uint32), [0x7F7FFFFF, 0x00800000, 0x007FFFFF]])
+    for bits in values.tolist():
+        value = np.array([bits], np.uint32).view(np.float32)[0]
+        if np.isfinite(value):
+            assert _f32_imm(np.format_float_scientific(value, unique=True)) == bits
+
+
+@pytest.mark.parametrize("source, message", [
+    # raw bits wider than 32 were masked to their low 32 silently
+    (".kernel k\n  vli.f32 v1, f32:0x1ffffffff\n  halt\n",
+     "raw float32 bits 0x1ffffffff do not fit in 32 bits (0x0..0xffffffff)"),
+    (".kernel k\n  vli.f32 v1, 3.40282356779733661637539395458142568448e38\n  halt\n",
+     "is beyond the largest float32"),
+    # the range named was the signed one, though 0x80000000 .. 0xffffffff are accepted
+    (".kernel k\n  li s1, 0x100000000\n  halt\n", "imm32 value 4294967296 does not fit in 32 bits "
+                                                  "(-2147483648..4294967295)"),
+    # a buffer address past 2^31 cannot be a (sign-extended) immediate: say so
+    (".buffer big f32 536870912 scratch\n.buffer b f32 8 input\n.kernel k\n  li s1, @b\n  halt\n",
+     "li: operand imm: @b is 2147483648, beyond a 32-bit immediate, which is sign-extended "
+     "(-2147483648..2147483647)"),
+])
+def test_immediates_out_of_range_say_what_fits(source, message):
+    assert message in error_of(source)
+
+
+def test_smem_image_without_a_profile_is_bounded_by_the_largest_smem():
+    # was a MemoryError (a bytearray of the offset's size) from assemble() without smem_bytes
+    text = error_of(".kernel k\n  .smem 0x10000000000 1\n  halt\n")
+    assert text.startswith("prog.s:2:3: error: .smem words [1099511627776, 1099511627780) reach past "
+                           "the largest SMEM a profile may have (67108864 bytes)")
