@@ -415,6 +415,13 @@ def _check_shape(raw: dict[str, Any], file: str) -> None:
                 raise ConfigError(f"unknown key '{sub}'{hint}", file=file, key=dotted)
             if key == "timing":
                 _check_timing_shape(sub_value, file, dotted)
+            # (checked here too: `extends` merges a file's keys one by one, and the last of
+            # two units would silently win)
+            spec = next((k for k in _SCHEMA if k.section == key and sub in k.toml_keys), None)
+            given = [t for t in spec.toml_keys if t in value] if spec is not None else []
+            if len(given) > 1:
+                raise ConfigError(f"give either {' or '.join(given)}, not both", file=file,
+                                  key=f"{key}.{given[0]}")
 
 
 def _check_timing_shape(value: Any, file: str, dotted: str) -> None:

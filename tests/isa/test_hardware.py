@@ -212,6 +212,13 @@ def test_override_giving_both_units_is_an_error(tmp_path):
     assert "not both" in str(err)
 
 
+def test_an_extending_profile_giving_both_units_is_an_error(tmp_path):
+    # (the merge took each key in turn, so the last unit used to win silently)
+    path = write(tmp_path, 'extends = "test"\n[chip]\nhbm_bw_bytes_per_s = 1e12\nhbm_bw_bytes_per_cycle = 100\n')
+    err = config_error(path)
+    assert err.file == str(path) and err.key == "chip.hbm_bw_bytes_per_s" and "not both" in str(err)
+
+
 # --------------------------------------------------------------------------- errors
 
 
