@@ -31,6 +31,7 @@ import attrs
 
 from mkemu.emulator.flows import FlowNetwork
 from mkemu.errors import ConfigError
+from mkemu.isa.hardware import MAX_CHIPS
 
 AXES = ("x", "y", "z")
 
@@ -71,10 +72,6 @@ class Link:
     lane: int
 
 
-# The most chips a mesh may have (8x the 128-chip SD200 size): every core of every chip
-# is emulated with memories of its own, and a mistyped mesh should be an error, not a
-# machine that runs out of memory.
-MAX_CHIPS = 1024
 
 
 def _check_dims(instance, attribute, value) -> None:

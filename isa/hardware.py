@@ -67,6 +67,10 @@ MAX_INT = 2**62         # cycles and byte counts are 64-bit integers in the emul
 # What the emulator holds per core, bounded so a mistyped profile is an error, not a
 # machine that runs out of memory: every core's VMEM and SMEM are arrays of their own.
 MAX_CORES_PER_CHIP = 16
+# The most chips a mesh may have (8x the 128-chip SD200 size): every core of every chip
+# is emulated with memories of its own, and a mistyped mesh should be an error, not a
+# machine that runs out of memory.
+MAX_CHIPS = 1024
 MAX_SEMAPHORES = 1 << 16
 MAX_VMEM_BYTES = 1 << 30
 MAX_SMEM_BYTES = 1 << 26
@@ -207,6 +211,14 @@ def _all_at_least_one(v: tuple[int, ...]) -> str | None:
     return None if all(x >= 1 for x in v) else f"every entry must be at least 1, got {list(v)}"
 
 
+def _mesh_dims(v: tuple[int, ...]) -> str | None:
+    problem = _all_at_least_one(v)
+    if problem is None and v[0] * v[1] * v[2] > MAX_CHIPS:
+        problem = (f"{'x'.join(map(str, v))} is {v[0] * v[1] * v[2]:,} chips; the emulator takes at most "
+                   f"{MAX_CHIPS:,} (emulator limit)")
+    return problem
+
+
 _SCHEMA = (
     _Key("chip", "clock_hz", "clock_hz", "float", _positive),
     _Key("chip", "cores_per_chip", "cores_per_chip", "int", _between(1, MAX_CORES_PER_CHIP, "emulator limit")),
@@ -248,7 +260,7 @@ _SCHEMA = (
     _Key("ici", "links_per_neighbor", "links_per_neighbor", "int", _at_least(1)),
     _Key("ici", "per_core_links", "per_core_links", "bool"),
     _Key("ici", "hop_latency", "hop_latency_cycles", "time"),
-    _Key("mesh", "dims", "mesh_dims", "ints", _all_at_least_one, length=3),
+    _Key("mesh", "dims", "mesh_dims", "ints", _mesh_dims, length=3),
     _Key("mesh", "wrap", "mesh_wrap", "bools", length=3),
     _Key("launch", "kernel_launch", "kernel_launch_cycles", "time"),
 )

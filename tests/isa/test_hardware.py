@@ -219,6 +219,12 @@ def test_an_extending_profile_giving_both_units_is_an_error(tmp_path):
     assert err.file == str(path) and err.key == "chip.hbm_bw_bytes_per_s" and "not both" in str(err)
 
 
+def test_a_default_mesh_past_the_chip_limit_is_an_error_at_load(tmp_path):
+    path = write(tmp_path, 'extends = "test"\n[mesh]\ndims = [41, 5, 5]\n')
+    err = config_error(path)
+    assert err.key == "mesh.dims" and "1,025 chips" in str(err) and "at most 1,024" in str(err)
+
+
 # --------------------------------------------------------------------------- errors
 
 
