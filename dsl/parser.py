@@ -435,6 +435,13 @@ class _Builder(Transformer):
         return ast.Call(str(name), args, keywords, self._span(meta), self._tspan(name))
 
     def args(self, meta, c):
+        given = [a for a in c if a is not None]
+        first = next((i for i, a in enumerate(given) if isinstance(a, ast.Keyword)), len(given))
+        late = next((a for a in given[first:] if not isinstance(a, ast.Keyword)), None)
+        if late is not None:
+            span = late.span
+            raise SourceError([Diagnostic(span, "a positional argument follows a keyword argument",
+                                          _source_line(self.text, span.line))])
         args = tuple(a for a in c if a is not None and not isinstance(a, ast.Keyword))
         keywords = tuple(a for a in c if isinstance(a, ast.Keyword))
         return args, keywords

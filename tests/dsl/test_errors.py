@@ -372,3 +372,12 @@ def test_a_run_time_integer_divided_by_the_constant_zero_is_an_error(tmp_path, m
         "      m[2] = m[3] % (2 - 2);\n"
         "             ^^^^^^^^^^^^^^"
     )
+
+
+def test_a_positional_argument_after_a_keyword_is_an_error(tmp_path, monkeypatch):
+    src = "kernel k() {\n    vmem x: f32[8, 128];\n    vmem y: f32[8, 1];\n    y = sum(axis=1, x);\n}\n"
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:4:21: error: a positional argument follows a keyword argument\n"
+        "      y = sum(axis=1, x);\n"
+        "                      ^"
+    )
