@@ -932,13 +932,15 @@ class KernelCompiler(TileLowering):
 
     def check_capacity(self, lines: list) -> None:
         k, p = self.kernel, self.profile
+        over = []       # (both memories named when both are over)
         for space, used, cap in (("VMEM", self.vmem_peak, p.vmem_bytes), ("SMEM", self.smem_top, p.smem_bytes)):
             if used > cap:
                 biggest = sorted(lines, key=lambda x: -x[0])
                 biggest = [l for _, l, _ in biggest if l.startswith(space)][:5]
-                raise CompileError(k.span, f"kernel '{k.name}' needs {used:,} bytes of {space}, "
-                                           f"{used - cap:,} bytes more than the {cap:,} of profile "
-                                           f"'{p.name}'; largest buffers: " + "; ".join(biggest))
+                over.append(f"{used:,} bytes of {space}, {used - cap:,} bytes more than the {cap:,} of profile "
+                            f"'{p.name}'; largest buffers: " + "; ".join(biggest))
+        if over:
+            raise CompileError(k.span, f"kernel '{k.name}' needs " + ", and ".join(over))
 
     def loop_test(self, var, stop, stop_home, mnem: str, target: Label) -> None:
         self.push_arena()

@@ -497,6 +497,15 @@ kernel k(x: hbm f32[8, 128]) {
     assert text.startswith("t.mk:2:1: error:")
 
 
+def test_vmem_and_smem_both_over_capacity_are_named_in_one_error():
+    src = "kernel k() {\n    vmem x: f32[100000, 1024];\n    smem m: i32[10000000];\n}\n"
+    with pytest.raises(SourceError) as info:
+        compile_text(src, "t.mk", "tpu-v7-like")
+    text = info.value.render()
+    assert "needs 409,600,000 bytes of VMEM" in text and ", and 40,000,000 bytes of SMEM" in text, text
+    assert "SMEM 0x000000 m i32[10000000]" in text
+
+
 @pytest.mark.parametrize("use, caret", [
     ("t[0] = BIG;", "             ^^^"),
     ("x = x * (BIG + 1);", "               ^^^^^^^"),
