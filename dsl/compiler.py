@@ -890,6 +890,16 @@ class KernelCompiler(TileLowering):
 
     def stmt_For(self, s: ir.For) -> None:
         var = s.var
+        # The loop variable is an int32: a compile-time bound must fit, and stepping past
+        # the last value must not wrap (it would never reach the bound).
+        for bound in (s.start, s.stop):
+            if isinstance(bound, ir.Const) and not INT32_MIN <= bound.value <= INT32_MAX:
+                self.error(f"the loop bound {bound.value:,} does not fit in 32 bits (a loop variable is an "
+                           f"int32, {INT32_MIN:,}..{INT32_MAX:,})", bound.span)
+        if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const) and s.start.value < s.stop.value \
+                and s.stop.value - 1 - (s.stop.value - 1 - s.start.value) % s.step + s.step > INT32_MAX:
+            self.error(f"with step {s.step:,} the loop variable would pass {INT32_MAX:,} and wrap before it "
+                       f"reaches {s.stop.value:,}", s.stop.span)
         self.scopes.append([])
         kind, where = self.home(var)
         stop_home = None
