@@ -168,13 +168,17 @@ class Safety:
         if carried:
             self._learn(core, carried)
 
-    def signal_payload(self, core) -> int:
-        """What a signal sent by `core` now carries to its target."""
-        return self.known[core.gid]
+    def signal_payload(self, core) -> tuple[int, int]:
+        """What a signal sent by `core` now carries to its target: its mask and the
+        numbering it is in (a remote signal may arrive after a renumbering)."""
+        return self.known[core.gid], self.base
 
-    def signal_arrived(self, target, sem: int, payload: int) -> None:
-        if payload:
-            self.sem_known[target.gid, sem] = self.sem_known.get((target.gid, sem), 0) | payload
+    def signal_arrived(self, target, sem: int, payload: tuple[int, int]) -> None:
+        known, base = payload
+        if known:
+            if base != self.base:
+                known >>= self.base - base
+            self.sem_known[target.gid, sem] = self.sem_known.get((target.gid, sem), 0) | known
 
     def barrier(self, members) -> None:
         """Every member knows what any member knew."""

@@ -338,7 +338,7 @@ def test_the_chain_cut_short_is_a_race():
 
 def test_renumbering_the_masks_after_every_dma_changes_no_verdict(monkeypatch, capsys):
     # The race check renumbers its bit masks every REBASE_SPAN DMAs of a launch (from
-    # the oldest DMA still listed). With a span of 1 it does so after every DMA: every
+    # the oldest DMA still listed). With a span of 1 it does so every other DMA: every
     # clean program stays clean with the same output, every race is still caught.
     import json
 
@@ -406,3 +406,144 @@ def test_dropped_dmas_leave_the_race_check_right_for_those_still_in_flight(sched
         assert np.array_equal(run(many_in_flight(waited), schedule=schedule).output("y"), X * 2)
     race_of(many_in_flight(38), schedule=schedule)    # never waited for before the read
     race_of(many_in_flight(2), schedule=schedule)     # started again after the drops
+
+
+# Chip 0 pushes into chip 1's inbox, waits for the bytes to leave and signals chip 1,
+# which reads the inbox on the strength of that signal (its `wait recv` comes later).
+# While the signal crosses the link, chip 0 waits for an older copy and starts another:
+# the race check renumbers its masks then, and the signal's knowledge must arrive in
+# the new numbering (it used to arrive shifted: chip 1 learnt of the wrong DMA).
+SIGNAL_ACROSS_RENUMBERING = """
+kernel k(x: hbm f32[8, 256], z: hbm f32[8, 256]) {
+    vmem v: f32[8, 256];
+    vmem a: f32[8, 128];
+    vmem inbox: f32[8, 256];
+    sem s;
+    sem t;
+    sem send;
+    sem recv;
+    sem f;
+    let h = copy(v, inbox @ peer(0, 1), send, recv);
+    if chip_id() == 0 && core_id() == 0 {
+        start copy(x, v, t);
+        wait copy(x, v, t);
+        start copy(x[:, 0:128], a, s);
+        start h;
+        wait h;
+        signal(f @ peer(0, 1), 1);
+        wait copy(x[:, 0:128], a, s);
+        start copy(x, v, t);
+        wait copy(x, v, t);
+    }
+    if chip_id() == 1 && core_id() == 0 {
+        wait(f, 1);
+        v = inbox * 2.0;
+        wait recv h;
+        start copy(v, z, t);
+        wait copy(v, z, t);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("span", [0, 1, 8192])
+@pytest.mark.parametrize("schedule", ["normal", "late", "shuffle"])
+def test_a_signal_in_flight_across_a_renumbering_carries_what_its_sender_knew(monkeypatch, span, schedule):
+    from mkemu.emulator import safety
+
+    monkeypatch.setattr(safety, "REBASE_SPAN", span)
+    ran = run(SIGNAL_ACROSS_RENUMBERING, mesh="2x1x1", schedule=schedule)
+    assert np.array_equal(ran.output("z", 1), X * 2)
+
+
+# docs/safety.md: races are judged in simulated time. The receiver says "inbox free",
+# then (BUG = 1) reads its inbox again before the `wait recv` of the next push, which
+# the sender can only start once that signal arrived: nothing is in flight at the read,
+# which sees the previous push's bytes, in every schedule, and nothing is reported.
+READ_BEFORE_ISSUE = """
+param BUG = 1;
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem src: f32[8, 256];
+    vmem inbox: f32[8, 256];
+    vmem acc: f32[8, 256];
+    sem s;
+    sem send;
+    sem recv;
+    sem credit;
+    let h = copy(src, inbox @ peer(0, 1), send, recv);
+    if chip_id() == 0 && core_id() == 0 {
+        start copy(x, src, s);
+        wait copy(x, src, s);
+        start h;
+        wait h;
+        wait(credit, 1);
+        src = src + 1.0;
+        start h;
+        wait h;
+    }
+    if chip_id() == 1 && core_id() == 0 {
+        wait recv h;
+        acc = inbox;
+        signal(credit @ peer(0, -1), 1);
+        if BUG == 0 { wait recv h; }
+        acc = acc + inbox;
+        if BUG == 1 { wait recv h; }
+        start copy(acc, y, s);
+        wait copy(acc, y, s);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", ["normal", "late", "shuffle"])
+def test_a_read_before_the_next_push_is_issued_sees_the_old_bytes_in_every_schedule(schedule):
+    assert np.array_equal(run(READ_BEFORE_ISSUE, mesh="2x1x1", schedule=schedule, BUG=1).output("y", 1), X * 2)
+    assert np.array_equal(run(READ_BEFORE_ISSUE, mesh="2x1x1", schedule=schedule, BUG=0).output("y", 1),
+                          X * 2 + 1)
+
+
+# Two pushes into one inbox from cores that never hear of each other. With D = 0 the
+# second is issued while the first is in flight for the receiver: a race. With D = 3000
+# the receiver has waited for the first before the second is issued: it is no longer
+# in flight for anyone, and the second push is not reported (docs/safety.md: "the
+# second issued while the first is still in flight for that core").
+TWO_PUSHES = """
+param D = 3000;
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem src: f32[8, 256];
+    vmem inbox: f32[8, 256];
+    vmem acc: f32[8, 256];
+    sem s;
+    sem send;
+    sem recv;
+    let to = global_core(0, 1);
+    let h = copy(src, inbox @ to, send, recv);
+    let me = global_core(chip_id(), core_id());
+    start copy(x, src, s);
+    wait copy(x, src, s);
+    if me == 2 { src = src + 1.0; }
+    if me == 0 {
+        start h;
+        wait h;
+    }
+    if me == 2 {
+        for i in 0..D { acc = acc + src; }
+        start h;
+        wait h;
+    }
+    if me == to {
+        wait recv h;
+        wait recv h;
+        start copy(inbox, y, s);
+        wait copy(inbox, y, s);
+    }
+}
+"""
+
+
+def test_a_second_push_races_only_while_the_first_is_in_flight_for_the_receiver():
+    report = race_of(TWO_PUSHES, mesh="2x1x1", D=0)
+    assert "share bytes of VMEM of chip 0 core 1 and both write" in report
+    for schedule in ("normal", "late", "shuffle"):
+        ran = run(TWO_PUSHES, mesh="2x1x1", schedule=schedule, D=3000)
+        assert np.array_equal(ran.output("y", 0), X + 1)
