@@ -272,6 +272,7 @@ _KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     s: tuple(t for k in _SCHEMA if k.section == s for t in k.toml_keys) for s in _SECTIONS
 }
 _KNOWN_KEYS["timing"] = TIMING_CLASSES
+_SPEC_OF = {(k.section, t): k for k in _SCHEMA for t in k.toml_keys}   # (section, TOML key) -> its entry
 # key -> the keys that give the same quantity in another unit
 _ALTERNATIVES: dict[tuple[str, str], tuple[str, ...]] = {
     (k.section, t): tuple(o for o in k.toml_keys if o != t) for k in _SCHEMA for t in k.toml_keys
@@ -427,9 +428,9 @@ def _check_shape(raw: dict[str, Any], file: str) -> None:
                 raise ConfigError(f"unknown key '{sub}'{hint}", file=file, key=dotted)
             if key == "timing":
                 _check_timing_shape(sub_value, file, dotted)
-            # (checked here too: `extends` merges a file's keys one by one, and the last of
-            # two units would silently win)
-            spec = next((k for k in _SCHEMA if k.section == key and sub in k.toml_keys), None)
+            # One value in two units, checked in each file as read (`extends` merges a
+            # file's keys one by one, where the last unit would silently win).
+            spec = _SPEC_OF.get((key, sub))
             given = [t for t in spec.toml_keys if t in value] if spec is not None else []
             if len(given) > 1:
                 raise ConfigError(f"give either {' or '.join(given)}, not both", file=file,
@@ -520,11 +521,7 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
     if not given:
         names = " or ".join(f"{prefix}{t}" for t in spec.toml_keys)
         raise ConfigError(f"missing value: give {names}", file=file, key=f"{prefix}{spec.toml_keys[0]}")
-    if len(given) > 1:
-        raise ConfigError(
-            f"give either {' or '.join(given)}, not both", file=file, key=f"{prefix}{given[0]}"
-        )
-    toml_key = given[0]
+    toml_key = given[0]     # (one: `_check_shape` refused both units in every file read)
     dotted = f"{prefix}{toml_key}"
     value = table[toml_key]
     if spec.kind == "int":

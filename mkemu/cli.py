@@ -258,7 +258,7 @@ def _options(args):
     from mkemu.emulator.config import CHECKS
     from mkemu.options import Options
 
-    try:
+    with _as_flags(args):
         return Options(hw=args.hw, mesh=args.mesh, seed=args.seed, max_cycles=args.max_cycles,
                        max_instructions=args.max_instructions,
                        dma_order=args.dma_order, checks=set(CHECKS) - set(args.no_check),
@@ -267,13 +267,6 @@ def _options(args):
                        check_layers=args.check_layers, dump=getattr(args, "dump", None),
                        timing_only=args.timing_only, routing=args.routing, routing_skew=args.routing_skew,
                        record_routing=args.record_routing, spec_rows=args.spec_rows, accept=args.accept)
-    except ConfigError as exc:
-        # The API names an option by its field (max_cycles); here it came from a flag.
-        if exc.file is None and exc.key and exc.key.isidentifier() and hasattr(args, exc.key):
-            flag = "--" + exc.key.replace("_", "-")
-            message = exc.message.replace(exc.key, flag, 1) if exc.message.startswith(exc.key) else exc.message
-            raise ConfigError(message, key=flag) from None
-        raise
 
 
 class _Progress:
@@ -301,7 +294,7 @@ def cmd_run(args) -> int:
     if args.schedules < 0:
         raise ConfigError(f"--schedules must be 0 or more, not {args.schedules}", key="--schedules")
     options = _options(args)
-    with _as_flags():
+    with _as_flags(args):
         report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
     ok = report["bit_exact"] in (True, None)
     if args.schedules:
@@ -317,16 +310,17 @@ def cmd_run(args) -> int:
 
 
 @contextlib.contextmanager
-def _as_flags():
-    """An error the API raises naming an option by its field (the files a run writes
-    after it, checked before it: `trace`, `record_routing`), named by its flag."""
+def _as_flags(args):
+    """An error the API raises naming an option by its field (`max_cycles`, `trace`,
+    `hw`, ...) came here from a flag: it is named by the flag."""
     try:
         yield
     except ConfigError as exc:
-        flag = {"trace": "--trace", "record_routing": "--record-routing", "hw": "--hw"}.get(exc.key or "")
-        if flag is None or exc.file is not None:
+        if exc.file is not None or not exc.key or not exc.key.isidentifier() or not hasattr(args, exc.key):
             raise
-        raise ConfigError(exc.message, key=flag) from None
+        flag = "--" + exc.key.replace("_", "-")
+        message = exc.message.replace(exc.key, flag, 1) if exc.message.startswith(exc.key) else exc.message
+        raise ConfigError(message, key=flag) from None
 
 
 def cmd_compare(args) -> int:
@@ -337,7 +331,7 @@ def cmd_compare(args) -> int:
     # Every program must be there before the first one's run, which may take a while.
     files = [resolve(file) for file in (args.first, *args.others)]
     options = _options(args)
-    with _as_flags():
+    with _as_flags(args):
         reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
@@ -448,7 +442,7 @@ def cmd_asm(args) -> int:
 
     from mkemu.api import hw_profile
 
-    with _as_flags():
+    with _as_flags(args):
         profile = hw_profile(args.hw)
     t0 = time.perf_counter()
     from mkemu.run import load_program
@@ -514,7 +508,7 @@ def cmd_tune(args) -> int:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
     base = trial(resolve(args.file), _options(args), args.inputs)
-    with _as_flags():
+    with _as_flags(args):
         params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
     out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
@@ -583,7 +577,7 @@ def cmd_sweep(args) -> int:
     from mkemu.api import hw_profile
 
     _check_scale_out(args)
-    with _as_flags():
+    with _as_flags(args):
         hw_profile(args.hw)   # the base profile, before any point is made of it
     axes = [parse_axis(item) for item in args.hw_set]
     check_axes(axes)
