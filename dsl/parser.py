@@ -234,6 +234,10 @@ class _Builder(Transformer):
             return SourceSpan(self.filename, 1, 1)
         return SourceSpan(self.filename, meta.line, meta.column, meta.end_line, meta.end_column)
 
+    def _error(self, span: SourceSpan, message: str) -> SourceError:
+        """An error the builder finds (a bad literal or argument list), at `span`."""
+        return SourceError([Diagnostic(span, message, _source_line(self.text, span.line))])
+
     def _tspan(self, tok: Token) -> SourceSpan:
         return SourceSpan(self.filename, tok.line, tok.column, tok.end_line, tok.end_column)
 
@@ -419,9 +423,8 @@ class _Builder(Transformer):
         # (int() refuses `0x_`, which has no digits, and literals of thousands of digits)
         value = int(digits, 16 if hexadecimal else 10) if 0 < len(digits) <= MAX_INT_BITS else None
         if value is None or value.bit_length() > MAX_INT_BITS:
-            span = self._span(meta)
             what = f"is too large (at most {MAX_INT_BITS} bits)" if digits else "has no digits"
-            raise SourceError([Diagnostic(span, f"integer literal {what}", _source_line(self.text, span.line))])
+            raise self._error(self._span(meta), f"integer literal {what}")
         return ast.IntLit(value, self._span(meta))
 
     def neg_int_lit(self, meta, c):
@@ -439,9 +442,7 @@ class _Builder(Transformer):
         first = next((i for i, a in enumerate(given) if isinstance(a, ast.Keyword)), len(given))
         late = next((a for a in given[first:] if not isinstance(a, ast.Keyword)), None)
         if late is not None:
-            span = late.span
-            raise SourceError([Diagnostic(span, "a positional argument follows a keyword argument",
-                                          _source_line(self.text, span.line))])
+            raise self._error(late.span, "a positional argument follows a keyword argument")
         args = tuple(a for a in c if a is not None and not isinstance(a, ast.Keyword))
         keywords = tuple(a for a in c if isinstance(a, ast.Keyword))
         return args, keywords
