@@ -162,7 +162,7 @@ kernel k(x: hbm f32[8, 1024], sh: hbm i32[4], y: hbm f32[8, 1024]) {
 def test_three_d_hbm_views_and_leading_ones():
     # A point index drops a dimension; leading 1s aside, shapes must be equal:
     # x[1:2] is [1, 8, 128] and fills v[8, 128]; x[2, 5] ([128]) fills a [1, 128] row.
-    src = """
+    program = """
 kernel k(x: hbm f32[4, 8, 128], y: hbm f32[3, 8, 128]) {
     vmem v: f32[8, 128];
     vmem r: f32[1, 128];
@@ -176,31 +176,17 @@ kernel k(x: hbm f32[4, 8, 128], y: hbm f32[3, 8, 128]) {
     wait copy(v, y[0:1, :, :], s);
     start copy(x[3], y[1], s);                           // HBM to HBM
     wait copy(x[3], y[1], s);
-    start copy(x[0:2, 2:6, 64:128], y[2, 0:8, 0:64], s) ;
-    wait copy(x[0:2, 2:6, 64:128], y[2, 0:8, 0:64], s);
+LAST
 }
 """
+    src = program.replace("LAST", "    start copy(x[0:2, 2:6, 64:128], y[2, 0:8, 0:64], s) ;\n"
+                                  "    wait copy(x[0:2, 2:6, 64:128], y[2, 0:8, 0:64], s);")
     err = compile_error(src)
     assert "shape mismatch: copy from [2, 4, 64] to [8, 64]" in err, err
     assert f"{FILE}:{line_of(src, 'y[2, 0:8, 0:64], s) ;')}:11: error" in err, err
-    src = """
-kernel k(x: hbm f32[4, 8, 128], y: hbm f32[3, 8, 128]) {
-    vmem v: f32[8, 128];
-    vmem r: f32[1, 128];
-    sem s;
-    start copy(x[1:2], v, s);
-    wait copy(x[1:2], v, s);
-    start copy(x[2, 5], r, s);
-    wait copy(x[2, 5], r, s);
-    v[3:4, :] = r;
-    start copy(v, y[0:1, :, :], s);
-    wait copy(v, y[0:1, :, :], s);
-    start copy(x[3], y[1], s);                           // HBM to HBM
-    wait copy(x[3], y[1], s);
-    start copy(x[0:2, 2:6, 64:128], y[1:3, 4:8, 0:64], s);   // 3-D strided, both sides
-    wait copy(x[0:2, 2:6, 64:128], y[1:3, 4:8, 0:64], s);
-}
-"""
+    src = program.replace("LAST", "    start copy(x[0:2, 2:6, 64:128], y[1:3, 4:8, 0:64], s);   "
+                                  "// 3-D strided, both sides\n"
+                                  "    wait copy(x[0:2, 2:6, 64:128], y[1:3, 4:8, 0:64], s);")
     x = f32(4, 8, 128)
     y = np.zeros((3, 8, 128), np.float32)
     y[0] = x[1]

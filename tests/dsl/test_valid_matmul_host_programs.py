@@ -444,24 +444,9 @@ kernel k(w: hbm mxfp4[64, 8], o: hbm mxfp4[64, 8]) {
     assert list(expected[:4, 4]) == [0.75, -0.75, -0.0625, 0.75]   # inf block: scale 2^-3
 
 
-MX_PLAIN = """
-param M = 8;
-param K = 64;
-param N = 128;
-kernel k(x: hbm bf16[M, K], w: hbm mxfp4[K, N], y: hbm f32[M, N]) {
-    vmem xv: bf16[M, K];
-    vmem wv: mxfp4[K, N];
-    vmem yv: f32[M, N];
-    sem s;
-    start copy(x, xv, s);
-    start copy(w, wv, s);
-    wait copy(x, xv, s);
-    wait copy(w, wv, s);
-    yv = matmul(xv, wv);
-    start copy(yv, y, s);
-    wait copy(yv, y, s);
-}
-"""
+# PLAIN with MXFP4 weights (K a multiple of the 32-row scale blocks).
+MX_PLAIN = (PLAIN.replace("param K = 128;", "param K = 64;").replace("w: hbm DT", "w: hbm mxfp4")
+            .replace("vmem wv: DT", "vmem wv: mxfp4").replace("DT", "bf16"))
 
 
 @pytest.mark.parametrize("m, k, n", [(1, 32, 2), (8, 32, 128), (33, 96, 130), (3, 160, 258), (40, 256, 256)])
