@@ -108,7 +108,7 @@ class ChipMemories:
     def write_all(self, offset: int, data: np.ndarray) -> None:
         """Write the same bytes at `offset` of every chip's HBM."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        if self._arrays is not None or self._regions is not None or self._fd < 0:
+        if self._arrays is not None or self._regions is not None or self.chips == 1:
             for chip in range(self.chips):
                 array, base = self.for_write(chip, offset, offset + raw.size)
                 if array is not None:
@@ -128,7 +128,7 @@ class ChipMemories:
             self._arrays = [np.zeros(0, np.uint8) for _ in range(self.chips)]
             self._shared = np.zeros(0, np.uint8)
             return
-        if self._fd < 0:            # one chip: nothing to share
+        if self.chips == 1:         # nothing to share
             self._arrays = [anonymous(self.size_bytes)]
             return
         maps = [mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_COPY) for _ in range(self.chips)]
