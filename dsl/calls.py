@@ -13,6 +13,7 @@ from mkemu.dsl.pipeline import Pipelines
 from mkemu.dsl.values import POISON, Binding, ConstVal, Scope, StructVal, count_of, describe
 
 MAX_INLINE_DEPTH = 64
+MAX_INLINED_CALLS = 50_000   # per program: a call tree that doubles at each level grows past any budget
 
 
 class Calls(Pipelines):
@@ -31,6 +32,13 @@ class Calls(Pipelines):
             self.error(call.span, f"fn calls nested more than {MAX_INLINE_DEPTH} deep (fns are inlined): "
                                   f"{' -> '.join(names[:3] + ['...'] + [decl.name])}")
             return
+        if self.inlined_calls >= MAX_INLINED_CALLS:
+            if self.inline_overflow is None:   # (kept even if an fn's own check drops its errors)
+                self.error(call.span, f"more than {MAX_INLINED_CALLS:,} fn calls to inline in this program (a fn "
+                                      "is inlined at every call, so calls nested in calls multiply)")
+                self.inline_overflow = list(self.errors.items())[-1]
+            return
+        self.inlined_calls += 1
         if call.keywords:
             self.error(call.keywords[0].span, f"fn '{decl.name}' takes no keyword arguments")
             return

@@ -47,6 +47,10 @@ class Declarations:
         self.ctx: KernelCtx | None = None
         self.inline_stack: list[tuple[str, SourceSpan]] = []
         self.inline_counter = itertools.count(1)
+        self.inlined_calls = 0
+        self.inline_overflow = None   # the error item of too many of them
+        self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
+        self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
 
     # ------------------------------------------------------------ diagnostics
@@ -61,7 +65,10 @@ class Declarations:
         return POISON
 
     def diagnostics(self) -> list[tuple[SourceSpan, str]]:
-        return [(span, msg + ctx) for span, msg, ctx in self.errors.values()]
+        errors = dict(self.errors)
+        if self.inline_overflow is not None:
+            errors.setdefault(*self.inline_overflow)
+        return [(span, msg + ctx) for span, msg, ctx in errors.values()]
 
     # ---------------------------------------------------------------- globals
     def collect_globals(self) -> None:

@@ -22,17 +22,19 @@ class Generics(Structs):
     def fixable_generics(self, decl) -> set[str]:
         """The generics of `decl` that some parameter type can fix: written as a whole
         dimension, slot count, semaphore count or dtype."""
+        return {name for p in decl.params for name in self.param_generics(decl, p)}
+
+    @staticmethod
+    def param_generics(decl, p: ast.Param) -> set[str]:
+        """The generics of `decl` that parameter `p`'s type can fix."""
         names = {g.name for g in decl.generics}
-        found = set()
-        for p in decl.params:
-            t = p.type
-            exprs = []
-            if isinstance(t, ast.SemType):
-                exprs = list(t.count or ())[:1]
-            elif isinstance(t, ast.MemType):
-                exprs = [ast.Name(t.dtype, t.span), *t.dims, *(t.slots or ())[:1]]
-            found.update(e.name for e in exprs if isinstance(e, ast.Name) and e.name in names)
-        return found
+        t = p.type
+        exprs = []
+        if isinstance(t, ast.SemType):
+            exprs = list(t.count or ())[:1]
+        elif isinstance(t, ast.MemType):
+            exprs = [ast.Name(t.dtype, t.span), *t.dims, *(t.slots or ())[:1]]
+        return {e.name for e in exprs if isinstance(e, ast.Name) and e.name in names}
 
     def check_generics_decl(self, decl, what: str) -> None:
         """A generic fn's or kernel's generics, checked at the declaration (called or not):
@@ -84,17 +86,22 @@ class Generics(Structs):
                 if len(t.dims) == len(v.shape):
                     for expr, size in zip(t.dims, v.shape):
                         bind(expr, size, p, site)
-        fixable = self.fixable_generics(decl)
         for g in decl.generics:
             if g.name not in found:
-                # A generic no parameter type fixes is reported at the declaration.
-                if ok and complete and g.name in fixable:
-                    self.error(g.span, self.unfixed_message(g.name, what))
+                # A generic no parameter type fixes is reported at the declaration; one whose
+                # parameters got arguments of another form, at the first of those.
+                site = next(((p, v, site) for p, v, site in pairs if g.name in self.param_generics(decl, p)), None)
+                if ok and complete and site is not None:
+                    p, v, site = site
+                    self.error(site, f"generic '{g.name}' of {what} cannot be inferred from argument '{p.name}': "
+                                     f"{self.kind_name(v)} does not have the form of the parameter's type")
                 ok = False
                 continue
             value = found[g.name][0]
             entity = DtypeVal(value) if isinstance(value, str) else ConstVal(value)
             self.define(scope, g.name, entity, g.span, "generic")
+            if scope.local(g.name) is None:   # it shadows a global (reported at the declaration)
+                ok = False
         return ok
 
     def generic_key(self, decl, scope: Scope) -> str:

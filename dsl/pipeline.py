@@ -249,7 +249,14 @@ class Pipe:
                 return
         n = self.tile_count(out)
         # Probe each stream at its first tile: dtype, shape, slots (and static bounds at t = start).
-        probe = self.bind_t(self.const(0), self.scope, out)
+        if isinstance(self.start, ir.Const) and not (isinstance(n, ir.Const) and n.value > 0):
+            # No tile, or a count known at run time only: tile 0 may not exist, so the probe's
+            # t is a variable of unknown range (the views are checked where they are issued).
+            probe = Scope(self.scope)
+            c.define(probe, self.s.var, ir.ScalarVar(c.unique(self.s.var), "let", self.s.var_span),
+                     self.s.var_span, "pipeline variable")
+        else:
+            probe = self.bind_t(self.const(0), self.scope, out)
         got_slots, default_depth = {}, self.depth_given
         # A prefetch starts input tiles only: the outputs and the body belong to the primed run.
         streams = self.inputs if part == "prefetch" else self.streams

@@ -436,15 +436,25 @@ class Statements(Expressions):
                 self.error(s.span, "host loops need compile-time bounds")
                 return
             trips = max(0, -(-(stop.value - start.value) // step))
-            if trips > MAX_HOST_TRIPS:   # (unrolled here: a loop of 10**30 launches would never end)
-                self.error(s.span, f"a host loop is unrolled at compile time; this one runs {trips:,} times "
+            total = trips * self.host_trips   # (nested loops multiply)
+            if total > MAX_HOST_TRIPS:   # (unrolled here: a loop of 10**30 launches would never end)
+                around = f", {total:,} with the loops around it" if total != trips else ""
+                self.error(s.span, f"a host loop is unrolled at compile time; this one runs {trips:,} times{around} "
                                    f"(at most {MAX_HOST_TRIPS:,})")
+                self.host_overflow = self.host_trips > 1   # (the loops around it stop too)
                 return
-            for i in range(start.value, stop.value, step):
-                inner = Scope(scope)
-                self.define(inner, s.var, ConstVal(i), s.var_span, "loop variable")
-                for st in s.body.stmts:
-                    self.stmt(st, inner, out)
+            saved, self.host_trips = self.host_trips, total
+            try:
+                for i in range(start.value, stop.value, step):
+                    inner = Scope(scope)
+                    self.define(inner, s.var, ConstVal(i), s.var_span, "loop variable")
+                    for st in s.body.stmts:
+                        self.stmt(st, inner, out)
+                    if self.host_overflow:
+                        break
+            finally:
+                self.host_trips = saved
+                self.host_overflow = self.host_overflow and saved > 1
             return
         var = ir.ScalarVar(self.unique(s.var), "loop", s.var_span)
         inner = Scope(scope)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
+
 import pytest
 
 import mkemu
+from mkemu.dsl.frontend import load_program
 from mkemu.errors import EmulatorFault, SourceError
 
 # A kernel and host to hang a malformed declaration or statement on.
@@ -158,6 +161,34 @@ def test_nesting_below_the_limit_compiles():
     mkemu.compile_source(src, "prog.mk", hw="test", mesh="1")
 
 
+def test_nested_host_loops_of_absurd_length():
+    # Each loop was checked on its own (a million trips at most), so three nested loops of a
+    # thousand unrolled a billion launches: the compile never ended.
+    src = """\
+    kernel k(x: hbm f32[8, 128]) { }
+    host {
+        input x: f32[8, 128];
+        for i in 0..1000 { for j in 0..1000 { for l in 0..1000 { launch k(x); } } }
+    }
+    """
+    assert first_line(src) == (
+        "prog.mk:4:43: error: a host loop is unrolled at compile time; this one runs 1,000 times, "
+        "1,000,000,000 with the loops around it (at most 1,000,000)")
+    program = load_program("prog.mk", text=textwrap.dedent(src).replace("0..1000", "0..3"))
+    assert len(program.host.launches) == 27
+
+
+def test_fn_call_tree_that_doubles_at_each_level():
+    # Every call of g(i) inlines g(i+1) twice: 2**30 copies of the leaf, and no end to the
+    # compile (the depth of 31 is well within the nesting limit).
+    fns = "fn g30(v: vmem f32[8, 128]) { v = v + 1.0; }\n" + "".join(
+        f"fn g{i}(v: vmem f32[8, 128]) {{ g{i + 1}(v); g{i + 1}(v); }}\n" for i in range(30))
+    src = fns + "kernel k(x: hbm f32[8, 128]) {\n    vmem v: f32[8, 128];\n    g0(v);\n}\n"
+    assert first_line(src).split(": ", 1)[1].startswith(
+        "error: more than 50,000 fn calls to inline in this program (a fn is inlined at every call, so calls "
+        "nested in calls multiply) (in fn 'g")
+
+
 def test_const_chain_too_long():
     # RecursionError: each const evaluated inside the evaluation of the one naming it.
     src = "".join(f"const C{i} = C{i + 1} + 1;\n" for i in range(400)) + "const C400 = 0;\n" + TAIL
@@ -283,3 +314,72 @@ def test_constant_offset_past_the_address_space():
     assert first_line(src) == (
         "prog.mk:4:5: error: 'z': a constant offset of 110,680,464,442,257,309,696 bytes is past the 64-bit "
         "address space")
+
+
+# -- generics -----------------------------------------------------------------------------------
+
+
+def test_generic_kernel_shadowing_a_global_is_launched():
+    # AttributeError in generics.generic_key: the generic was never bound (its definition
+    # was refused as a redefinition), and the launch named the instance from it.
+    src = """\
+    const R = 3;
+    kernel g<R>(x: hbm f32[R, 128]) { }
+    host { input x: f32[8, 128]; launch g(x); }
+    """
+    assert error_of(src) == (
+        "prog.mk:2:10: error: redefinition of 'R' (first defined at prog.mk:1:7)\n"
+        "  kernel g<R>(x: hbm f32[R, 128]) { }\n"
+        "           ^"
+    )
+
+
+@pytest.mark.parametrize("arg, got", [("v[2, :]", "vmem view f32[128] of 'v'"), ("s", "a semaphore")])
+def test_generic_fixed_by_a_parameter_but_not_by_its_argument(arg, got):
+    # Reported at the fn's declaration as a generic no parameter type fixes (which is not
+    # so), without naming the call.
+    src = f"""\
+    fn g<R>(o: vmem f32[R, 128]) {{ o = o + 1.0; }}
+    kernel k() {{
+        vmem v: f32[8, 128];
+        sem s;
+        g({arg});
+    }}
+    """
+    assert first_line(src) == (
+        f"prog.mk:5:7: error: generic 'R' of fn 'g' cannot be inferred from argument 'o': {got} does not have "
+        "the form of the parameter's type")
+
+
+# -- pipelines ----------------------------------------------------------------------------------
+
+
+def run_y(src: str, x):
+    kernel = mkemu.compile_source(textwrap.dedent(src), "prog.mk", hw="test", mesh="1")
+    return kernel(x=x).output("y")
+
+
+@pytest.mark.parametrize("bounds, n", [("4..4", 0), ("4..0", 0), ("4..n", 4)])
+def test_pipeline_without_tiles_is_not_checked_at_its_first_tile(bounds, n):
+    # The first tile's views were bounds-checked statically though no tile (or, with a run-time
+    # count, maybe no tile) exists: t = 4 makes x[2*t +: 2] rows 8:10 of 8, an error.
+    src = f"""\
+    kernel k(x: hbm f32[8, 128], y: hbm f32[8, 128], n: i32) {{
+        vmem v: f32[8, 128];
+        sem s;
+        start copy(x, v, s);
+        wait copy(x, v, s);
+        start copy(v, y, s);
+        wait copy(v, y, s);
+        pipeline t in {bounds} {{
+            input xt = x[2 * t +: 2, :];
+            output yt = y[2 * t +: 2, :];
+            yt = xt * 2.0;
+        }}
+    }}
+    host {{ input x: f32[8, 128]; output y: f32[8, 128]; launch k(x, y, {n}); }}
+    """
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+    np.testing.assert_array_equal(run_y(src, x), x)
+    # A window that fits at no start is still an error.
+    assert "a window of 9 is longer than dimension 0 of 'x'" in first_line(src.replace("t +: 2", "t +: 9"))
