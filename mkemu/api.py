@@ -247,6 +247,7 @@ class Kernel:
 
     def _write_inputs(self, machine, given: Mapping[str, np.ndarray], source: str | None = None) -> dict:
         names = {b.name for b in self.program.buffers}
+        arrays = {}
         for key in given:
             if not isinstance(key, str):
                 raise ConfigError(f"inputs are named by buffer ('name' or 'name@chip'), not {key!r}",
@@ -257,16 +258,17 @@ class Kernel:
                                   file=source, key=key)
             if at and not runner.is_chip_text(chip, self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
-            runner.check_values(name, self.program.buffer(name).dtype, np.asarray(given[key]), file=source, key=key)
+            arrays[key] = runner.as_array(given[key], f"buffer {name}", file=source, key=key)
+            runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key)
         written = {}
         for buf in self.program.buffers:
             for chip in range(self.chips):
-                key = f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in given else buf.name
-                array = given.get(key)
+                key = f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in arrays else buf.name
+                array = arrays.get(key)
                 if array is None:
                     continue
                 try:
-                    stored = runner.to_storage(np.asarray(array), buf.dtype)
+                    stored = runner.to_storage(array, buf.dtype)
                     machine.write_buffer(chip, buf.name, stored)
                 except ValueError as exc:
                     raise ConfigError(str(exc), file=source, key=key) from None
@@ -396,18 +398,22 @@ class Run:
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
                               f"{type(expected).__name__}", key="expected")
         mismatch = None
+        source = self.kernel.program.reference or self.kernel.path
         for key, value in expected.items():
             if not isinstance(key, str):
-                raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", key=str(key))
+                raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", file=source,
+                                  key=str(key))
             name, at, chip_text = key.partition("@")
             if at and not runner.is_chip_text(chip_text, self.kernel.chips):
-                raise ConfigError(f"{key!r}: chip must be 0..{self.kernel.chips - 1}",
-                                  file=self.kernel.program.reference or self.kernel.path, key=key)
+                raise ConfigError(f"{key!r}: chip must be 0..{self.kernel.chips - 1}", file=source, key=key)
             try:
                 buf = self.kernel.program.buffer(name)
             except KeyError:
-                raise ConfigError(f"expected output {name!r} is not a buffer of the program",
-                                  file=self.kernel.program.reference or self.kernel.path) from None
+                raise ConfigError(f"expected output {name!r} is not a buffer of the program", file=source) from None
+            value = runner.as_array(value, f"expected output {key!r}", file=source, key=key)
+            if value.dtype.kind not in "biuf":   # (a structured array cannot even be compared)
+                raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers", file=source,
+                                  key=key)
             for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
                 mismatch = runner.compare(value, self.output(buf.name, chip), name, chip)
                 if mismatch:

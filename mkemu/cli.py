@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--schedules", type=int, default=0, metavar="N",
                      help="also run N adversarial DMA schedules (the first lands every DMA as late as "
                           "synchronisation allows, the others land them in seeded random orders) and "
-                          "report any that change bits, fault or deadlock")
+                          "report any that change bits, fault or deadlock (at most 1000)")
     _driver_options(run)
     run.add_argument("--dump", metavar="DIR", help="K3: write weights, inputs, reference and emulator "
                      "outputs as .npz files into DIR")
@@ -289,10 +289,14 @@ class _Progress:
 
 
 def cmd_run(args) -> int:
-    from mkemu.run import check_schedules, execute, render_schedules
+    from mkemu.run import MAX_SCHEDULES, check_schedules, execute, render_schedules
+    from mkemu.shipped import resolve
 
-    if args.schedules < 0:
-        raise ConfigError(f"--schedules must be 0 or more, not {args.schedules}", key="--schedules")
+    if not 0 <= args.schedules <= MAX_SCHEDULES:
+        raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {args.schedules}",
+                          key="--schedules")
+    _check_outputs([("--trace", args.trace), ("--record-routing", args.record_routing)],
+                   _inputs_read(args, [resolve(args.file)]))
     options = _options(args)
     with _as_flags(args):
         report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
@@ -330,6 +334,7 @@ def cmd_compare(args) -> int:
 
     # Every program must be there before the first one's run, which may take a while.
     files = [resolve(file) for file in (args.first, *args.others)]
+    _check_outputs([("--record-routing", args.record_routing)], _inputs_read(args, files))
     options = _options(args)
     with _as_flags(args):
         reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
@@ -430,13 +435,39 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def _check_outputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, str | None]]) -> None:
+    """No file a command writes (flag, path) is one it reads (what, path), which it would
+    replace (a program by its listing or its trace), nor one another output writes."""
+    outputs = [(flag, out) for flag, out in outputs if out]
+    for i, (flag, out) in enumerate(outputs):
+        for what, path in inputs:
+            if path and _same_file(out, path):
+                raise ConfigError(f"{out} is {what}; write {flag} to another file", key=flag)
+        for other_flag, other in outputs[:i]:
+            if _same_file(out, other):
+                raise ConfigError(f"{other_flag} and {flag} both write {out}; give each its own file", key=flag)
+
+
+def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:
+    """The files a command reads, as (what, path): its programs and the files its flags name."""
+    def file_or_name(value: str | None) -> str | None:   # (a shipped name is no file of the user's)
+        return value if value and (value.endswith(".toml") or "/" in value) else None
+
+    return [*(("the program", path) for path in files), ("the --hw profile", file_or_name(args.hw)),
+            ("the --model config", file_or_name(getattr(args, "model", None))),
+            ("the --inputs file", getattr(args, "inputs", None)),
+            ("the --routing record", getattr(args, "routing", None))]
+
+
 def cmd_asm(args) -> int:
     from mkemu.isa.listing import listing
 
     if args.output is not None:
         from mkemu.runner import check_writable
+        from mkemu.shipped import resolve
 
         check_writable(args.output, "-o")   # before compiling, not after it
+        _check_outputs([("-o", args.output)], _inputs_read(args, [resolve(args.file)]))
     if args.params:
         return _print_params(args)
 
@@ -502,17 +533,21 @@ def cmd_tune(args) -> int:
     _check_scale_out(args)
     if args.budget < 1:
         raise ConfigError(f"--budget must be at least 1, got {args.budget}", key="--budget")
+    if args.seed >= 2**32:   # (optuna's sampler takes a 32-bit seed)
+        raise ConfigError(f"--seed of a tune must be 0..{2**32 - 1}, got {args.seed}", key="--seed")
     if args.resume == "":
         raise ConfigError("--resume wants the path of a tune record, got an empty one", key="--resume")
     if args.timing_only:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
+    out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
+    check_writable(out, "--out")
+    _check_outputs([("--out", out), ("--record-routing", args.record_routing)],
+                   _inputs_read(args, [resolve(args.file)]))
     base = trial(resolve(args.file), _options(args), args.inputs)
     with _as_flags(args):
         params, driver_set = program_params(base)
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
-    out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
-    check_writable(out, "--out")
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler)
     if args.resume:
@@ -595,8 +630,8 @@ def cmd_sweep(args) -> int:
     for path, key in ((args.out, "--out"), (args.plot, "--plot")):
         if path is not None:
             check_writable(path, key)
-    if args.out is not None and args.plot is not None and _same_file(args.out, args.plot):
-        raise ConfigError(f"--out and --plot both write {args.plot}; give each its own file", key="--plot")
+    _check_outputs([("--out", args.out), ("--plot", args.plot), ("--record-routing", args.record_routing)],
+                   _inputs_read(args, files))
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)

@@ -68,15 +68,21 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     return report, render
 
 
+# `--schedules N`: each schedule is a whole run, so N is bounded (a typo's 10**9 would never end).
+MAX_SCHEDULES = 1000
+
+
 def check_schedules(file: str, options: Options, count: int, normal: dict, inputs: str | None = None) -> list[dict]:
     """Run `count` adversarial schedules (the late one, then shuffles with seeds 1, 2,
-    ...) and say of each whether it gave the normal run's bits, faulted or deadlocked."""
+    ...) and say of each whether it gave the normal run's bits, faulted or deadlocked.
+    They write no outputs (trace, dump, routing record): those are the normal run's."""
     from mkemu.errors import MkemuError
 
     out = []
     for k in range(count):
         schedule = "late" if k == 0 else "shuffle"
-        variant = attrs.evolve(options, schedule=schedule, schedule_seed=k, trace=None)
+        variant = attrs.evolve(options, schedule=schedule, schedule_seed=k, trace=None, dump=None,
+                               record_routing=None)
         entry = {"schedule": schedule, "seed": k}
         try:
             report, _ = execute(file, variant, inputs=inputs)

@@ -98,6 +98,15 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def as_array(value, what: str, file: str | None = None, key: str | None = None) -> np.ndarray:
+    """`value` (an array, a nested list, ...) as a numpy array; one numpy cannot make
+    (a ragged list) is a ConfigError naming `what`."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{what} is not an array: {str(exc).splitlines()[0]}", file=file, key=key) from None
+
+
 def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None) -> None:
     """Refuse an array whose values a buffer cannot take as they are: not numbers, or,
     for an i32 buffer, not integers or outside int32 (float buffers round to their

@@ -50,11 +50,21 @@ def parse_axis(item: str) -> Axis:
     values = []
     for part in _split_top(text):
         try:
-            values.append(tomllib.loads(f"v = {part}")["v"])
+            value = tomllib.loads(f"v = {part}")["v"]
+            if not _plain(value):   # (a date or a table: no profile value is one, nor can a variant write it)
+                raise tomllib.TOMLDecodeError
         except tomllib.TOMLDecodeError:
             raise ConfigError(f"{part!r} is not a value a profile takes (a number, true/false or [..])",
                               key=f"--hw-set {key}") from None
+        values.append(value)
     return Axis(key, tuple(values))
+
+
+def _plain(value) -> bool:
+    """A number, a boolean, a string or an array of them: what `_toml_value` writes back."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return isinstance(value, int | float | str)
 
 
 def _split_top(text: str) -> list[str]:

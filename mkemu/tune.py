@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -308,11 +309,16 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
         bad("\"report\" is not an object")
     if t["status"] == "ok" or t["report"]:
         try:
+            figures = breakdown(t["report"])
+            figures = [figures["total"], *figures["parts"].values()]
             if t["status"] == "ok":
-                float(objective_of(t["report"], objective))
-            breakdown(t["report"])
+                figures.append(objective_of(t["report"], objective))
         except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
             bad(f"its report cannot be read ({type(exc).__name__}: {exc})")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in figures):
+            bad("its report's times are not all finite numbers")
+        if t["status"] == "ok" and not figures[-1] > 0:   # (a run takes time; speedups divide by it)
+            bad(f"its {objective} is {figures[-1]!r}, not more than 0")
 
 
 # ----------------------------------------------------------------------- text

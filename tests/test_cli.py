@@ -226,7 +226,7 @@ def test_a_program_file_that_is_not_text_is_one_clear_error(capsys, tmp_path, mo
     (["--max-instructions", "0"], "--max-instructions: error: --max-instructions must be an integer >= 1"),
     (["--max-cycles", "-1"], "--max-cycles: error: --max-cycles must be an integer >= 1, not -1"),
     (["--routing-skew", "-1"], "--routing-skew: error: --routing-skew must be a number >= 0, not -1.0"),
-    (["--schedules", "-1"], "--schedules must be 0 or more"),
+    (["--schedules", "-1"], "--schedules must be 0..1000"),
     (["--seed", "-1"], "--seed: error: --seed must be an integer >= 0, not -1"),
 ])
 def test_bad_run_options_are_one_line_errors(capsys, argv, message):

@@ -252,3 +252,90 @@ def test_an_empty_path_option_is_an_error_not_ignored(capsys, flag):
 def test_tune_refuses_an_empty_resume_path(capsys):
     failed(capsys, "tune", "vector_add", "--hw", "test", "--mesh", "1", "--param", "N=1024,2048", "--resume", "",
            naming="--resume")
+
+
+# ------------------------------------------------------------ adversarial schedules
+
+
+def test_schedules_are_bounded(capsys):
+    failed(capsys, *RUN, "--schedules", str(10**9), naming="--schedules")
+
+
+def test_schedule_runs_write_none_of_the_normal_runs_outputs(monkeypatch):
+    # (they rewrote --dump and --record-routing with an adversarial run's data)
+    import mkemu.run
+    from mkemu.options import Options
+
+    seen = []
+
+    def execute(file, options, **kwargs):
+        seen.append(options)
+        return {"bit_exact": True}, None
+
+    monkeypatch.setattr(mkemu.run, "execute", execute)
+    options = Options(trace="t.mkt", dump="dump", record_routing="routing.json")
+    entries = mkemu.run.check_schedules("k3_megakernel", options, 2, {"bit_exact": True})
+    assert [e["outcome"] for e in entries] == ["same", "same"]
+    assert [(o.schedule, o.trace, o.dump, o.record_routing) for o in seen] == [
+        ("late", None, None, None), ("shuffle", None, None, None)]
+
+
+# ------------------------------------------------------------ arrays that are not arrays of numbers
+
+
+VECTOR_ADD = Path(__file__).parent.parent / "programs" / "examples" / "vector_add.mk"
+
+
+@pytest.mark.parametrize("returned", ['{"out": [[1.0], [1.0, 2.0]]}',              # ragged: a ValueError
+                                      '{"out": np.zeros((8, 1024), [("x", "f4")])}'])  # a TypeError comparing
+def test_a_reference_returning_what_is_not_an_array_of_numbers(capsys, tmp_path, returned):
+    (tmp_path / "p.mk").write_text(VECTOR_ADD.read_text())
+    (tmp_path / "vector_add_ref.py").write_text(
+        f"import numpy as np\n\ndef reference(inputs, *, chips, cores_per_chip):\n    return {returned}\n")
+    failed(capsys, "run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1",
+           naming="vector_add_ref.py:reference: out: error: expected output 'out'")
+
+
+def test_ragged_arrays_given_to_the_api_are_config_errors():
+    import mkemu
+
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    ragged = [[1.0], [1.0, 2.0]]
+    with pytest.raises(mkemu.ConfigError, match="buffer a is not an array"):
+        kernel(a=ragged)
+    with pytest.raises(mkemu.ConfigError, match="buffer a is not an array"):
+        kernel.session().write("a", ragged)
+    with pytest.raises(mkemu.ConfigError, match="expected output 'out' is not an array"):
+        kernel().check({"out": ragged})
+
+
+# ------------------------------------------------------------ outputs over inputs
+
+
+@pytest.mark.parametrize("argv, flag, what", [
+    (["asm", "{prog}", "--hw", "test", "-o", "{prog}"], "-o", "the program"),          # replaced by its listing
+    (["asm", "{prog}", "--params", "-o", "{prog}"], "-o", "the program"),
+    (["run", "{prog}", "--hw", "test", "--mesh", "1", "--trace", "{prog}"], "--trace", "the program"),
+    (["run", "{prog}", "--hw", "{hw}", "--mesh", "1", "--trace", "{hw}"], "--trace", "the --hw profile"),
+    (["run", "{prog}", "--hw", "test", "--mesh", "1", "--inputs", "{npz}", "--trace", "{npz}"], "--trace",
+     "the --inputs file"),
+    (["tune", "{prog}", "--hw", "test", "--mesh", "1", "--param", "N=1024,2048", "--out", "{prog}"], "--out",
+     "the program"),
+    (["sweep", "{prog}", "--hw", "test", "--mesh", "1", "--out", "{prog}"], "--out", "the program"),
+])
+def test_an_output_over_a_file_the_command_reads_is_an_error(capsys, tmp_path, argv, flag, what):
+    prog, hw, npz = tmp_path / "p.mk", tmp_path / "hw.toml", tmp_path / "in.npz"
+    prog.write_text(VECTOR_ADD.read_text())
+    hw.write_text(PROFILE.read_text())
+    np.savez(npz, a=np.ones((8, 1024), np.float32))
+    saved = {p: p.read_bytes() for p in (prog, hw, npz)}
+    argv = [a.format(prog=prog, hw=hw, npz=npz) for a in argv]
+    failed(capsys, *argv, naming=f"{flag}: error: {argv[argv.index(flag) + 1]} is {what}; write {flag} to another")
+    assert {p: p.read_bytes() for p in saved} == saved
+
+
+def test_two_outputs_of_one_run_are_two_files(capsys, tmp_path):
+    out = str(tmp_path / "x")
+    failed(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--trace", out, "--record-routing", out,
+           naming="--trace and --record-routing both write")
+    assert not (tmp_path / "x").exists()

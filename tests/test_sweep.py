@@ -106,6 +106,9 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
                                             "got -1"),
     (("--hw-set", "vmem_bytes=1x"), "--hw-set core.vmem_bytes: error: '1x' is not a value a profile takes"),
     (("--hw-set", "vmem_bytes"), "--hw-set: error: --hw-set wants KEY=V1,V2,..., got 'vmem_bytes'"),
+    # A TOML date or table: the error was the point's own profile, "invalid TOML", naming datetime.date(...).
+    (("--hw-set", "clock_hz=1979-05-27"), "--hw-set chip.clock_hz: error: '1979-05-27' is not a value a profile"),
+    (("--hw-set", "mesh.dims=[{{x=1}}]"), "--hw-set mesh.dims: error: '[{x=1}]' is not a value a profile takes"),
     (("--mesh", "2x0"), "--mesh: error: bad mesh '2x0'"),
     # One value in both its units: the point's profile took the last one silently.
     (("--hw-set", "hbm_bw_bytes_per_s=1e12", "--hw-set", "hbm_bw_bytes_per_cycle=100"),

@@ -101,6 +101,11 @@ def test_resume_refuses_the_record_of_another_tune(capsys, tmp_path):
                            "this tune's is 5")
 
 
+def _report_seconds(record: dict, seconds: float) -> dict:
+    trial = record["trials"][0]
+    return dict(record, trials=[dict(trial, report=dict(trial["report"], seconds=seconds))])
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda r: b"\xff\xfe", "not a tune record (not UTF-8 text (byte 0xff at offset 0))"),
     (lambda r: dict(r, settings=None), "settings: error: bad tune record: \"settings\" is not an object"),
@@ -112,6 +117,13 @@ def test_resume_refuses_the_record_of_another_tune(capsys, tmp_path):
      "the trial lacks \"wall_s\""),
     (lambda r: dict(r, trials=[dict(r["trials"][0], report="x")]), "\"report\" is not an object"),
     (lambda r: dict(r, trials=[dict(r["trials"][0], report={})]), "its report cannot be read"),
+    # (a time of 0 made the ranked table divide by zero; NaN, inf or a string were ranked as they were)
+    (lambda r: _report_seconds(r, 0), "its us_per_step is 0.0, not more than 0"),
+    (lambda r: _report_seconds(r, -1e-6), "its us_per_step is -1.0, not more than 0"),
+    (lambda r: _report_seconds(r, float("nan")), "its report's times are not all finite numbers"),
+    (lambda r: _report_seconds(r, float("inf")), "its report's times are not all finite numbers"),
+    (lambda r: dict(r, trials=[dict(r["trials"][0], report=dict(r["trials"][0]["report"], us_per_step="5"))]),
+     "its report's times are not all finite numbers"),
 ])
 def test_resume_refuses_a_damaged_record(capsys, tmp_path, damage, message):
     tune(capsys, tmp_path, SCALE, *TEST_HW, "--param", "TN=512", out="a.json")
@@ -191,3 +203,11 @@ def test_driver_params_cannot_be_tuned(capsys, tmp_path):
                  "--out", str(tmp_path / "t.json")])
     _, err = capsys.readouterr()
     assert code == 1 and "'BATCH' is set by the program's driver" in err and "Traceback" not in err
+
+
+def test_a_seed_the_sampler_cannot_take_is_an_error(capsys, tmp_path):
+    # (optuna's sampler raised a ValueError traceback for a seed of 2**32 or more)
+    code, _, err, record = tune(capsys, tmp_path, SCALE, *TEST_HW, "--param", "SYNC", "--param", "TN",
+                                "--budget", "3", "--seed", str(2**32))
+    assert code == 1 and err.startswith("--seed: error: --seed of a tune must be 0..4294967295")
+    assert record == {}
