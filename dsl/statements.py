@@ -326,10 +326,18 @@ class Statements(Expressions):
             first = first.value
         sem = self.sem_arg(first, scope)
         amount = self.as_scalar(self.expr(e.args[1], scope), e.args[1].span, "an integer amount")
-        if POISON in (sem, amount, target):
+        if POISON in (sem, amount, target) or not self.non_negative(amount, e.args[1].span, "signal"):
             return
         self.post(sem.sem, e.span, "signal")
         out.append(ir.Signal(sem, amount, target, e.span))
+
+    def non_negative(self, amount, span, what: str) -> bool:
+        """A compile-time amount of a signal or semaphore wait is not negative (semaphores
+        count up: a signal adds, a wait takes away)."""
+        if isinstance(amount, ir.Const) and amount.value < 0:
+            self.error(span, f"the amount of a {what} must not be negative, got {amount.value}")
+            return False
+        return True
 
     def barrier(self, e: ast.Call, scope, out) -> None:
         if e.keywords or len(e.args) > 1:
@@ -413,7 +421,7 @@ class Statements(Expressions):
     def s_WaitSem(self, s: ast.WaitSem, scope, out) -> None:
         sem = self.sem_arg(s.sem, scope)
         amount = self.as_scalar(self.expr(s.amount, scope), s.amount.span, "an integer amount")
-        if sem is POISON or amount is POISON:
+        if sem is POISON or amount is POISON or not self.non_negative(amount, s.amount.span, "wait"):
             return
         self.ctx.waited.add(sem.sem)
         self.ctx.waits.append((sem.sem, s.span))

@@ -383,3 +383,26 @@ def test_pipeline_without_tiles_is_not_checked_at_its_first_tile(bounds, n):
     np.testing.assert_array_equal(run_y(src, x), x)
     # A window that fits at no start is still an error.
     assert "a window of 9 is longer than dimension 0 of 'x'" in first_line(src.replace("t +: 2", "t +: 9"))
+
+
+# -- semaphore amounts --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stmt, what", [("signal(s, -3);", "signal"), ("wait(s, 2 - 5);", "wait"),
+                                        ("signal(s @ peer(0, 1), -1);", "signal")])
+def test_negative_constant_semaphore_amount_is_an_error(stmt, what):
+    # Semaphores count up: a negative signal took bytes away and a negative wait added them.
+    src = f"""\
+    kernel k(x: hbm f32[8, 128]) {{
+        sem s;
+        {stmt}
+        signal(s, 1);
+        wait(s, 1);
+    }}
+    host {{ input x: f32[8, 128]; launch k(x); }}
+    """
+    assert f"error: the amount of a {what} must not be negative" in first_line(src)
+    # Zero is fine.
+    kernel = mkemu.compile_source(textwrap.dedent(src.replace(stmt, "signal(s, 0); wait(s, 0);")), "prog.mk",
+                                  hw="test", mesh="1")
+    kernel(x=np.zeros((8, 128), np.float32))
