@@ -32,7 +32,7 @@ from mkemu.emulator.memory import Trap
 from mkemu.emulator.safety import Safety
 from mkemu.emulator.topology import Mesh
 
-RESUME, SIGNAL = 0, 3
+RESUME, SIGNAL, FAULT = 0, 3, 5
 NP_DTYPES = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32, "mxfp4": np.uint8}
 
 
@@ -233,7 +233,7 @@ class Machine(DmaMixin):
                 self.release_all(self.now)
                 continue
             t, _, kind, payload = heapq.heappop(self.events)
-            if t > self.config.max_cycles:
+            if t > self.config.max_cycles and kind != FAULT:
                 raise self._max_cycles(kind, payload, t)
             self.now = max(self.now, t)
             if kind == RESUME:
@@ -250,6 +250,8 @@ class Machine(DmaMixin):
                 self._add_sem(core, sem, value, t, raiser=raiser)
             elif kind == LAND:
                 self._land(payload, t)
+            elif kind == FAULT:
+                raise payload
         waiting = [c for c in self.cores if not c.halted]
         if waiting:
             raise self._deadlock(waiting)
@@ -310,7 +312,12 @@ class Machine(DmaMixin):
                 try:
                     core.pending = core.run_local()
                 except Trap as trap:
-                    raise self._fault(core, trap.kind, trap.message) from None
+                    # Found while the core ran ahead of the machine's clock: raised once
+                    # simulated time reaches it, so what happens before it (other cores,
+                    # DMAs, an earlier fault elsewhere) happens first. The core stops here.
+                    fault = self._fault(core, trap.kind, trap.message)
+                    self._push(max(t, fault.cycle), FAULT, fault)
+                    return
             op, issue = core.pending
             if issue > t:
                 self._push(issue, RESUME, core)

@@ -83,10 +83,12 @@ class Recorder:
         self.rate_values = array("d")
         self._last_rate: dict[int, float] = {}
         self.end_cycle = 0
+        self.machine = None     # the machine it records (`attach`)
 
     # -- hooks called by the machine -----------------------------------------
 
     def attach(self, machine) -> None:
+        self.machine = machine
         p, mesh = machine.profile, machine.mesh
         resources = [None] * machine.net.num_resources
         for chip, rid in enumerate(machine.hbm_res):
@@ -148,6 +150,31 @@ class Recorder:
                                             start, core.end_time, pc))
         self.launches[-1]["end"] = machine.now
         self.end_cycle = machine.now
+
+    def on_fault(self, fault) -> None:
+        """The run stopped at `fault`: the trace ends there. Every core's rows so far are
+        taken, regions still open close at the fault's cycle (a halted core's at its
+        halt), DMAs in flight keep begun/done -1, and the metadata says what stopped it."""
+        machine = self.machine
+        end = max(machine.now, fault.cycle or 0)
+        if self.launches:
+            index = len(self.launches) - 1
+            for core in machine.cores:
+                sink = getattr(core, "trace", None)
+                if sink is None or sink.launch != index:
+                    continue
+                sink.drain(core, force=True)
+                opened = core.open_regions()
+                close = core.end_time if core.end_time is not None else end
+                for depth in range(len(opened) - 1, -1, -1):
+                    rid, region_index, start, pc = opened[depth]
+                    self.rows["region"].extend((core.gid, index, sink.name_id(rid), region_index, depth,
+                                                start, max(start, close), pc))
+            self.launches[-1]["end"] = end
+        self.end_cycle = end
+        self.meta["fault"] = {"kind": fault.kind, "message": fault.message, "chip": fault.chip,
+                              "core": fault.core, "cycle": fault.cycle, "pc": fault.pc,
+                              "instruction": fault.instruction, "source": fault.source}
 
     def on_signal(self, src, dst, sem: int, value: int, t: int, arrival: int) -> None:
         self.rows["signal"].extend((src.gid, dst.gid, len(self.launches) - 1, sem, value, t, arrival, src.pc))

@@ -17,6 +17,7 @@ the emulator.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -28,7 +29,7 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError, SourceError, not_text
+from mkemu.errors import ConfigError, EmulatorFault, SourceError, not_text
 from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options
 from mkemu.session import Session
@@ -184,12 +185,14 @@ class Kernel:
                 raise ConfigError("this program's driver writes its own inputs; call it with none",
                                   file=self.path)
             session = self.session()
-            figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
+            with self._trace_on_fault(session.recorder):
+                figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
             self._save_trace(figures, session.recorder)
             return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
         machine, recorder = self._machine()
         written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
-        figures = machine.run().to_json()
+        with self._trace_on_fault(recorder):
+            figures = machine.run().to_json()
         figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
         self._save_trace(figures, recorder)
         outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype, b.shape)
@@ -204,6 +207,20 @@ class Kernel:
                 raise ConfigError(str(exc), key=name) from None
 
         return Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0, read=read)
+
+    @contextlib.contextmanager
+    def _trace_on_fault(self, recorder):
+        """A run that faults still writes its trace (given as a path), ending at the fault:
+        where the time went before it is what a kernel author looks at next. The fault
+        names the file."""
+        try:
+            yield
+        except EmulatorFault as fault:
+            if isinstance(self.options.trace, str) and recorder is not None:
+                recorder.on_fault(fault)
+                runner.atomic_write(self.options.trace, recorder.to_bytes())
+                fault.details = (*fault.details, f"trace up to the fault: {self.options.trace}")
+            raise
 
     def _save_trace(self, figures: dict, recorder) -> None:
         """`trace` given as a path: the trace is written there (atomically) after the run."""

@@ -116,11 +116,15 @@ def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
     end[:-1] = start[1:]
     last = np.ones(rows.size, bool)
     last[:-1] = rows[1:] != rows[:-1]
-    end[last] = dma["done"][rows[last]]
+    done = dma["done"][rows[last]]
+    # (A DMA still moving when a fault ended the run: its last rate holds to the trace's
+    # end, and it moved what its rates say, not its size.)
+    end[last] = np.where(done >= 0, done, trace.end_cycle)
     end = np.maximum(end, start)
     raw = r * (end - start)
     per_dma = np.bincount(rows, raw, minlength=dma["seq"].size)
     scale = np.divide(dma["size_bytes"], per_dma, out=np.zeros(per_dma.size), where=per_dma > 0)
+    scale[dma["done"] < 0] = 1.0
     return {"row": rows, "start": start, "end": end, "bytes": raw * scale[rows]}
 
 
@@ -208,6 +212,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
         "filters": {"chips": chip_set, "cores": sorted({trace.cores[g]["core"] for g in gids}),
                     "region": region, "from": start, "to": end},
         "window_cycles": measure,
+        "fault": trace.meta.get("fault"),   # what ended the run, if a fault did
     }
     # Instructions issued inside the window (a one-cycle probe at the issue cycle), per
     # core and unit the cycles it was busy inside it, and stalls on units and operands:
@@ -482,6 +487,14 @@ def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
     return rows
 
 
+def _fault_line(fault: dict) -> str:
+    """The fault that ended a run, as `mkemu run` printed its first lines."""
+    where = ", ".join(f"{k} {fault[k]:#06x}" if k == "pc" else f"{k} {fault[k]}"
+                      for k in ("chip", "core", "cycle", "pc") if fault.get(k) is not None)
+    text = f"[{fault['kind']}]" + (f" at {where}" if where else "") + f": {fault['message']}"
+    return text + (f" [{fault['source']}]" if fault.get("source") else "")
+
+
 def _frac(a: float, b: float) -> float:
     return float(a) / float(b) if b else 0.0
 
@@ -494,6 +507,9 @@ def render_text(s: dict, max_regions: int = 40) -> str:
     f = s["filters"]
     lines.append(f"trace {s['trace']} ({s['profile']}, {hz / 1e9:.4g} GHz)")
     lines.append(f"emulated time: {s['emulated_cycles']:,} cycles = {_time(s['emulated_seconds'])}")
+    fault = s.get("fault")
+    if fault:
+        lines.append(f"the run ended in a fault: {_fault_line(fault)}")
     what = [f"chips {','.join(map(str, f['chips']))}", f"cores {','.join(map(str, f['cores']))}"]
     if f["region"]:
         what.append(f"region {f['region']}")

@@ -270,3 +270,14 @@ def test_a_fault_names_the_cycle_its_instruction_issued(emu, body, pc, cycle):
     fault = fault_of(emu, body)
     assert (fault.pc, fault.cycle) == (pc, cycle)
     assert f"cycle {cycle}, pc {pc:#06x}" in fault.render()
+
+
+def test_the_first_fault_in_simulated_time_is_reported(emu):
+    # Core 0 runs first (in the emulator's order) and, running ahead of the machine's clock,
+    # finds its fault at a late cycle; core 1's fault comes earlier in simulated time and is
+    # the one reported, whatever order the emulator ran the cores in.
+    body = ("rdsr s1, core\nbne s1, s0, early\nli s4, 200\nspin:\naddi s4, s4, -1\nbne s4, s0, spin\n"
+            "div s2, s1, s0\njmp __end\nearly:\nli s3, 7\ndiv s2, s3, s0\n")
+    fault = fault_of(emu, body, solo=False)
+    assert (fault.kind, fault.core) == ("divide-by-zero", 1), fault.render()
+    assert fault.instruction == "div s2, s3, s0" and fault.cycle < 1100   # (the launch takes 1000)

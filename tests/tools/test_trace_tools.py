@@ -378,3 +378,47 @@ def test_exports_refuse_a_region_filter(dma_bound, tmp_path, capsys):
     path.write_bytes(dma_bound.data)
     assert main(["trace", str(path), "--perfetto", str(tmp_path / "t.pftrace"), "--region", "copy"]) == 1
     assert "--region narrows the summary" in capsys.readouterr().err
+
+
+FAULTS_MID_COPY = """\
+kernel k(x: hbm f32[64, 1024], y: hbm f32[8, 128], n: i32) {
+    vmem v: f32[64, 1024];
+    vmem w: f32[8, 128];
+    sem s;
+    sem t;
+    region "load" {
+        start copy(x, v, s);
+        for i in 0..100 { w = w + 1.0; }
+        let z = 5 / n;
+    }
+    wait copy(x, v, s);
+    start copy(w, y, t);
+    wait copy(w, y, t);
+}
+host { input x: f32[64, 1024]; output y: f32[8, 128]; launch k(x, y, 0); }
+"""
+
+
+def test_a_run_that_faults_writes_its_trace_up_to_the_fault(tmp_path, capsys, dma_bound):
+    src, out = tmp_path / "f.mk", tmp_path / "f.mkt"
+    src.write_text(FAULTS_MID_COPY)
+    assert main(["run", str(src), "--hw", "test", "--mesh", "1", "--trace", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "fault [divide-by-zero] at chip 0, core 0" in err and f"trace up to the fault: {out}" in err
+    t = read_trace(str(out))
+    fault = t.meta["fault"]
+    assert fault["kind"] == "divide-by-zero" and fault["source"].endswith("let z = 5 / n;")
+    assert t.end_cycle == fault["cycle"] and t.launches[-1]["end"] == fault["cycle"]
+    # The copy was still moving: begun, not done; the bytes it moved so far count.
+    assert t.dma["begun"][0] >= 0 and t.dma["done"][0] == -1
+    s = summarize(t)
+    assert s["fault"] == fault
+    moved = _hbm(s)["bytes"]
+    assert 0 < moved < 64 * 1024 * 4
+    # Both cores ran the loop up to the fault; the region still open closes there.
+    assert {r["region"]: r["instances"] for r in s["regions"]}["load"] == 2
+    assert "the run ended in a fault: [divide-by-zero] at chip 0, core 0, cycle" in render_text(s)
+    for export in ("--perfetto", "--html"):
+        assert main(["trace", str(out), export, str(tmp_path / f"e{export[2:]}")]) == 0
+    # A run that ended normally has none.
+    assert summarize(dma_bound.trace)["fault"] is None and "fault" not in render_text(summarize(dma_bound.trace))
