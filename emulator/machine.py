@@ -155,10 +155,10 @@ class Machine(DmaMixin):
 
     def _buffer_data(self, name: str, array: np.ndarray):
         buf = self.program.buffer(name)
-        data = np.ascontiguousarray(array, dtype=NP_DTYPES[buf.dtype])
-        if data.shape != buf.storage_shape:
+        data = np.asarray(array, dtype=NP_DTYPES[buf.dtype])
+        if data.shape != buf.storage_shape:   # (before ascontiguousarray, which makes a 0-d array 1-d)
             raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.storage_shape}")
-        return buf, data.view(np.uint8).reshape(-1)
+        return buf, np.ascontiguousarray(data).view(np.uint8).reshape(-1)
 
     def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
         """Write a buffer on one chip (a timing-only run keeps only i32 buffers' bytes)."""

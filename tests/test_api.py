@@ -84,6 +84,7 @@ def test_inputs_from_an_npz_file(tmp_path):
     (lambda k: k(c=np.zeros(1)), "no buffer named 'c'"),
     (lambda k: k({"a@5": np.zeros((8, 1024), np.float32)}), "chip must be 0..0"),
     (lambda k: k(a=np.zeros((4, 4), np.float32)), "buffer a"),
+    (lambda k: k(a=np.float32(1.0)), "buffer a: shape () != declared (8, 1024)"),   # (was said to be (1,))
     (lambda k: k(a=np.full((8, 1024), "x")), "buffer a (f32): got an array of <U1, not numbers"),
 ])
 def test_bad_inputs_are_config_errors(call, message):
