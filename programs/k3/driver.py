@@ -265,8 +265,7 @@ def drive_timing_only(session, opts: dict, cfg) -> dict:
             entry = record.steps[step]
             session.write("tokens", np.array(entry["tokens"], np.int32))
             session.write("pos", np.array([entry["pos"]], np.int32))
-            for core, values in enumerate(entry["readbacks"]):
-                session.feed_readbacks(values, core=core)
+            session.feed_readbacks(record.routing(step))
             session.feed_payloads(record.payloads(step))
         else:
             session.write("tokens", tokens[step].astype(np.int32))

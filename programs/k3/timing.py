@@ -56,16 +56,29 @@ def synthetic_routing(cfg, batch: int, seed: int, skew: float, step: int) -> np.
 class RoutingRecord:
     """The router's choices and the tokens of every step of a data run, per core."""
 
-    def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None):
+    def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None,
+                 payloads: list[list[list[bytes]]] | None = None):
         self.model, self.batch, self.cores = model, batch, cores
         self.steps = steps or []
+        # The payloads' bytes, per step and core: `steps` holds them base64-encoded (as the
+        # file does), decoded once when added or loaded.
+        self._payloads = payloads or []
 
     def add(self, tokens, pos: int, readbacks: list[list[int]], payloads: list[list[bytes]]) -> None:
         self.steps.append({"tokens": np.asarray(tokens).tolist(), "pos": int(pos), "readbacks": readbacks,
                            "payloads": [[base64.b64encode(p).decode() for p in core] for core in payloads]})
+        self._payloads.append([list(core) for core in payloads])
 
     def payloads(self, step: int) -> list[list[bytes]]:
-        return [[base64.b64decode(p) for p in core] for core in self.steps[step].get("payloads", [])]
+        return [list(core) for core in self._payloads[step]]
+
+    def routing(self, step: int) -> list[int]:
+        """The router's choices of a step, the sequence every core that routes read (the
+        same on every such core, checked when loaded; empty without MoE layers). The
+        driver feeds it to every core, as it does synthetic routing: a core that does not
+        route reads none of it, so a record replays on any program and scheme (which
+        cores route differs: docs/k3_programs.md), not only on the one that wrote it."""
+        return next((values for values in self.steps[step]["readbacks"] if values), [])
 
     def save(self, path: str) -> None:
         doc = {"format": FORMAT, "version": 1, "model": self.model, "batch": self.batch,
@@ -92,9 +105,9 @@ class RoutingRecord:
         if len(doc["steps"]) < steps:
             raise ConfigError(f"the routing record has {len(doc['steps'])} steps; this run needs "
                               f"{steps}", file=path, key="steps")
-        for i, step in enumerate(doc["steps"][:steps]):
-            _check_step(step, f"steps[{i}]", cfg, batch, cores, path)
-        return cls(model, batch, cores, doc["steps"])
+        used = doc["steps"][:steps]
+        payloads = [_check_step(step, f"steps[{i}]", cfg, batch, cores, path) for i, step in enumerate(used)]
+        return cls(model, batch, cores, used, payloads)
 
 
 def _ints(value, lo: int, hi: int) -> bool:
@@ -103,8 +116,9 @@ def _ints(value, lo: int, hi: int) -> bool:
                                            for v in value)
 
 
-def _check_step(step, where: str, cfg, batch: int, cores: int, path: str) -> None:
-    """One recorded step as `add` writes it (a hand-edited or damaged file fails here)."""
+def _check_step(step, where: str, cfg, batch: int, cores: int, path: str) -> list[list[bytes]]:
+    """One recorded step as `add` writes it (a hand-edited or damaged file fails here);
+    returns its payloads, decoded."""
     def bad(field: str, what: str):
         raise ConfigError(f"expected {what}", file=path, key=f"{where}.{field}" if field else where)
 
@@ -119,16 +133,47 @@ def _check_step(step, where: str, cfg, batch: int, cores: int, path: str) -> Non
     if not isinstance(readbacks, list) or len(readbacks) > cores \
             or not all(_ints(r, -2**31, 2**31) for r in readbacks):
         bad("readbacks", f"a list of at most {cores} lists (one per core) of 32-bit integers")
+    for core, values in enumerate(readbacks):
+        _check_readbacks(values, f"readbacks[{core}]", cfg, batch, bad)
+    routing = [core for core, values in enumerate(readbacks) if values]
+    for core in routing[1:]:
+        if readbacks[core] != readbacks[routing[0]]:
+            bad(f"readbacks[{core}]", f"the ids of readbacks[{routing[0]}] (every core that routes makes the same "
+                                      "choices)")
     payloads = step.get("payloads")
     if not isinstance(payloads, list) or len(payloads) != cores or not all(
             isinstance(core, list) and all(isinstance(p, str) for p in core) for core in payloads):
         bad("payloads", f"a list of {cores} lists (one per core) of base64 strings")
+    decoded = []
     for core in payloads:
+        decoded.append([])
         for p in core:
             try:
-                base64.b64decode(p, validate=True)
+                decoded[-1].append(base64.b64decode(p, validate=True))
             except ValueError:
                 bad("payloads", "base64 strings (one does not decode)")
+    return decoded
+
+
+def _check_readbacks(values: list[int], field: str, cfg, batch: int, bad) -> None:
+    """One core's readbacks of one step. The K3 programs read back into scalars only the
+    router's top-k expert ids (docs/k3_programs.md, the contract with the timing-only
+    mode): a core that routes reads, per MoE layer, row and slot, an expert id, the TOPK
+    ids of a row distinct (the router masks each choice before the next); a core that
+    does not route reads none. The programs index their tables with these ids, so a
+    value out of range would fault inside a kernel, far from the record."""
+    n_moe = sum(plan.ffn == "moe" for plan in cfg.layer_plan())
+    need, k = n_moe * batch * cfg.top_k, cfg.top_k
+    if values and len(values) != need:
+        bad(field, f"no readbacks (a core that does not route) or {need} ({n_moe} MoE layers x {batch} rows x "
+                   f"top-{k} expert ids), not {len(values)}")
+    for i, v in enumerate(values):
+        if not 0 <= v < cfg.n_experts:
+            bad(f"{field}[{i}]", f"an expert id in 0..{cfg.n_experts - 1} (the router's choice), not {v}")
+    for r in range(0, len(values), k):
+        row = values[r:r + k]
+        if len(set(row)) != k:
+            bad(f"{field}[{r}:{r + k}]", f"{k} distinct expert ids (one row's top-{k}), not {row}")
 
 
 def budget(report: dict, cfg, per_step: list[dict], cores: int, clock_hz: float) -> dict:

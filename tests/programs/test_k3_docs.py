@@ -136,6 +136,16 @@ def test_bad_driver_options_are_one_line_errors_naming_the_option(capsys, tmp_pa
     assert message in err
 
 
+@pytest.mark.parametrize("program, kernel, sems", [("k3_megakernel", "k3_step", 52),
+                                                   ("k3_superop", "attn_block", 32), ("k3_per_op", "expert", 20)])
+def test_the_test_profile_is_too_small_and_says_so_at_compile_time(capsys, program, kernel, sems):
+    # docs/k3_programs.md, Limits: --hw test has 16 semaphores a core.
+    code, out, err = run(capsys, "run", str(ROOT / "programs" / f"{program}.mk"), *TINY, "--hw", "test",
+                         "--mesh", "1", "--prompt-len", "1", "--steps", "1")
+    assert code == 1 and "Traceback" not in err and not out, err
+    assert f"error: kernel '{kernel}' uses {sems} semaphores; the profile has 16" in err.splitlines()[0], err
+
+
 def test_a_data_run_of_k3_full_is_refused_with_the_way_out(capsys):
     code, _, err = run(capsys, "run", MEGA, "--model", "k3-full", "--mesh", "1")
     line = one_line_error(code, err)

@@ -95,6 +95,20 @@ DAMAGE = [
     (lambda doc: doc["steps"][0].__setitem__("pos", "0"), "steps[0].pos: error: expected a position"),
     (lambda doc: doc["steps"][0].__setitem__("readbacks", 3), "steps[0].readbacks: error"),
     (lambda doc: doc["steps"][0]["readbacks"][0].append(2**40), "steps[0].readbacks: error"),
+    # Readbacks the programs index with (an expert id, docs/k3_programs.md): out of range,
+    # repeated within a row or too few / many used to fault inside a kernel, naming no record.
+    (lambda doc: doc["steps"][0]["readbacks"][1].__setitem__(slice(None), [100000] * 6),
+     "steps[0].readbacks[1][0]: error: expected an expert id in 0..7 (the router's choice), not 100000"),
+    (lambda doc: doc["steps"][0]["readbacks"][0].__setitem__(3, -1),
+     "steps[0].readbacks[0][3]: error: expected an expert id in 0..7"),
+    (lambda doc: doc["steps"][0]["readbacks"][0].__setitem__(slice(2, 4), [5, 5]),
+     "steps[0].readbacks[0][2:4]: error: expected 2 distinct expert ids (one row's top-2), not [5, 5]"),
+    (lambda doc: doc["steps"][0]["readbacks"][0].pop(),
+     ("steps[0].readbacks[0]: error: expected no readbacks (a core that does not route) or 6 (3 MoE layers x 1 "
+      "rows x top-2 expert ids), not 5")),
+    (lambda doc: doc["steps"][0]["readbacks"][0].append(1), "steps[0].readbacks[0]: error: expected no readbacks"),
+    (lambda doc: doc["steps"][0]["readbacks"][2].reverse(),
+     "steps[0].readbacks[2]: error: expected the ids of readbacks[0] (every core that routes makes the same"),
     (lambda doc: doc["steps"][0]["payloads"][0].append("!!"), "steps[0].payloads: error: expected base64"),
     (lambda doc: doc["steps"][0].pop("payloads"), "steps[0].payloads: error"),
 ]
@@ -120,3 +134,38 @@ def test_a_huge_routing_skew_still_draws_top_k_experts(capsys):
     report = run_json(capsys, "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps",
                       "1", "--timing-only", "--routing-skew", "1e300")
     assert report["timing_only"] is True
+
+
+def test_a_routing_record_replays_on_another_program_and_scheme(capsys, tmp_path):
+    # The per-op program routes on core 0 of every chip, the megakernel with SCHEME=0 on
+    # every core: the record's choices go to every core, so the megakernel takes its own
+    # data run's cycles from the per-op's record (it used to fault: "only 0 were supplied").
+    common = ("--model", "k3-tiny", "--mesh", "2x1x1", "--batch", "3", "--prompt-len", "1", "--steps", "2")
+    record = tmp_path / "routing.json"
+    run_json(capsys, "programs/k3_per_op.mk", *common, "--set", "SCHEME=1", "--record-routing", str(record))
+    assert [] in json.loads(record.read_text())["steps"][0]["readbacks"]
+    data = run_json(capsys, "programs/k3_megakernel.mk", *common, "--trace", str(tmp_path / "d.mkt"))
+    timing = run_json(capsys, "programs/k3_megakernel.mk", *common, "--timing-only", "--routing", str(record),
+                      "--trace", str(tmp_path / "t.mkt"))
+    assert_same_timing(data, timing, tmp_path / "d.mkt", tmp_path / "t.mkt")
+
+
+def test_a_routing_record_decodes_each_payload_once(tmp_path, monkeypatch):
+    from mkemu.programs.k3 import timing
+    from mkemu.programs.k3.config import load_config
+
+    cfg = load_config("k3-tiny")
+    record = timing.RoutingRecord(cfg.name, 1, 2)
+    ids = [0, 1] * 3
+    for step in range(2):
+        record.add([7], step, [ids, ids], [[bytes([step, 1, 2])], [b"", b"\xff" * 5]])
+    path = tmp_path / "routing.json"
+    record.save(str(path))
+    calls = []
+    real = timing.base64.b64decode
+    monkeypatch.setattr(timing.base64, "b64decode", lambda *a, **k: calls.append(a) or real(*a, **k))
+    loaded = timing.RoutingRecord.load(str(path), cfg, 1, 2, 2)
+    assert [loaded.payloads(step) for step in range(2)] == [[[bytes([s, 1, 2])], [b"", b"\xff" * 5]]
+                                                            for s in range(2)]
+    assert [loaded.payloads(step) for step in range(2)] == [record.payloads(step) for step in range(2)]
+    assert len(calls) == 6      # three payloads a step, each decoded once (it was twice: checked, then used)
