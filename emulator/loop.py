@@ -34,6 +34,7 @@ import time
 
 from mkemu.cache import module_in_cache
 from mkemu.emulator import decode as dec
+from mkemu.emulator import footprint
 from mkemu.isa import semantics
 from mkemu.emulator.footprint import block_span, blocks_overlap
 from mkemu.isa.semantics import E_REGION_DEEP, E_REGION_POP, LANES, ROWS, fault, jitable
@@ -503,7 +504,8 @@ def compiled_loop():
         t0 = time.perf_counter()
         source = generate_source()
         _compiled = module_in_cache("mkemu_loop", source, inspect.getsource(semantics),
-                                    inspect.getsource(sys.modules[__name__]), numba.__version__, sys.version,
+                                    inspect.getsource(sys.modules[__name__]), inspect.getsource(footprint),
+                                    numba.__version__, sys.version,
                                     announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run

@@ -86,9 +86,17 @@ def w32(x):
 
 @jitable
 def idiv(a, b):
-    """int32 division truncating toward zero (C); b != 0 (the caller faults first)."""
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
+    """int32 division truncating toward zero (C); b != 0 (the caller faults first).
+    The operands are the registers' 64-bit values (the result is wrapped by the
+    caller), so -2^63 may occur: no abs() (it stays negative there), and no division
+    of -2^63 by -1 (it traps); -(-2^63) wraps to -2^63, whose low 32 bits are those
+    of 2^63."""
+    if b == -1:
+        return -a
+    q = a // b
+    if q * b != a and (a < 0) != (b < 0):
+        q += 1
+    return q
 
 
 @jitable

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mkemu.emulator.footprint import block_span, blocks_overlap, interval_hits_block
+from mkemu.emulator import loop
+from mkemu.emulator.footprint import _direct_work, _sorted_rows_overlap, block_span, blocks_overlap, interval_hits_block
 
 
 def byte_set(addr, inner, n1, s1, n2, s2) -> set[int]:
@@ -36,3 +37,26 @@ def test_column_blocks_of_one_buffer_are_disjoint():
     assert block_span(*left)[1] > block_span(*right)[0]      # the outer ranges overlap
     assert not blocks_overlap(*left, *right)
     assert blocks_overlap(*left, 500, 16, 1, 0, 1, 0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(blocks, blocks)
+def test_the_sorted_rows_check_of_large_blocks_agrees_with_the_bytes(a, b):
+    # Blocks past _DIRECT_ROWS row-against-plane tests are compared this way.
+    assert _sorted_rows_overlap(*a, *b) == bool(byte_set(*a) & byte_set(*b))
+
+
+def test_two_interleaved_blocks_of_a_million_rows_are_compared_at_once():
+    # Found while fuzzing: two DMAs of 1,024,000 one-byte rows in 1,024 planes 4 bytes
+    # apart, interleaved byte by byte, took the race check half a minute (a row of one
+    # against every plane of the other); the machine's compiled check is used here.
+    overlap = loop.compiled("overlap")
+    a = (0, 1, 1000, 4096, 1024, 4)
+    b = (1, 1, 1000, 4096, 1024, 4)
+    assert not overlap(*a, *b)
+    last = 999 * 4096 + 1023 * 4
+    assert overlap(*a, last, 1, 1, 0, 1, 0)                            # a's last byte
+    assert not overlap(*a, last + 1, 1, 1, 0, 1, 0)                    # past it
+    # That pair takes the sorted check; a tile's 8 rows against such a DMA stay direct.
+    assert _direct_work(1, 1000 * 1024, 1, 1000, 4096, 1024, 4) > 4 * 2 * 1000 * 1024
+    assert _direct_work(512, 8, 4, 1, 0, 10**6, 8) < 1 << 16

@@ -120,3 +120,30 @@ def test_max_cycles_while_only_a_dma_is_in_flight_names_the_dma():
             f"{access}\nhalt\n")
     fault = fault_of(text, max_cycles=20_000, checks=set())
     assert "max-cycle guard of 20000" in names_everything(fault, "max-cycles", access)
+
+
+def _w32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >> 31 else x
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+@pytest.mark.parametrize("a, b", [(-2**63, 3), (-2**63, 8434889330194202091), (-2**63, -840835831),
+                                  (3, -2**63), (-373195796415751852, -2**63), (-2**63, -1),
+                                  (-2**63, -2**63), (2**63 - 1, -2), (-7, 2)])
+def test_div_and_rem_of_minus_2_pow_63_see_the_64_bit_value(emu, a, b):
+    # div and rem see the registers' 64-bit values (docs/isa.md); abs(-2^63) stayed
+    # negative in the compiled loop, so a quotient with -2^63 on either side was wrong
+    # (3 / -2^63 gave 1, -2^63 rem -840835831 gave -460109290).
+    body = f"{load64('s1', a)}\n{load64('s2', b)}\ndiv s3, s1, s2\nrem s4, s1, s2\n"
+    if -2**31 <= b < 2**31:
+        body += f"divi s5, s1, {b}\nremi s6, s1, {b}\n"
+    s = emu.run(emu.kernel(body)).core.s
+    q = _trunc_div(a, b)
+    assert (s[3], s[4]) == (_w32(q), _w32(a - b * q))
+    if -2**31 <= b < 2**31:
+        assert (s[5], s[6]) == (_w32(q), _w32(a - b * q))
