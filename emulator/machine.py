@@ -423,7 +423,10 @@ class Machine(DmaMixin):
     def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False, raiser=None) -> None:
         """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
         the DMA, or (core, pc, text) of the signal), waking a core that waits."""
-        core.sems[sem] += value
+        count = core.sems[sem] + value
+        if not -2**63 <= count < 2**63:     # (an int64 counter: signals add 64-bit register values)
+            count = (count + 2**63) % 2**64 - 2**63
+        core.sems[sem] = count
         if by_dma:
             core.sem_raisers[sem] = (raiser.src_core, raiser.pc, raiser.text, t)
         elif raiser is not None:

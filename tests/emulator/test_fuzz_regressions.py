@@ -147,3 +147,13 @@ def test_div_and_rem_of_minus_2_pow_63_see_the_64_bit_value(emu, a, b):
     assert (s[3], s[4]) == (_w32(q), _w32(a - b * q))
     if -2**31 <= b < 2**31:
         assert (s[5], s[6]) == (_w32(q), _w32(a - b * q))
+
+
+def test_a_semaphore_is_an_int64_counter(emu):
+    # Signals add 64-bit register values; the counter wraps as an int64 does
+    # (docs/architecture.md): 2^62 three times is -2^62, not 13835058055282163712.
+    body = f"{load64('s1', 2**62)}\nli s2, 3\nsem.signal s2, s1\nsem.signal s2, s1\nsem.signal s2, s1\n"
+    with pytest.raises(EmulatorFault) as info:
+        emu.run(emu.kernel(body))
+    assert info.value.kind == "semaphore-nonzero"
+    assert f"semaphore 3 = {-2**62} " in info.value.message
