@@ -33,6 +33,10 @@ from mkemu.emulator.safety import Safety
 from mkemu.emulator.topology import Mesh
 
 RESUME, SIGNAL, FAULT = 0, 3, 5
+# Faults that guard the run's wall time rather than report the program's behaviour: raised
+# as soon as found (every core of an SPMD program that never ends would otherwise run its
+# own instruction budget out first).
+GUARDS = ("max-instructions", "max-cycles")
 NP_DTYPES = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32, "mxfp4": np.uint8}
 
 
@@ -312,10 +316,12 @@ class Machine(DmaMixin):
                 try:
                     core.pending = core.run_local()
                 except Trap as trap:
+                    fault = self._fault(core, trap.kind, trap.message)
+                    if trap.kind in GUARDS:
+                        raise fault from None
                     # Found while the core ran ahead of the machine's clock: raised once
                     # simulated time reaches it, so what happens before it (other cores,
                     # DMAs, an earlier fault elsewhere) happens first. The core stops here.
-                    fault = self._fault(core, trap.kind, trap.message)
                     self._push(max(t, fault.cycle), FAULT, fault)
                     return
             op, issue = core.pending

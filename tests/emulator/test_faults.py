@@ -281,3 +281,13 @@ def test_the_first_fault_in_simulated_time_is_reported(emu):
     fault = fault_of(emu, body, solo=False)
     assert (fault.kind, fault.core) == ("divide-by-zero", 1), fault.render()
     assert fault.instruction == "div s2, s3, s0" and fault.cycle < 1100   # (the launch takes 1000)
+
+
+def test_a_wall_time_guard_stops_the_run_as_soon_as_it_trips(emu):
+    # max-instructions guards wall time, so it is raised when found, not when simulated
+    # time gets there: here core 1's runaway loop trips it although core 0's fault (found
+    # first, queued for its cycle) comes earlier in simulated time. (Otherwise every core
+    # of an SPMD program that never ends would run its whole budget out first.)
+    body = "rdsr s1, core\nbne s1, s0, spin\nli s3, 7\ndiv s2, s3, s0\nspin:\naddi s4, s4, 1\njmp spin\n"
+    fault = fault_of(emu, body, solo=False, config=RunConfig(max_instructions=1000))
+    assert (fault.kind, fault.core) == ("max-instructions", 1), fault.render()
