@@ -84,6 +84,7 @@ class Recorder:
         self._last_rate: dict[int, float] = {}
         self.end_cycle = 0
         self.machine = None     # the machine it records (`attach`)
+        self.launch_open = False     # between on_launch and on_launch_end
 
     # -- hooks called by the machine -----------------------------------------
 
@@ -129,6 +130,7 @@ class Recorder:
             }
         index = len(self.launches)
         self.launches.append({"kernel": kernel.name, "args": list(launch.args), "start": start, "end": start})
+        self.launch_open = True
         region_ids = [self._region_id(n) for n in kernel.regions]
         for core in machine.cores:
             chunks: list = []
@@ -150,6 +152,7 @@ class Recorder:
                                             start, core.end_time, pc))
         self.launches[-1]["end"] = machine.now
         self.end_cycle = machine.now
+        self.launch_open = False
 
     def on_fault(self, fault) -> None:
         """The run stopped at `fault`: the trace ends there. Every core's rows so far are
@@ -157,7 +160,7 @@ class Recorder:
         halt), DMAs in flight keep begun/done -1, and the metadata says what stopped it."""
         machine = self.machine
         end = max(machine.now, fault.cycle or 0)
-        if self.launches:
+        if self.launches and self.launch_open:     # (a fault at a launch's end comes after on_launch_end)
             index = len(self.launches) - 1
             for core in machine.cores:
                 sink = getattr(core, "trace", None)
@@ -171,7 +174,8 @@ class Recorder:
                     self.rows["region"].extend((core.gid, index, sink.name_id(rid), region_index, depth,
                                                 start, max(start, close), pc))
             self.launches[-1]["end"] = end
-        self.end_cycle = end
+            self.end_cycle = end
+            self.launch_open = False
         self.meta["fault"] = {"kind": fault.kind, "message": fault.message, "chip": fault.chip,
                               "core": fault.core, "cycle": fault.cycle, "pc": fault.pc,
                               "instruction": fault.instruction, "source": fault.source}

@@ -422,3 +422,15 @@ def test_a_run_that_faults_writes_its_trace_up_to_the_fault(tmp_path, capsys, dm
         assert main(["trace", str(out), export, str(tmp_path / f"e{export[2:]}")]) == 0
     # A run that ended normally has none.
     assert summarize(dma_bound.trace)["fault"] is None and "fault" not in render_text(summarize(dma_bound.trace))
+
+
+def test_a_fault_at_a_launchs_end_keeps_one_row_per_region(tmp_path, capsys):
+    # semaphore-nonzero is found after the launch's end was recorded (regions still open
+    # at halt closed there): the fault's trace does not close them a second time.
+    src, out = tmp_path / "r.s", tmp_path / "r.mkt"
+    src.write_text(".kernel main\n    li s1, 3\n    li s2, 5\n    mark.push 0, s0\n    sem.signal s1, s2\n    halt\n")
+    assert main(["run", str(src), "--hw", "test", "--mesh", "1", "--trace", str(out)]) == 1
+    assert "fault [semaphore-nonzero]" in capsys.readouterr().err
+    t = read_trace(str(out))
+    assert t.meta["fault"]["kind"] == "semaphore-nonzero"
+    assert sorted(t.region["core"].tolist()) == [0, 1]
