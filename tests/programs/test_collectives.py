@@ -191,8 +191,8 @@ def test_example_is_bit_exact_on_other_meshes(capsys, compile_text, name, mesh):
 
 @pytest.mark.parametrize("mesh", ["1", "4", "4x2x2"])
 def test_all_reduce_example_on_meshes_its_reference_can_tell(capsys, compile_text, mesh):
-    # `mkemu run` passes the reference only the chip count; for these the assumed shape
-    # is the real one (the other meshes are checked on a Machine below).
+    # `mkemu run` passes the reference the mesh shape (docs/api.md); the other meshes
+    # are also checked on a Machine below.
     report = run_json(capsys, str(EXAMPLES / "all_reduce.mk"), "--mesh", mesh, "--hw", "test")
     assert report["bit_exact"] is True
 
