@@ -49,6 +49,7 @@ class Declarations:
         self.inline_counter = itertools.count(1)
         self.inlined_calls = 0
         self.inline_overflow = None   # the error item of too many of them
+        self.assert_failed = False    # in the block being checked: its statements after it are not
         self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
         self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
@@ -219,10 +220,13 @@ class Declarations:
         return name
 
 
-    def assertion(self, item: ast.Assert, scope: Scope) -> None:
+    def assertion(self, item: ast.Assert, scope: Scope) -> bool:
+        """Check a compile-time assert; False if it failed (reported here)."""
         v = self.const_bool(item.cond, scope, "an assert condition")
         if v is not None and not v:
             self.error(item.span, "assertion failed" + (f": {item.message}" if item.message else ""))
+            return False
+        return True
 
     # --------------------------------------------------------------- types
     def dims(self, exprs, scope, what: str, max_rank: int, span: SourceSpan) -> tuple[int, ...] | None:

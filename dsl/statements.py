@@ -40,6 +40,11 @@ class Statements(Expressions):
         out: list = []
         for stmt in block.stmts:
             self.stmt(stmt, scope, out)
+            if self.assert_failed:
+                # An assert states what the statements after it rely on: checked past a
+                # failed one they would only add errors its message explains.
+                self.assert_failed = False
+                break
         return out
 
     def stmt(self, s, scope: Scope, out: list) -> None:
@@ -54,7 +59,7 @@ class Statements(Expressions):
         method(s, scope, out)
 
     def s_Assert(self, s: ast.Assert, scope, out) -> None:
-        self.assertion(s, scope)
+        self.assert_failed = not self.assertion(s, scope)
 
     def s_BufferDecl(self, s: ast.BufferDecl, scope, out) -> None:
         host = self.ctx.mode == "host"

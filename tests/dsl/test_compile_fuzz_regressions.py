@@ -406,3 +406,20 @@ def test_negative_constant_semaphore_amount_is_an_error(stmt, what):
     kernel = mkemu.compile_source(textwrap.dedent(src.replace(stmt, "signal(s, 0); wait(s, 0);")), "prog.mk",
                                   hw="test", mesh="1")
     kernel(x=np.zeros((8, 128), np.float32))
+
+
+def test_statements_after_a_failed_assert_are_not_checked():
+    # An assert states what the rest of its block relies on: the errors the rest would give
+    # (here an out-of-range row in an fn defined above, so reported first) only repeat it.
+    src = """\
+    fn row(level: i32, v: vmem f32[4, 128]) { v[level:level + 1, :] = v[0:1, :]; }
+    fn pick(level: i32, v: vmem f32[4, 128]) {
+        assert level < 4, "level is 0 .. 3";
+        row(level, v);
+    }
+    kernel k(x: hbm f32[4, 128]) { vmem v: f32[4, 128]; pick(7, v); pick(2, v); }
+    host { input x: f32[4, 128]; launch k(x); }
+    """
+    text = error_of(src)
+    assert text.startswith("prog.mk:3:5: error: assertion failed: level is 0 .. 3"), text
+    assert text.count("error:") == 1, text
