@@ -298,6 +298,6 @@ def _dma_race(write: bool, space: str, owner, entry: Entry) -> str:
 
 
 def describe_dma(dma) -> str:
-    src = dma.source
+    src = dma.source     # (in brackets, as a deadlock's lines quote it: a line may end in a comma)
     return (f"`{dma.text}` of chip {dma.src_core.chip} core {dma.src_core.index} "
-            f"(pc {dma.pc:#06x}{', ' + src if src else ''}, issued at cycle {dma.issued_at})")
+            f"(pc {dma.pc:#06x}, issued at cycle {dma.issued_at}){f' [{src}]' if src else ''}")

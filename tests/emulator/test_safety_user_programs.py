@@ -336,3 +336,26 @@ kernel k(x: hbm f32[64, 256], y: hbm f32[8, 256], z: hbm f32[8, 256]) {
     assert fixed != text
     for schedule in SCHEDULES:
         run(fixed, mesh="1", schedule=schedule)
+
+
+def test_a_race_quotes_the_dma_s_source_line_in_brackets():
+    # A statement over several lines is quoted by its first line, which may end in a
+    # comma: the line is bracketed, as a deadlock's lines are ("x,, issued at" before).
+    src = """\
+kernel k(x: hbm f32[8, 128], y: hbm f32[8, 128]) {
+    vmem v: f32[8, 128];
+    sem s;
+    start copy(x,
+               v, s);
+    v = v + 1.0;
+    wait copy(x, v, s);
+    start copy(v, y, s);
+    wait copy(v, y, s);
+}
+host { input x: f32[8, 128]; output y: f32[8, 128]; launch k(x, y); }
+"""
+    kernel = mkemu.compile_source(src, "user.mk", hw="test", mesh="1")
+    with pytest.raises(EmulatorFault) as info:
+        kernel()
+    assert info.value.kind == "race"
+    assert "issued at cycle" in info.value.message and ") [user.mk:4:5: start copy(x,]" in info.value.message
