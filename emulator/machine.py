@@ -512,11 +512,14 @@ class Machine(DmaMixin):
                 first = self.cores[next(iter(arrived))]
                 waiters = ", ".join(f"chip {self.cores[g].chip} core {self.cores[g].index}" for g in arrived)
                 halt_src = self.kernel.source_line(core.pc)
+                others = [self.cores[g] for g in members if g != core.gid and g not in arrived and self.cores[g].halted]
+                also = "".join(f"; chip {c.chip} core {c.index} halted at cycle {c.end_time} without reaching it too"
+                               for c in others)
                 raise EmulatorFault(
                     "barrier-not-reached",
                     f"kernel {self.kernel.name}: chip {core.chip} core {core.index} halted at cycle {t} "
                     f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
-                    f"barrier, which {waiters} wait at",
+                    f"barrier, which {waiters} wait at{also}",
                     chip=first.chip, core=first.index, cycle=t, pc=first.pc,
                     instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc))
 

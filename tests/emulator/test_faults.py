@@ -291,3 +291,19 @@ def test_a_wall_time_guard_stops_the_run_as_soon_as_it_trips(emu):
     body = "rdsr s1, core\nbne s1, s0, spin\nli s3, 7\ndiv s2, s3, s0\nspin:\naddi s4, s4, 1\njmp spin\n"
     fault = fault_of(emu, body, solo=False, config=RunConfig(max_instructions=1000))
     assert (fault.kind, fault.core) == ("max-instructions", 1), fault.render()
+
+
+def test_a_barrier_skipped_by_several_cores_names_each_that_halted(emu):
+    # Cores 1 and 2 halt before anyone reaches the chip barrier, core 0 waits there, then
+    # core 3 halts: the fault names core 3 and the two that had halted before.
+    profile = emu.profile("four", "[chip]\ncores_per_chip = 4\n")
+    body = ("rdsr s1, core\nli s5, 1\nbeq s1, s5, __end\nli s5, 2\nbeq s1, s5, __end\nli s5, 3\nbeq s1, s5, late\n"
+            + "nop\n" * 4 + "barrier chip\njmp __end\nlate:\n" + "nop\n" * 20)
+    machine = emu.machine(emu.kernel(body, solo=False), profile=profile)
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    fault = info.value
+    assert fault.kind == "barrier-not-reached" and fault.instruction == "barrier chip"
+    assert "chip 0 core 3 halted at cycle" in fault.message and "which chip 0 core 0 wait at" in fault.message
+    for core in (1, 2):
+        assert re.search(rf"chip 0 core {core} halted at cycle \d+ without reaching it too", fault.message)
