@@ -18,7 +18,7 @@ from mkemu.cli import main
 from mkemu.dsl.compiler import compile_text
 from mkemu.errors import SourceError
 from mkemu.isa.hardware import load_profile
-from tests.programs.test_collectives import (EXAMPLES, FAULT_PROGRAM, LIBRARY, MISMATCH_PROGRAM, fault_file,
+from tests.programs.test_collectives import (EXAMPLES, LIBRARY, MISMATCH_PROGRAM, fault_file,
                                              run_fault, run_json)
 
 ROOT = Path(__file__).parents[2]
