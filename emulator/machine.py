@@ -377,6 +377,12 @@ class Machine(DmaMixin):
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
+        if value < 0:
+            # A wait takes from its semaphore: a negative amount would raise it instead,
+            # and the semaphore-nonzero report at the kernel's end could name no raiser
+            # (e.g. `wait recv (num_chips() - 2) * copy(...)` on one chip).
+            raise Trap("bad-operand", f"wait for a negative amount ({value}) on semaphore {sem}: "
+                                      f"a wait takes a count of 0 or more")
         if core.sems[sem] >= value:
             core.sems[sem] -= value
             if self.safety is not None:

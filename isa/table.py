@@ -457,7 +457,7 @@ def _declare() -> list[dict]:
     add(g, "sem.signal.r", [_s("sem"), _s("val"), _s("tgt")], "{sem}, {val}, {tgt}", "sync",
         "sync", "sync", global_kind="signal_remote", doc="Semaphore sem of global core tgt += val.")
     add(g, "sem.wait", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "sync",
-        global_kind="wait", doc="Block until semaphore sem >= val, then sem -= val.")
+        global_kind="wait", doc="Block until semaphore sem >= val, then sem -= val (val < 0 faults: bad-operand).")
     add(g, "barrier", [_i("scope", SCOPE)], "{scope}", "sync", "sync", "sync", global_kind="barrier",
         doc="Block until every core in scope (chip, all, or the x/y/z line) has arrived.")
     add(g, "halt", [], "", "sync", "sync", "sync", global_kind="halt", doc="Stop this core.")
