@@ -354,6 +354,7 @@ class Machine(DmaMixin):
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
+        _check_amount("signal", value, sem)
         if self.safety is not None:
             self.safety.signal_arrived(core, sem, self.safety.signal_payload(core))
         self._add_sem(core, sem, value, t, raiser=self._raiser(core, op))
@@ -366,6 +367,7 @@ class Machine(DmaMixin):
         sem, value = s[op.args[0]], s[op.args[1]]
         target = self._target_core(core, s[op.args[2]])
         self._check_sem(target, sem)
+        _check_amount("signal", value, sem)
         arrival = t + self._signal_latency(core, target)
         carried = self.safety.signal_payload(core) if self.safety is not None else None
         self._push(arrival, SIGNAL, (target, sem, value, carried, self._raiser(core, op)))
@@ -377,12 +379,7 @@ class Machine(DmaMixin):
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
-        if value < 0:
-            # A wait takes from its semaphore: a negative amount would raise it instead,
-            # and the semaphore-nonzero report at the kernel's end could name no raiser
-            # (e.g. `wait recv (num_chips() - 2) * copy(...)` on one chip).
-            raise Trap("bad-operand", f"wait for a negative amount ({value}) on semaphore {sem}: "
-                                      f"a wait takes a count of 0 or more")
+        _check_amount("wait", value, sem)
         if core.sems[sem] >= value:
             core.sems[sem] -= value
             if self.safety is not None:
@@ -623,3 +620,13 @@ class Machine(DmaMixin):
 GLOBAL_OPS = {"halt": Machine._halt, "signal": Machine._signal, "signal_remote": Machine._signal_remote,
               "wait": Machine._wait, "barrier": Machine._barrier_op, "dma": Machine._dma_op,
               "dma_remote": Machine._dma_op}
+
+
+def _check_amount(what: str, value: int, sem: int) -> None:
+    """Semaphores count up: a signal adds, a wait takes away, 0 or more either way. A
+    negative amount would do the opposite (e.g. `wait recv (num_chips() - 2) * copy(...)`
+    on one chip raised the semaphore, ending in a semaphore-nonzero report that could
+    name no raiser)."""
+    if value < 0:
+        raise Trap("bad-operand", f"{what} of a negative amount ({value}) on semaphore {sem}: "
+                                  f"a {what} takes a count of 0 or more")

@@ -418,3 +418,24 @@ def test_a_counted_wait_of_zero_is_fine():
     kernel = mkemu.compile_source(src, "prog.mk", hw="test", mesh="1x1x1")
     x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
     np.testing.assert_array_equal(kernel(x=x).output("out", 0), x)
+
+
+NEGATIVE_SIGNAL = """\
+kernel k(x: hbm f32[8, 128], n: i32) {
+    sem flag;
+    signal(flag @ peer(0, 1), n - 2);
+    wait(flag, 0);
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["flag @ peer(0, 1)", "flag"])
+def test_a_signal_of_a_negative_run_time_amount_faults_at_the_signal(target):
+    # It lowered the semaphore (a signal adds; semaphores count up), remote or local.
+    src = NEGATIVE_SIGNAL.replace("flag @ peer(0, 1)", target)
+    kernel = mkemu.compile_source(src + "host { input x: f32[8, 128]; launch k(x, 1); }", "prog.mk", hw="test",
+                                  mesh="2x1x1")
+    with pytest.raises(EmulatorFault) as info:
+        kernel()
+    assert info.value.kind == "bad-operand" and "signal of a negative amount (-1)" in info.value.message
+    assert info.value.source.endswith(f"signal({target}, n - 2);")
