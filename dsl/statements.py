@@ -535,6 +535,31 @@ class Statements(Expressions):
             return
         if not (isinstance(cond, ir.ScalarOp) and cond.op in ("<", "<=", ">", ">=", "!=", "==")):
             return
+        self._narrow_compare(cond)
+        # A let read in the condition (`let k = 2 * t + 1;` ... `if k < N`) also narrows
+        # the loop variable it is computed from: the condition with the lets' values in.
+        expanded = self._expand_lets(cond)
+        if expanded is not cond:
+            self._narrow_compare(expanded)
+
+    def _expand_lets(self, e):
+        """e with every read of a let whose value is known in int32 (recorded by
+        `let_range`) replaced by that value, recursively; e itself if there is none."""
+        if isinstance(e, ir.ScalarRead):
+            value = self.ctx.let_defs.get(e.var)
+            r = self.ctx.ranges.get(e.var)
+            if value is None or r is None or not (-(1 << 31) <= r[0] and r[1] < (1 << 31)):
+                return e
+            return self._expand_lets(value)
+        if isinstance(e, ir.ScalarOp) and e.op in ("+", "-", "*", "neg", "<", "<=", ">", ">=", "!=", "=="):
+            args = tuple(self._expand_lets(a) for a in e.args)
+            if all(a is b for a, b in zip(args, e.args)):
+                return e
+            return attrs.evolve(e, args=args)
+        return e
+
+    def _narrow_compare(self, cond) -> None:
+        """Narrow by one comparison in which one loop variable or let appears."""
         diff = linear(ir.ScalarOp("-", cond.args, cond.span))  # lhs - rhs
         terms = {k: v for k, v in diff.items() if k != 1}
         if len(terms) != 1:

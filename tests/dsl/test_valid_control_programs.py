@@ -102,6 +102,83 @@ kernel k(x: hbm f32[6, 8, 128]) {
         mkemu.compile_source(src, "/tmp/valid_control.mk", hw="test", mesh="1")
 
 
+@pytest.mark.parametrize("cond", ["m < 8", "m <= 7", "8 > m", "m - t < 5", "!(m >= 8)"])
+def test_a_condition_on_a_let_narrows_the_loop_variable_it_is_computed_from(cond):
+    # "narrowed by enclosing `if i + 1 < N`-style conditions: a comparison in which one
+    # loop variable, or a `let` computed from loop variables, appears times a constant":
+    # `if m < 8` with m = 2 * t + 1 holds for t <= 3, so o[t + 4] is in range (it was
+    # rejected: the condition narrowed m only, not t).
+    src = """
+kernel k(x: hbm f32[8, 128], y: hbm f32[8, 128]) {
+    vmem b: f32[8, 128];
+    vmem o: f32[8, 128];
+    sem s;
+    start copy(x, b, s);
+    wait copy(x, b, s);
+    o = 0.0;
+    for t in 0..8 {
+        let m = 2 * t + 1;
+        if COND {
+            o[t + 4, :] = b[t, :] + f32(m);
+        }
+    }
+    start copy(o, y, s);
+    wait copy(o, y, s);
+}
+""".replace("COND", cond)
+    x = RNG.standard_normal((8, 128)).astype(np.float32)
+    expected = np.zeros_like(x)
+    expected[4:] = x[:4] + np.array([1, 3, 5, 7], np.float32)[:, None]
+    same(expected, run(src, x=x).output("y"))
+
+
+def test_a_condition_on_a_let_still_rejects_what_it_leaves_out_of_range():
+    src = """
+kernel k(x: hbm f32[8, 128], y: hbm f32[8, 128]) {
+    vmem o: f32[8, 128];
+    sem s;
+    o = 0.0;
+    for t in 0..8 {
+        let m = 2 * t + 1;
+        if m < 10 {
+            o[t + 4, :] = 1.0;
+        } else {
+            o[t - 5, :] = 2.0;
+        }
+    }
+    start copy(o, y, s);
+    wait copy(o, y, s);
+}
+"""
+    with pytest.raises(SourceError) as e:
+        mkemu.compile_source(src, "/tmp/valid_control.mk", hw="test", mesh="1")
+    # The then branch (t <= 4) reaches row 8; the else branch (t >= 5) is in range.
+    assert "index ranging over 4..8 is out of range" in str(e.value)
+    assert str(e.value).count("error:") == 1
+
+
+def test_a_select_side_is_checked_under_a_condition_on_a_let():
+    # "A side is bounds-checked with the loop ranges its condition allows": j < 8 with
+    # j = i + 1 allows i <= 6, so sm[i + 1] is in range (it was rejected).
+    src = """
+kernel k(m: hbm i32[8], z: hbm i32[8]) {
+    smem sm: i32[8];
+    smem zo: i32[8];
+    sem s;
+    start copy(m, sm, s);
+    wait copy(m, sm, s);
+    for i in 0..8 {
+        let j = i + 1;
+        zo[i] = select(j < 8, sm[i + 1], -5);
+    }
+    start copy(zo, z, s);
+    wait copy(zo, z, s);
+}
+"""
+    m = np.arange(100, 108, dtype=np.int32)
+    same(np.array([101, 102, 103, 104, 105, 106, 107, -5], np.int32), run(src, m=m).output("z"))
+
+
 def test_global_core_assigned_to_the_variable_it_reads():
     src = """
 kernel k(y: hbm i32[2, 4]) {
