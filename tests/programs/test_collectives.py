@@ -522,16 +522,18 @@ def fault_file(tmp_path, body: str) -> str:
     return str(path)
 
 
-def test_remote_dma_to_a_chip_outside_the_mesh(capsys, compile_text, tmp_path):
-    # Every chip pushes to chip + 1, forgetting that the last chip has no successor.
-    body = """
+# Every chip pushes to chip + 1, forgetting that the last chip has no successor.
+BAD_TARGET = """
     let h = copy(buf, inbox @ global_core(chip_id() + 1, core_id()), sent, arrived);
     start h;
     wait h;
     if chip_id() > 0 {
         wait recv h;
     }"""
-    err = run_fault(capsys, fault_file(tmp_path, body), "--mesh", "2x2x2", "--hw", "test")
+
+
+def test_remote_dma_to_a_chip_outside_the_mesh(capsys, compile_text, tmp_path):
+    err = run_fault(capsys, fault_file(tmp_path, BAD_TARGET), "--mesh", "2x2x2", "--hw", "test")
     assert "fault [bad-target] at chip 7, core 0" in err
     assert "target core 16 is outside the mesh (16 cores on 8 chips of 2)" in err
     assert "instruction: dma.start.r" in err and "bad.mk:" in err

@@ -18,7 +18,7 @@ from mkemu.cli import main
 from mkemu.dsl.compiler import compile_text
 from mkemu.errors import SourceError
 from mkemu.isa.hardware import load_profile
-from tests.programs.test_collectives import (EXAMPLES, LIBRARY, MISMATCH_PROGRAM, fault_file,
+from tests.programs.test_collectives import (BAD_TARGET, EXAMPLES, LIBRARY, MISMATCH_PROGRAM, fault_file,
                                              run_fault, run_json)
 
 ROOT = Path(__file__).parents[2]
@@ -101,14 +101,7 @@ host {{
 
 
 def test_the_bad_target_text_is_the_doc_s(capsys, tmp_path):
-    body = """
-    let h = copy(buf, inbox @ global_core(chip_id() + 1, core_id()), sent, arrived);
-    start h;
-    wait h;
-    if chip_id() > 0 {
-        wait recv h;
-    }"""
-    err = as_in_doc(run_fault(capsys, fault_file(tmp_path, body), "--mesh", "2x2x2", "--hw", "test"), tmp_path)
+    err = as_in_doc(run_fault(capsys, fault_file(tmp_path, BAD_TARGET), "--mesh", "2x2x2", "--hw", "test"), tmp_path)
     lines = [line.strip() for line in err.splitlines()]
     for line in doc_block("- **A remote DMA to a chip outside the mesh**"):
         assert line in lines, line
