@@ -49,7 +49,6 @@ class Declarations:
         self.inline_counter = itertools.count(1)
         self.inlined_calls = 0
         self.inline_overflow = None   # the error item of too many of them
-        self.assert_failed = False    # in the block being checked: its statements after it are not
         self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
         self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported

@@ -38,14 +38,18 @@ class Statements(Expressions):
     def block(self, block: ast.Block, parent: Scope) -> list:
         scope = Scope(parent)
         out: list = []
-        for stmt in block.stmts:
-            self.stmt(stmt, scope, out)
-            if self.assert_failed:
-                # An assert states what the statements after it rely on: checked past a
-                # failed one they would only add errors its message explains.
-                self.assert_failed = False
-                break
+        self.stmts(block.stmts, scope, out)
         return out
+
+    def stmts(self, stmts, scope: Scope, out: list) -> None:
+        """A body's statements in order. An assert states what the statements after it
+        rely on: past a failed one they would only add errors its message explains."""
+        for s in stmts:
+            if isinstance(s, ast.Assert):
+                if not self.assertion(s, scope):
+                    return
+                continue
+            self.stmt(s, scope, out)
 
     def stmt(self, s, scope: Scope, out: list) -> None:
         host = self.ctx.mode == "host"
@@ -59,7 +63,7 @@ class Statements(Expressions):
         method(s, scope, out)
 
     def s_Assert(self, s: ast.Assert, scope, out) -> None:
-        self.assert_failed = not self.assertion(s, scope)
+        self.assertion(s, scope)
 
     def s_BufferDecl(self, s: ast.BufferDecl, scope, out) -> None:
         host = self.ctx.mode == "host"
@@ -461,8 +465,7 @@ class Statements(Expressions):
                 for i in range(start.value, stop.value, step):
                     inner = Scope(scope)
                     self.define(inner, s.var, ConstVal(i), s.var_span, "loop variable")
-                    for st in s.body.stmts:
-                        self.stmt(st, inner, out)
+                    self.stmts(s.body.stmts, inner, out)
                     if self.host_overflow:
                         break
             finally:
@@ -477,8 +480,7 @@ class Statements(Expressions):
                 last = start.value + (stop.value - 1 - start.value) // step * step
                 self.ctx.ranges[var] = (start.value, last, frozenset([var]))
         body = []
-        for st in s.body.stmts:
-            self.stmt(st, inner, body)
+        self.stmts(s.body.stmts, inner, body)
         if POISON not in (start, stop) and step is not None:
             out.append(ir.For(var, start, stop, step, tuple(body), s.span))
 
