@@ -141,44 +141,34 @@ class Recorder:
                 core.trace_regions = np.zeros((TRACE_REGION_ROWS, 7), np.int64)
 
     def on_launch_end(self, machine) -> None:
-        index = len(self.launches) - 1
-        for core in machine.cores:
-            core.trace.drain(core, force=True)
-            # A core that halts inside a region closes it at its halt cycle, innermost first.
-            opened = core.open_regions()
-            for depth in range(len(opened) - 1, -1, -1):
-                rid, region_index, start, pc = opened[depth]
-                self.rows["region"].extend((core.gid, index, core.trace.name_id(rid), region_index, depth,
-                                            start, core.end_time, pc))
-        self.launches[-1]["end"] = machine.now
-        self.end_cycle = machine.now
-        self.launch_open = False
+        self._end_launch(machine, machine.now)
 
     def on_fault(self, fault) -> None:
-        """The run stopped at `fault`: the trace ends there. Every core's rows so far are
-        taken, regions still open close at the fault's cycle (a halted core's at its
-        halt), DMAs in flight keep begun/done -1, and the metadata says what stopped it."""
-        machine = self.machine
-        end = max(machine.now, fault.cycle or 0)
+        """The run stopped at `fault`: the trace ends there (a launch still open ends at the
+        fault's cycle, as `_end_launch` says; DMAs in flight keep begun/done -1) and the
+        metadata says what stopped it."""
         if self.launches and self.launch_open:     # (a fault at a launch's end comes after on_launch_end)
-            index = len(self.launches) - 1
-            for core in machine.cores:
-                sink = getattr(core, "trace", None)
-                if sink is None or sink.launch != index:
-                    continue
-                sink.drain(core, force=True)
-                opened = core.open_regions()
-                close = core.end_time if core.end_time is not None else end
-                for depth in range(len(opened) - 1, -1, -1):
-                    rid, region_index, start, pc = opened[depth]
-                    self.rows["region"].extend((core.gid, index, sink.name_id(rid), region_index, depth,
-                                                start, max(start, close), pc))
-            self.launches[-1]["end"] = end
-            self.end_cycle = end
-            self.launch_open = False
+            self._end_launch(self.machine, max(self.machine.now, fault.cycle or 0))
         self.meta["fault"] = {"kind": fault.kind, "message": fault.message, "chip": fault.chip,
                               "core": fault.core, "cycle": fault.cycle, "pc": fault.pc,
                               "instruction": fault.instruction, "source": fault.source}
+
+    def _end_launch(self, machine, end: int) -> None:
+        """The launch ends at cycle `end`: every core's rows so far are taken, and the
+        regions a core is still inside close at its halt, innermost first (at `end` for a
+        core stopped by a fault before it halted)."""
+        index = len(self.launches) - 1
+        for core in machine.cores:
+            core.trace.drain(core, force=True)
+            opened = core.open_regions()
+            close = core.end_time if core.end_time is not None else end
+            for depth in range(len(opened) - 1, -1, -1):
+                rid, region_index, start, pc = opened[depth]
+                self.rows["region"].extend((core.gid, index, core.trace.name_id(rid), region_index, depth,
+                                            start, max(start, close), pc))
+        self.launches[-1]["end"] = end
+        self.end_cycle = end
+        self.launch_open = False
 
     def on_signal(self, src, dst, sem: int, value: int, t: int, arrival: int) -> None:
         self.rows["signal"].extend((src.gid, dst.gid, len(self.launches) - 1, sem, value, t, arrival, src.pc))

@@ -216,17 +216,20 @@ class Kernel:
         try:
             yield
         except EmulatorFault as fault:
-            if isinstance(self.options.trace, str) and recorder is not None:
+            if recorder is not None:
                 recorder.on_fault(fault)
-                runner.atomic_write(self.options.trace, recorder.to_bytes())
+            if self._save_trace({}, recorder):
                 fault.details = (*fault.details, f"trace up to the fault: {self.options.trace}")
             raise
 
-    def _save_trace(self, figures: dict, recorder) -> None:
-        """`trace` given as a path: the trace is written there (atomically) after the run."""
-        if isinstance(self.options.trace, str) and recorder is not None:
-            runner.atomic_write(self.options.trace, recorder.to_bytes())
-            figures["trace"] = self.options.trace
+    def _save_trace(self, figures: dict, recorder) -> bool:
+        """`trace` given as a path: the trace is written there (atomically) after the run,
+        and `figures` name it. Was it written?"""
+        if not (isinstance(self.options.trace, str) and recorder is not None):
+            return False
+        runner.atomic_write(self.options.trace, recorder.to_bytes())
+        figures["trace"] = self.options.trace
+        return True
 
     def expected(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The program's reference applied to `inputs` (`name@chip` keys), by the
