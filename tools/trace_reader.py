@@ -35,6 +35,7 @@ COLUMNS = {
     "region": ("core", "launch", "name", "index", "depth", "start", "end", "pc"),
 }
 FLOAT_COLUMNS = ("bytes_per_cycle",)
+FAULT_KEYS = {"kind", "message", "chip", "core", "cycle", "pc", "instruction", "source"}
 REQUIRED_META = ("clock_hz", "cores", "units", "resources", "kernels", "launches", "tables", "end_cycle",
                  "region_names", "spaces")
 
@@ -417,6 +418,12 @@ def _check_meta(meta: dict, fail) -> None:
     need(isinstance(clock, (int, float)) and not isinstance(clock, bool) and 0 < clock < float("inf"),
          "clock_hz is not a positive number")
     need(_is_int(meta["end_cycle"]) and 0 <= meta["end_cycle"] <= 2**62, "end_cycle is not a cycle count")
+    fault = meta.get("fault")     # (only in the trace of a run that faulted)
+    need(fault is None or (isinstance(fault, dict) and set(fault) == FAULT_KEYS
+                           and all(isinstance(fault[k], str) for k in ("kind", "message"))
+                           and all(fault[k] is None or _is_int(fault[k]) for k in ("chip", "core", "cycle", "pc"))
+                           and all(fault[k] is None or isinstance(fault[k], str) for k in ("instruction", "source"))),
+         "fault is not a fault's kind, message, chip, core, cycle, pc, instruction and source")
     need(len(list_of("units", lambda u: isinstance(u, str))) > 0, "units is empty")
     need("hbm" in list_of("spaces", lambda v: isinstance(v, str)), "spaces lacks hbm")
     list_of("region_names", lambda v: isinstance(v, str))

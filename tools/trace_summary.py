@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, EmulatorFault
 from mkemu.tools.intervals import Spans
 from mkemu.tools.trace_reader import Trace
 
@@ -488,11 +488,9 @@ def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
 
 
 def _fault_line(fault: dict) -> str:
-    """The fault that ended a run, as `mkemu run` printed its first lines."""
-    where = ", ".join(f"{k} {fault[k]:#06x}" if k == "pc" else f"{k} {fault[k]}"
-                      for k in ("chip", "core", "cycle", "pc") if fault.get(k) is not None)
-    text = f"[{fault['kind']}]" + (f" at {where}" if where else "") + f": {fault['message']}"
-    return text + (f" [{fault['source']}]" if fault.get("source") else "")
+    """The fault that ended a run: the first line `mkemu run` printed, and its source."""
+    head = EmulatorFault(**fault).render().splitlines()[0].removeprefix("fault ")
+    return head + (f" [{fault['source']}]" if fault.get("source") else "")
 
 
 def _frac(a: float, b: float) -> float:

@@ -194,6 +194,7 @@ def test_reader_rejects_inconsistent_metadata(dma_bound):
     (("kernels", "main", "source"), "x"), (("kernels", "main", "text"), None),
     (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
     (("tables", "region", "depth"), "delete"), (("format",), "other-trace"), (("version",), 2),
+    (("fault",), {"kind": "race"}), (("fault",), "x"),
 ])
 def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
     # A well-formed container (right checksum) whose metadata the tools could not read.
