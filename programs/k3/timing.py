@@ -59,14 +59,12 @@ class RoutingRecord:
     def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None,
                  payloads: list[list[list[bytes]]] | None = None):
         self.model, self.batch, self.cores = model, batch, cores
-        self.steps = steps or []
-        # The payloads' bytes, per step and core: `steps` holds them base64-encoded (as the
-        # file does), decoded once when added or loaded.
+        self.steps = steps or []        # per step: tokens, pos, readbacks
+        # ... and the payloads' bytes, per step and core (base64 only in the file).
         self._payloads = payloads or []
 
     def add(self, tokens, pos: int, readbacks: list[list[int]], payloads: list[list[bytes]]) -> None:
-        self.steps.append({"tokens": np.asarray(tokens).tolist(), "pos": int(pos), "readbacks": readbacks,
-                           "payloads": [[base64.b64encode(p).decode() for p in core] for core in payloads]})
+        self.steps.append({"tokens": np.asarray(tokens).tolist(), "pos": int(pos), "readbacks": readbacks})
         self._payloads.append([list(core) for core in payloads])
 
     def payloads(self, step: int) -> list[list[bytes]]:
@@ -81,8 +79,10 @@ class RoutingRecord:
         return next((values for values in self.steps[step]["readbacks"] if values), [])
 
     def save(self, path: str) -> None:
+        steps = [{**step, "payloads": [[base64.b64encode(p).decode() for p in core] for core in payloads]}
+                 for step, payloads in zip(self.steps, self._payloads)]
         doc = {"format": FORMAT, "version": 1, "model": self.model, "batch": self.batch,
-               "cores": self.cores, "steps": self.steps}
+               "cores": self.cores, "steps": steps}
         atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
     @classmethod
@@ -107,7 +107,8 @@ class RoutingRecord:
                               f"{steps}", file=path, key="steps")
         used = doc["steps"][:steps]
         payloads = [_check_step(step, f"steps[{i}]", cfg, batch, cores, path) for i, step in enumerate(used)]
-        return cls(model, batch, cores, used, payloads)
+        return cls(model, batch, cores, [{k: v for k, v in step.items() if k != "payloads"} for step in used],
+                   payloads)
 
 
 def _ints(value, lo: int, hi: int) -> bool:
