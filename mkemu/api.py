@@ -408,6 +408,9 @@ class Run:
         """Compare bit for bit with `expected` (`name@chip` or `name` for every chip;
         default: the program's reference on this run's inputs). Returns the first
         difference, or None; also records the outcome in the report."""
+        # A bad entry is named in the reference's file when the reference gave it,
+        # and by its key alone when the caller did.
+        source = self.kernel.program.reference or self.kernel.path if expected is None else None
         if expected is None:
             # A buffer not given started as zeros: the reference sees it so too.
             zeros = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
@@ -418,7 +421,6 @@ class Run:
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
                               f"{type(expected).__name__}", key="expected")
         mismatch = None
-        source = self.kernel.program.reference or self.kernel.path
         for key, value in expected.items():
             if not isinstance(key, str):
                 raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", file=source,
@@ -429,7 +431,8 @@ class Run:
             try:
                 buf = self.kernel.program.buffer(name)
             except KeyError:
-                raise ConfigError(f"expected output {name!r} is not a buffer of the program", file=source) from None
+                raise ConfigError(f"expected output {name!r} is not a buffer of the program", file=source,
+                                  key=key) from None
             value = runner.as_array(value, f"expected output {key!r}", file=source, key=key)
             if value.dtype.kind not in "biuf":   # (a structured array cannot even be compared)
                 raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers", file=source,

@@ -143,6 +143,16 @@ def test_output_and_check_name_a_chip_outside_the_mesh():
     assert run.check({"out@1": A + A}) is None and run.report.bit_exact is True
 
 
+def test_a_bad_expected_output_given_to_check_is_named_by_its_key_not_the_reference():
+    run = mkemu.compile("vector_add", **TEST)(a=A, b=A)
+    with pytest.raises(mkemu.ConfigError) as caught:
+        run.check({"zz@1": A})
+    assert str(caught.value) == "zz@1: error: expected output 'zz' is not a buffer of the program"
+    with pytest.raises(mkemu.ConfigError) as caught:
+        run.check({"out": [[1.0], [1.0, 2.0]]})
+    assert str(caught.value).startswith("out: error: expected output 'out' is not an array")
+
+
 def test_a_reference_that_returns_no_dict_is_an_error_naming_it(tmp_path):
     (tmp_path / "ref.py").write_text("def reference(inputs, *, chips, cores_per_chip):\n    return None\n")
     source = (ROOT / "programs" / "examples" / "vector_add.mk").read_text()
