@@ -32,7 +32,9 @@ def selected_cores(trace: Trace, chips=None, cores=None) -> list[int]:
     `--chip 9` beside a `--chip 1` is as much an error as on its own."""
     out = [c["gid"] for c in trace.cores
            if (chips is None or c["chip"] in chips) and (cores is None or c["core"] in cores)]
-    has = f"the trace has {trace.num_chips} chip(s), 0..{trace.num_chips - 1}, of {trace.meta['cores_per_chip']} cores each"
+    # (cores per chip from the cores themselves: the metadata's `cores_per_chip` is not required of a trace)
+    per_chip = max((c["core"] for c in trace.cores), default=-1) + 1
+    has = f"the trace has {trace.num_chips} chip(s), 0..{trace.num_chips - 1}, of {per_chip} cores each"
     no_chip = [c for c in chips or () if not any(k["chip"] == c for k in trace.cores)]
     if not out:
         asked = " ".join([*(f"--chip {c}" for c in chips or ()), *(f"--core {c}" for c in cores or ())])
@@ -78,17 +80,24 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
 
 def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
     """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
+    def bad():
+        raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) or kernel:NAME",
+                          key="--region")
+
     if label.startswith("kernel:"):
         name = label[len("kernel:"):]
+        if not name:
+            bad()
         ls = [l for l in trace.launches if l["kernel"] == name]
         return np.array([l["start"] for l in ls], float), np.array([l["end"] for l in ls], float)
     r = trace.region
     name, index = label, None
+    if not label:
+        bad()
     if "[" in label or "]" in label:
         m = re.fullmatch(r"([^\[\]]+)\[(-?[0-9]+)\]", label)
         if m is None:
-            raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) or kernel:NAME",
-                              key="--region")
+            bad()
         name, index = m.group(1), int(m.group(2))
     if name not in trace.region_names:
         return np.zeros(0), np.zeros(0)
@@ -512,7 +521,10 @@ def render_text(s: dict, max_regions: int = 40) -> str:
     if f["region"]:
         what.append(f"region {f['region']}")
     if f["from"] is not None or f["to"] is not None:
-        what.append(f"cycles [{f['from'] if f['from'] is not None else ''}, {f['to'] if f['to'] is not None else ''})")
+        # (an open bound is the run's: from its cycle 0, to its last cycle)
+        lo = 0 if f["from"] is None else f["from"]
+        hi = s["emulated_cycles"] if f["to"] is None else f["to"]
+        what.append(f"cycles [{lo}, {hi})")
     lines.append(f"window: {s['window_cycles']:,.0f} cycles of kernel time ({'; '.join(what)}), "
                  f"{s['instructions']:,} instructions")
     lines.append("")
