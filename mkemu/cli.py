@@ -401,7 +401,7 @@ def cmd_trace(args) -> int:
     if exports:
         from mkemu.tools.view import view
 
-        if args.region:
+        if args.region is not None:     # (an empty --region too: it is no cut of an export)
             raise ConfigError(f"--region narrows the summary and diff, not {exports[0][0]}; "
                               "use --from/--to (and --chip/--core) to cut an export", key="--region")
         v = view(trace, args.chip, args.core, args.start, args.end)
@@ -446,6 +446,23 @@ def _check_outputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str
         for other_flag, other in outputs[:i]:
             if _same_file(out, other):
                 raise ConfigError(f"{other_flag} and {flag} both write {out}; give each its own file", key=flag)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _check_readable(args) -> None:
+    """The files every run of a tune or sweep reads, opened once before the first run:
+    a missing one is one error up front, not one rejected run per point."""
+    for path, what in ((getattr(args, "inputs", None), "cannot read inputs"),
+                       (getattr(args, "routing", None), "cannot read the routing record")):
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(f"{what}: {exc.strerror or exc}", file=path) from None
 
 
 def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:
@@ -528,7 +545,7 @@ def cmd_tune(args) -> int:
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
-    from mkemu.tune import Tune, load_resume, make_space, program_params, render
+    from mkemu.tune import Tune, format_objective, load_resume, make_space, program_params, render
 
     _check_scale_out(args)
     if args.budget < 1:
@@ -544,6 +561,7 @@ def cmd_tune(args) -> int:
     check_writable(out, "--out")
     _check_outputs([("--out", out), ("--record-routing", args.record_routing)],
                    _inputs_read(args, [resolve(args.file)]))
+    _check_readable(args)
     base = trial(resolve(args.file), _options(args), args.inputs)
     with _as_flags(args):
         params, driver_set = program_params(base)
@@ -554,12 +572,13 @@ def cmd_tune(args) -> int:
         tune.cache = load_resume(args.resume, tune.settings())
     where = f"Dask scheduler {args.scheduler}" if args.scheduler else (
         f"{args.jobs} local processes" if args.jobs > 1 else "this process")
-    print(f"tune {args.file}: {space.size} variants of {', '.join(space.names)}, budget {args.budget}, "
+    print(f"tune {args.file}: {plural(space.size, 'variant')} of {', '.join(space.names)}, budget {args.budget}, "
           f"objective {args.objective}, seed {args.seed}, on {where}", file=sys.stderr)
 
     def progress(record):
         done = sum(1 for t in tune.trials if "status" in t)
-        what = (f"{record['objective']:.3f}" if record["status"] == "ok" else f"rejected: {record['reason']}")
+        what = (format_objective(record["objective"], tune.objective) if record["status"] == "ok"
+                else f"rejected: {record['reason']}")
         again = " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)"
         print(f"[{done}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
               file=sys.stderr, flush=True)
@@ -567,7 +586,7 @@ def cmd_tune(args) -> int:
     tune.progress = progress
     tune.run()
     print(render(tune))
-    print(f"{tune.search} search, {len(tune.trials)} trials, wall {time.perf_counter() - tune.started:.1f} s; "
+    print(f"{tune.search} search, {plural(len(tune.trials), 'trial')}, wall {time.perf_counter() - tune.started:.1f} s; "
           f"record: {out}")
     return 0 if tune.ranking() else 1
 
@@ -632,6 +651,7 @@ def cmd_sweep(args) -> int:
             check_writable(path, key)
     _check_outputs([("--out", args.out), ("--plot", args.plot), ("--record-routing", args.record_routing)],
                    _inputs_read(args, files))
+    _check_readable(args)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)

@@ -328,7 +328,6 @@ def render(tune: Tune) -> str:
     space = tune.space
     default = tune.default_record()
     base = default["objective"] if default and default["status"] == "ok" else None
-    unit = "us" if tune.objective == "us_per_step" else "cycles"
     widths = [max(len(n), *(len(str(v)) for v in space.values[n])) for n in space.names]
     head = "  ".join(f"{n:>{w}}" for n, w in zip(space.names, widths))
     lines = [f"{'rank':>4}  {head}  {tune.objective:>12}  {'speedup':>7}  bound by (share of the step)"]
@@ -336,7 +335,7 @@ def render(tune: Tune) -> str:
         cells = "  ".join(f"{t['params'][n]:>{w}}" for n, w in zip(space.names, widths))
         speedup = f"{base / t['objective']:.3f}x" if base else "-"
         mark = "  (default)" if t["default"] else ""
-        value = f"{t['objective']:.3f}" if unit == "us" else f"{t['objective']:,.0f}"
+        value = format_objective(t["objective"], tune.objective)
         lines.append(f"{rank:>4}  {cells}  {value:>12}  {speedup:>7}  {_breakdown_text(t['breakdown'])}{mark}")
     rejected = [t for t in tune.trials if t.get("status") == "rejected"]
     if rejected:
@@ -355,6 +354,12 @@ def render(tune: Tune) -> str:
     else:
         lines.append("no variant was bit-exact: nothing to recommend")
     return "\n".join(lines)
+
+
+def format_objective(value: float, objective: str) -> str:
+    """A trial's objective as the table and the progress lines show it: microseconds
+    to three decimals, cycles as a whole number."""
+    return f"{value:.3f}" if objective == "us_per_step" else f"{value:,.0f}"
 
 
 def _breakdown_text(parts: dict | None) -> str:

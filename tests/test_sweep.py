@@ -122,3 +122,12 @@ def test_bad_sweep_options_are_one_line_errors(capsys, tmp_path, argv, message):
     argv = [a.format(out=tmp_path / "sweep.json") for a in argv]
     code, _, err, _ = sweep(capsys, tmp_path, SCALE, "--hw", "test", *argv)
     assert code == 1 and err.startswith(message) and len(err.strip().splitlines()) == 1
+
+
+def test_an_unreadable_routing_record_is_one_error_before_any_point_runs(capsys, tmp_path):
+    # It was read by every point's run, each rejected with the path twice in Python's errno text.
+    missing = str(tmp_path / "nothing.json")
+    code, out, err, record = sweep(capsys, tmp_path, "k3_megakernel", "--model", "k3-tiny", "--steps", "1",
+                                   "--prompt-len", "1", "--timing-only", "--routing", missing, "--mesh", "1,2")
+    assert code == 1 and record == {} and out == ""
+    assert err == f"{missing}: error: cannot read the routing record: No such file or directory\n"

@@ -211,3 +211,14 @@ def test_a_seed_the_sampler_cannot_take_is_an_error(capsys, tmp_path):
                                 "--budget", "3", "--seed", str(2**32))
     assert code == 1 and err.startswith("--seed: error: --seed of a tune must be 0..4294967295")
     assert record == {}
+
+
+def test_progress_lines_show_the_objective_as_the_table_does_and_counts_read_in_the_singular(capsys, tmp_path):
+    # Progress printed cycles as "4145.000" beside the table's "4,145"; one trial read "1 trials".
+    code, stdout, stderr, record = tune(capsys, tmp_path, "vector_add", *TEST_HW, "--param", "N=1024",
+                                        "--objective", "cycles")
+    cycles = record["trials"][0]["objective"]
+    assert code == 0 and cycles > 1000
+    assert f"[1] N=1024: {cycles:,.0f} (" in stderr and f"  {cycles:,.0f}  " in stdout
+    assert stderr.startswith("tune vector_add: 1 variant of N,")
+    assert "exhaustive search, 1 trial, wall" in stdout

@@ -92,7 +92,9 @@ class RoutingRecord:
         model = cfg.name
         try:
             doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            raise ConfigError(f"cannot read the routing record: {exc.strerror or exc}", file=path) from None
+        except ValueError as exc:
             raise ConfigError(f"cannot read the routing record: {exc}", file=path) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ConfigError("not a routing record written by --record-routing", file=path)

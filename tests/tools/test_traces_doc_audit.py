@@ -130,6 +130,15 @@ def test_an_export_prints_the_summary_only_with_json(loop, capsys, tmp_path):
     assert code == 0 and json.loads(out) == _summary(capsys, path)
 
 
+@pytest.mark.parametrize("region", ["", "load"])
+def test_any_region_with_an_export_is_an_error_before_anything_is_written(loop, capsys, tmp_path, region):
+    # An empty --region was taken as none given: the page was written (and, with --json, then refused).
+    path, _ = loop
+    code, out, err = _cli(capsys, "trace", path, "--html", tmp_path / "t.html", "--region", region)
+    assert code == 1 and out == "" and err.startswith("--region: error: --region narrows the summary and diff")
+    assert not (tmp_path / "t.html").exists()
+
+
 def test_an_open_end_of_the_window_reads_as_the_runs_own(loop, capsys):
     """(it read "cycles [, 1500)" and "cycles [1500, )")"""
     path, run = loop
