@@ -28,8 +28,12 @@ class IntLit:
 
 @attrs.frozen
 class FloatLit:
+    """A float literal: `text` as written, `value` its float64 reading (the checker rounds
+    `text` to float32 itself, once)."""
+
     value: float
     span: SourceSpan
+    text: str
 
 
 @attrs.frozen

@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import attrs
 
 from mkemu.dsl import ast, ir, layout
-from mkemu.dsl.folding import broadcast
+from mkemu.dsl.folding import broadcast, f32_extreme
 from mkemu.dsl.values import POISON, DmaChoice, DmaHandle, Scope, ViewChoice, bf16_hint, describe, tile_desc
 
 if TYPE_CHECKING:  # the checker imports this module
@@ -30,6 +29,8 @@ BUILTINS = frozenset(
        "matmul", "transpose", "scalar", "select", "bytes", "vmem_bytes", "copy", "signal", "barrier")
     + tuple(SPMD_ARITY)
 )
+# The parts a pipeline can run (`part prefetch`): builtin compile-time integers 0, 1, 2.
+PIPELINE_PARTS = ("whole", "prefetch", "primed")
 
 
 class Builtins:
@@ -88,7 +89,10 @@ class Builtins:
             return POISON
         v = vals[0]
         if isinstance(v, (ir.Const, ir.FloatConst)):
-            v = ir.FloatConst(float(v.value), v.span)
+            x = self.c.f32_value(v, self.node.args[0].span)
+            if x is None:
+                return POISON
+            v = ir.FloatConst(x, v.span)
         t = self.tile(v, self.node.args[0])
         if t is POISON:
             return POISON
@@ -121,15 +125,9 @@ class Builtins:
         r = self.c.binary("-", a, b, self.node.span)
         if r is POISON:
             return POISON
-        if isinstance(r, ir.FloatConst):
-            x, y = float(a.value), float(b.value)
-            if x == y == 0.0:
-                # f32_max / f32_min: max(+0, -0) = +0 and min(+0, -0) = -0 in either order.
-                neg = math.copysign(1.0, x) < 0, math.copysign(1.0, y) < 0
-                value = -0.0 if (all(neg) if self.node.func == "max" else any(neg)) else 0.0
-            else:
-                value = (max if self.node.func == "max" else min)(x, y)
-            return ir.FloatConst(value, self.node.span)
+        if isinstance(r, ir.FloatConst):   # (both operands are numbers: f32_value cannot fail)
+            x, y = self.c.f32_value(a, a.span), self.c.f32_value(b, b.span)
+            return ir.FloatConst(f32_extreme(self.node.func, x, y), self.node.span)
         return ir.Elementwise(self.node.func, r.args, r.dtype, r.shape, self.node.span)
 
     b_min = b_max
@@ -190,8 +188,11 @@ class Builtins:
                 return ir.Const(v.value, v.span)
             if v.dtype == "bool":
                 return self.c.error(self.node.span, f"{dtype}() of a bool: convert it with i32(...) first")
-            return ir.FloatConst(float(v.value), v.span) if dtype == "f32" else ir.Convert(
-                ir.Literal(float(v.value), "f32", (1, 1), v.span), "bf16", (1, 1), self.node.span)
+            x = self.c.f32_value(v, self.node.args[0].span)   # i32 -> f32 rounds to nearest even
+            if x is None:
+                return POISON
+            return ir.FloatConst(x, v.span) if dtype == "f32" else ir.Convert(
+                ir.Literal(x, "f32", (1, 1), v.span), "bf16", (1, 1), self.node.span)
         if isinstance(v, ir.FloatConst):
             if dtype == "f32":
                 return v

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.builtins import BUILTINS
+from mkemu.dsl.builtins import BUILTINS, PIPELINE_PARTS
 from mkemu.dsl.layout import MX_BLOCK
-from mkemu.dsl.values import POISON, Binding, DtypeVal, KernelCtx, Poison, Scope
+from mkemu.dsl.values import POISON, Binding, ConstVal, DtypeVal, KernelCtx, Poison, Scope
 from mkemu.errors import SourceSpan
 from mkemu.isa.program import values_text
 
@@ -78,10 +78,7 @@ class Declarations:
                 if name is None or isinstance(item, ast.Import):
                     continue
                 span = item.name_span
-                if isinstance(item, ast.FnDecl) and name in BUILTINS:
-                    self.error(span, f"'{name}' is a builtin function and cannot be redefined")
-                    continue
-                if self.is_literal(name, span):
+                if self.reserved(name, span, integer=isinstance(item, ast.ParamDecl)):
                     continue
                 prev = self.globals.local(name)
                 if prev is not None:
@@ -124,6 +121,8 @@ class Declarations:
         if isinstance(v, ir.Const) and (v.dtype == "i32" or not is_param):
             value = v.value
             self.const_dtypes[name] = v.dtype
+            if v.dtype == "i32":   # (a param named so is reported with the globals)
+                self.reserved(name, decl.name_span, integer=True)
         else:
             if isinstance(v, ir.Const):
                 self.error(decl.value.span, f"the value of param '{name}' must be an integer (params are set "
@@ -196,15 +195,39 @@ class Declarations:
         return tuple(values)
 
     # ------------------------------------------------------------ definitions
-    def is_literal(self, name: str, span: SourceSpan) -> bool:
-        """`true`, `false` and `inf` read as names but are literals: declaring one is an error."""
+    def reserved(self, name: str, span: SourceSpan, integer: bool) -> bool:
+        """Whether `name` is one the language defines, which a declaration cannot take
+        (reported): the literals `true`, `false`, `inf`, the dtypes and the builtin
+        functions, found by name wherever they are written (a binding would leave `f32(x)`
+        the conversion but make `f32` something else); and for an integer, a pipeline
+        part's name (`let prefetch = 2;` would silently turn `part prefetch` and
+        `f(prefetch, ...)` into part 2). Other things may take a part's name."""
         if name in LITERAL_NAMES:
-            self.error(span, f"'{name}' is a literal; it cannot be declared as a name")
-            return True
-        return False
+            message = f"'{name}' is a literal; it cannot be declared as a name"
+        elif name in ALL_DTYPES:
+            message = f"'{name}' is a dtype; it cannot be declared as a name"
+        elif name in BUILTINS:
+            message = f"'{name}' is a builtin function; it cannot be declared as a name"
+        elif integer and name in PIPELINE_PARTS:
+            message = (f"'{name}' is the pipeline part {PIPELINE_PARTS.index(name)}; an integer may not take its "
+                       f"name (`part {name}` or `f({name}, ...)` would silently mean the integer)")
+        else:
+            return False
+        self.error(span, message)
+        return True
+
+    def check_param_names(self, decl) -> None:
+        """The generics and parameters of an fn or kernel, at the declaration (those of a
+        generic fn are bound at calls without a check of their own)."""
+        for g in decl.generics:
+            self.reserved(g.name, g.span, integer=True)
+        for p in decl.params:
+            integer = isinstance(p.type, ast.ScalarType) and p.type.name == "i32"
+            self.reserved(p.name, p.name_span, integer)
 
     def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
-        if self.is_literal(name, span):
+        integer = what == "generic" or (isinstance(entity, (ConstVal, ir.ScalarVar)) and entity.dtype == "i32")
+        if self.reserved(name, span, integer):
             return
         prev = scope.lookup(name)
         if prev is not None:

@@ -42,6 +42,8 @@ class Elaborator(Calls):
             if isinstance(decl, ast.StructDecl):
                 self.check_struct_alone(decl)
         for decl in self.global_decls.values():
+            if isinstance(decl, (ast.FnDecl, ast.KernelDecl)):
+                self.check_param_names(decl)
             if isinstance(decl, ast.FnDecl) and not decl.generics:   # generic fns: at each call
                 self.check_fn_alone(decl)
             if isinstance(decl, (ast.FnDecl, ast.KernelDecl)) and decl.generics:

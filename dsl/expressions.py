@@ -13,20 +13,18 @@ import math
 import attrs
 
 from mkemu.dsl import ast, ir
-from mkemu.dsl.builtins import BUILTINS, Builtins
+from mkemu.dsl.builtins import BUILTINS, PIPELINE_PARTS, Builtins
 from mkemu.dsl.declarations import Declarations
-from mkemu.dsl.folding import MAX_INT_BITS, broadcast, fold_int, linear
+from mkemu.dsl.folding import MAX_INT_BITS, broadcast, decimal_f32, f32_round, fold_f32, fold_int, linear
 from mkemu.dsl.layout import MX_BLOCK, divisible
 from mkemu.dsl.values import (
-    POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, StructVal, ViewChoice, describe,
-    tile_desc,
+    POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, DtypeVal, FloatVal, Poison, Scope, StructVal, ViewChoice,
+    describe, tile_desc,
 )
 from mkemu.errors import SourceSpan
 
 ARITH_OPS = ("+", "-", "*", "/")
 DMA_VALUES = (DmaHandle, ir.Dma, DmaChoice)
-# The parts a pipeline can run (`part prefetch`): builtin compile-time integers.
-PIPELINE_PARTS = ("whole", "prefetch", "primed")
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 INT_OPS = ("%", "<<", ">>")
 BIT_OPS = ("&", "|", "^")
@@ -69,7 +67,7 @@ class Expressions(Declarations):
             case ast.IntLit():
                 return ir.Const(node.value, node.span)
             case ast.FloatLit():
-                return ir.FloatConst(node.value, node.span)
+                return self.float_literal(node)
             case ast.Name():
                 return self.name(node, scope)
             case ast.Binary():
@@ -85,6 +83,31 @@ class Expressions(Declarations):
             case ast.Field():
                 return self.field(node, scope)
         return self.error(node.span, "unexpected expression")
+
+    def float_literal(self, node: ast.FloatLit):
+        """A float literal is the float32 nearest its exact decimal value (ties to even, as
+        the assembler rounds its immediates); one that rounds past the largest float32 is
+        an error, not a silent inf."""
+        value = decimal_f32(node.text)
+        if math.isinf(value):
+            return self.error(node.span, f"float literal {node.text} is beyond the f32 range (the largest f32 is "
+                                         "3.4028235e38); write inf for infinity")
+        return ir.FloatConst(value, node.span)
+
+    def f32_value(self, v, span: SourceSpan) -> float | None:
+        """A compile-time number as the float32 it stands for in float arithmetic (an
+        integer rounded to nearest even, as an integer literal in an f32 tile is); None
+        after an error."""
+        if isinstance(v, ir.FloatConst):
+            return v.value
+        if v.dtype == "bool":
+            self.error(span, "expected a number, got a bool; convert it with i32(...)")
+            return None
+        x = f32_round(v.value)
+        if math.isinf(x):
+            self.error(span, f"the integer {v.value:,} is beyond the f32 range (the largest f32 is 3.4028235e38)")
+            return None
+        return x
 
     def name(self, node: ast.Name, scope: Scope):
         b = scope.lookup(node.name)
@@ -103,9 +126,10 @@ class Expressions(Declarations):
             case ast.ParamDecl() | ast.ConstDecl():
                 v = self.const_value(node.name, e)
                 if node.name in self.dtype_consts:
-                    return self.error(node.span, f"'{node.name}' names a dtype ({self.dtype_consts[node.name]}), not "
-                                                 f"a value: use it as the dtype of a buffer ({node.name}[...])")
+                    return self.not_a_value(node, self.dtype_consts[node.name])
                 return POISON if v is None else ir.Const(v, node.span, self.const_dtypes.get(node.name, "i32"))
+            case DtypeVal():
+                return self.not_a_value(node, e.dtype)
             case ConstVal():
                 return ir.Const(e.value, node.span, e.dtype)
             case FloatVal():
@@ -132,6 +156,12 @@ class Expressions(Declarations):
             case Poison():
                 return POISON
         return self.error(node.span, f"'{node.name}' cannot be used here")
+
+    def not_a_value(self, node: ast.Name, dtype: str | None):
+        if dtype is None:   # (a dtype const in error, already reported)
+            return POISON
+        return self.error(node.span, f"'{node.name}' names a dtype ({dtype}), not a value: use it as the dtype "
+                                     f"of a buffer ({node.name}[...])")
 
     @staticmethod
     def whole(buf: ir.Buffer, span: SourceSpan) -> ir.Ref:
@@ -217,7 +247,10 @@ class Expressions(Declarations):
         if isinstance(v, ir.Const):
             if dtype == "bool" or v.dtype == "bool":
                 return self.error(span, "a constant cannot be used as a mask; compare tiles to make one")
-            return ir.Literal(float(v.value) if dtype in ("f32", "bf16") else v.value, dtype, (1, 1), v.span)
+            if dtype in ("f32", "bf16"):
+                x = self.f32_value(v, v.span)
+                return POISON if x is None else ir.Literal(x, dtype, (1, 1), v.span)
+            return ir.Literal(v.value, dtype, (1, 1), v.span)
         if isinstance(v, ir.FloatConst):
             if dtype != "f32":
                 return self.error(span, f"a float constant cannot be used with a {dtype} tile")
@@ -353,15 +386,16 @@ class Expressions(Declarations):
         return ir.ScalarOp(op, (a, b), span)
 
     def float_binary(self, op: str, a, b, span: SourceSpan):
-        x, y = float(a.value), float(b.value)
+        """a op b folded with the vector unit's f32 arithmetic (docs/numerics.md): the same
+        bits as at run time, so `1.0 / 0.0` is inf and `16777216.0 + 1.0` is 16777216.0."""
+        if op not in ARITH_OPS and op not in CMP_OPS:
+            return self.error(span, f"'{op}' is not defined on float constants")
+        x, y = self.f32_value(a, a.span), self.f32_value(b, b.span)
+        if x is None or y is None:
+            return POISON
         if op in CMP_OPS:
             return ir.Const(fold_int(op, x, y), span, "bool")  # type: ignore[arg-type]
-        if op not in ARITH_OPS:
-            return self.error(span, f"'{op}' is not defined on float constants")
-        if op == "/" and y == 0:
-            return self.error(span, "division by zero in a compile-time expression")
-        value = {"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else 0.0}[op]
-        return ir.FloatConst(value, span)
+        return ir.FloatConst(fold_f32(op, x, y), span)
 
     def unary(self, op: str, v, span: SourceSpan):
         if v is POISON:
@@ -580,9 +614,13 @@ class Expressions(Declarations):
             if isinstance(b.entity, ast.KernelDecl):
                 return self.error(node.func_span, f"kernel '{node.func}' can only be launched from the host block")
             return self.error(node.span, f"fn '{node.func}' has no value; call it as a statement")
-        if node.func not in BUILTINS:
+        named = scope.lookup(node.func) if node.func not in BUILTINS else None
+        dtype = self.named_dtype(named, node.func, scope)
+        if node.func not in BUILTINS and dtype is None:
             for a in node.args:
                 self.expr(a.value if isinstance(a, ast.Remote) else a, scope)
+            if named is not None:
+                return self.error(node.func_span, f"'{node.func}' is a {named.what}, not a function")
             return self.error(node.func_span, f"unknown function '{node.func}'")
         if node.func in ("signal", "barrier"):
             return self.error(node.span, f"{node.func}() is a statement, not a value")
@@ -591,7 +629,32 @@ class Expressions(Declarations):
         remote = [a for a in node.args if isinstance(a, ast.Remote)]
         if remote:
             return self.error(remote[0].span, "'@' (a remote location) is only allowed in copy() and signal()")
+        if dtype is not None:
+            return self.conversion(node, dtype, scope)
         return Builtins(self, node, scope).run()
+
+    def named_dtype(self, binding, name: str, scope: Scope):
+        """The dtype a generic or a dtype const stands for, when `name` is bound to one (None
+        otherwise; POISON for a dtype const in error, already reported)."""
+        if binding is None:
+            return None
+        if isinstance(binding.entity, DtypeVal):
+            return binding.entity.dtype
+        if isinstance(binding.entity, ast.ConstDecl) and self.is_dtype_form(binding.entity.value):
+            return self.resolve_dtype(name, scope) or POISON
+        return None
+
+    def conversion(self, node: ast.Call, dtype, scope: Scope):
+        """`T(x)` with T a dtype generic or a dtype const: the conversion its dtype names,
+        exactly as `f32(x)`, `bf16(x)` or `i32(x)` would be written in its place."""
+        if dtype is POISON or dtype == "mxfp4":
+            for a in node.args:
+                self.expr(a, scope)
+            if dtype is POISON:
+                return POISON
+            return self.error(node.func_span, f"'{node.func}' is mxfp4 here, which has no conversion: mxfp4 holds "
+                                              "matrix-unit weights (only copied, or the right operand of matmul)")
+        return Builtins(self, node, scope).convert(dtype)
 
     def copy(self, node: ast.Call, scope: Scope):
         n = len(node.args)

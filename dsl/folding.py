@@ -1,14 +1,20 @@
-"""Compile-time integer arithmetic and the scalar analyses behind static bounds checks.
+"""Compile-time arithmetic and the scalar analyses behind static bounds checks.
 
 `fold_int` folds an operator with the language's C semantics (`/` and `%` truncate);
-`broadcast` is numpy's rule on 2-D tile shapes; `linear` writes a scalar expression
-as a sum of atoms with integer coefficients, which is how slice lengths and the
-`if`-narrowing of loop ranges are worked out.
+`f32_round`, `decimal_f32` and `fold_f32` give float constants the bits the vector
+unit would (docs/numerics.md: IEEE binary32, one rounding to nearest even per
+operation); `broadcast` is numpy's rule on 2-D tile shapes; `linear` writes a scalar
+expression as a sum of atoms with integer coefficients, which is how slice lengths
+and the `if`-narrowing of loop ranges are worked out.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from mkemu.dsl import ir
+from mkemu.isa import numerics
+from mkemu.isa.encoding import parse_f32_bits
 
 # Compile-time integers are Python's (unbounded): a literal or a folded result beyond this
 # many bits is an error, not hours of arithmetic, an integer too long to print or one
@@ -48,6 +54,41 @@ def fold_int(op: str, a: int, b: int) -> int:
         case "min": return min(a, b)
         case "max": return max(a, b)
     raise AssertionError(op)
+
+
+# ------------------------------------------------------------ f32 constants
+
+def decimal_f32(text: str) -> float:
+    """The float32 nearest a decimal number's exact value (a float literal's text, or an
+    integer's digits), ties to even, rounded once as the assembler rounds its immediates
+    (`isa.encoding.parse_f32_bits`): +-inf past the f32 range, 0 below half its smallest
+    subnormal."""
+    return float(np.array([parse_f32_bits(text)], np.uint32).view(np.float32)[0])
+
+
+def f32_round(x: int) -> float:
+    """An integer as the float32 nearest it (ties to even; +-inf past the f32 range)."""
+    return decimal_f32(str(x))
+
+
+def fold_f32(op: str, x: float, y: float) -> float:
+    """x op y for float32 values, as the vector unit computes it (numpy float32: one
+    IEEE rounding; x / 0 is +-inf or NaN, overflow is inf)."""
+    a, b = np.float32(x), np.float32(y)
+    with np.errstate(all="ignore"):
+        match op:
+            case "+": r = a + b
+            case "-": r = a - b
+            case "*": r = a * b
+            case "/": r = a / b
+            case _: raise AssertionError(op)
+    return float(r)
+
+
+def f32_extreme(op: str, x: float, y: float) -> float:
+    """max / min of float32 values as the vector unit's `f32_max` / `f32_min`
+    (docs/numerics.md: NaN propagates, max(+0, -0) = +0, min(+0, -0) = -0)."""
+    return float((numerics.f32_max if op == "max" else numerics.f32_min)(x, y))
 
 
 def broadcast(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:

@@ -431,7 +431,8 @@ class _Builder(Transformer):
         return ast.IntLit(-self.int_lit(meta, c).value, self._span(meta))
 
     def float_lit(self, meta, c):
-        return ast.FloatLit(float(str(c[0])), self._span(meta))
+        text = str(c[0])
+        return ast.FloatLit(float(text), self._span(meta), text)
 
     def call(self, meta, c):
         name, (args, keywords) = c[0], c[1]

@@ -7,6 +7,8 @@ renamed locals, folded constants, every view as `buffer[slot]{offset +: size, ..
 
 from __future__ import annotations
 
+import numpy as np
+
 from mkemu.dsl import ir
 
 
@@ -49,6 +51,8 @@ def tile(e) -> str:
             return ref(e.ref)
         case ir.ValueRead():
             return e.value.name
+        case ir.Literal() if e.dtype in ("f32", "bf16"):
+            return f"{np.float32(e.value)}:{e.dtype}"   # (the shortest text of the float32 value)
         case ir.Literal():
             return f"{e.value}:{e.dtype}"
         case ir.Splat():
