@@ -34,10 +34,15 @@ class Elaborator(Calls):
                 v = self.const_value(name, decl)
                 if v is not None:
                     (params if isinstance(decl, ast.ParamDecl) else consts)[name] = v
+        held = True
         for module in self.modules:
             for item in module.items:
                 if isinstance(item, ast.Assert):
-                    self.assertion(item, self.globals)
+                    held = self.assertion(item, self.globals) and held
+        if not held:
+            # A failed top-level assert is a program's precondition (a config it does not
+            # support): what checking the rest would report is only its consequences.
+            return None
         for decl in self.global_decls.values():
             if isinstance(decl, ast.StructDecl):
                 self.check_struct_alone(decl)

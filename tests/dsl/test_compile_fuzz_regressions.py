@@ -423,3 +423,23 @@ def test_statements_after_a_failed_assert_are_not_checked():
     text = error_of(src)
     assert text.startswith("prog.mk:3:5: error: assertion failed: level is 0 .. 3"), text
     assert text.count("error:") == 1, text
+
+
+def test_a_failed_top_level_assert_is_the_only_error_besides_the_other_top_level_asserts():
+    # A program's precondition on its params: checking kernels and host after it failed
+    # printed the index errors it causes (seven of them for k3_per_op with a wrong layout).
+    src = """\
+    param L = 3;
+    assert L % 2 == 0, "L must be even";
+    assert L < 2, "L must be below 2";
+    assert L > 0, "L must be positive";
+    kernel k(x: hbm f32[2, 128]) { vmem v: f32[2, 128]; v[L:L + 1, :] = v[0:1, :]; }
+    host { input x: f32[2, 128]; launch k(x); }
+    """
+    text = error_of(src)
+    assert text.startswith("prog.mk:2:1: error: assertion failed: L must be even"), text
+    assert "prog.mk:3:1: error: assertion failed: L must be below 2" in text
+    assert text.count("error:") == 2, text
+    # Asserts that hold leave the rest checked: the index error is reported then.
+    assert "out of range" in error_of(src.replace("assert L % 2 == 0, \"L must be even\";\n", "")
+                                      .replace("assert L < 2, \"L must be below 2\";\n", ""))
