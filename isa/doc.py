@@ -97,7 +97,7 @@ cycle it issued), pc, instruction and source line.
 | branch target below the kernel's length; the last instruction executed is `halt` | `bad-branch`, `ran-off-end` |
 | DMA descriptor: 7 words (signed int32), 4-aligned, inside SMEM (else `out-of-bounds`); `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves); the destination block, from its lowest row start to its highest row end, at least as long as the bytes moved (so rows that overlap that much, e.g. a destination stride of 0 over several rows, are refused; overlapping rows inside a longer block are not) | `out-of-bounds`, `bad-descriptor` |
 | `sem`, `rsem` below the profile's `semaphores`; `tgt` a global core of the mesh | `bad-semaphore`, `bad-target` |
-| `mark.pop` only inside a `mark.push` region | `bad-region` |
+| `mark.push` at most 64 regions deep; `mark.pop` only inside a `mark.push` region | `bad-region` |
 
 Shift amounts are taken modulo 32 (`shli.d`: 64); `vrot` amounts modulo 128 or 8.
 docs/safety.md lists the checks of the schedule (races, deadlocks, semaphores left

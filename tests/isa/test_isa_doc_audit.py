@@ -177,6 +177,7 @@ def _rule_kinds(key: str) -> set[str]:
 
 
 DESC = "0 16 1 0 0 1 0 0"
+_DEPTH = int(re.search(r"`mark.push` at most (\d+) regions deep", ISA).group(1))
 V_END, S_END = VMEM, SMEM
 # (rule key, fault kind, body that passes at the bound, body that faults just past it:
 # its last line faults; smem descriptor; profile)
@@ -247,7 +248,9 @@ RULES = [
     ("`sem`, `rsem`", "bad-semaphore", "li s1, 15\nli s2, 1\nsem.signal s1, s2\nsem.wait s1, s2",
      "li s1, 16\nli s2, 1\nsem.signal s1, s2"),
     ("`sem`, `rsem`", "bad-target", "li s1, 1\nsem.signal.r s1, s0, s1", "li s1, 2\nsem.signal.r s1, s0, s1"),
-    ("`mark.pop`", "bad-region", "mark.push 7, s0\nmark.pop", "mark.pop"),
+    ("`mark.push`", "bad-region", "mark.push 7, s0\nmark.pop", "mark.pop"),
+    ("`mark.push`", "bad-region", "\n".join(["mark.push 7, s0"] * _DEPTH),
+     "\n".join(["mark.push 7, s0"] * (_DEPTH + 1))),
 ]
 
 
