@@ -147,7 +147,7 @@ class DmaMixin:
                 data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
             if computed and config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
-        resources, latency, hops = self._route(core, target, "hbm" in (src_space, dst_space))
+        resources, latency, hops = self._route(core, target, src_space == "hbm", dst_space == "hbm")
         self.dma_count += 1
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
                   dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
@@ -195,29 +195,33 @@ class DmaMixin:
             return False
         return any(b_lo <= lo and hi <= b_hi for b_lo, b_hi in self.data_regions)
 
-    def _route(self, core: Core, target: Core, touches_hbm: bool) -> tuple[tuple[int, ...], int, int]:
+    def _route(self, core: Core, target: Core, reads_hbm: bool, writes_hbm: bool) -> tuple[tuple[int, ...], int, int]:
         """(flow resources, start latency, chip hops) of a DMA `core` issues into
         `target`'s memory; the same for every DMA between the two, so kept."""
-        key = (core.gid, target.gid, touches_hbm)
+        key = (core.gid, target.gid, reads_hbm, writes_hbm)
         route = self.routes.get(key)
         if route is None:
             route = self.routes[key] = (
-                tuple(self._dma_resources(core, target, touches_hbm)),
+                tuple(self._dma_resources(core, target, reads_hbm, writes_hbm)),
                 self.profile.dma_start_latency_cycles + self._path_latency(core, target),
                 self.mesh.hops(core.chip, target.chip))
         return route
 
-    def _dma_resources(self, core: Core, target: Core, touches_hbm: bool) -> list[int]:
-        """The flow resources a DMA crosses.
+    def _dma_resources(self, core: Core, target: Core, reads_hbm: bool, writes_hbm: bool) -> list[int]:
+        """The flow resources a DMA crosses: the issuer's engine; the HBM it reads (the
+        issuer's chip's) and the HBM it writes (the target's chip's), once if they are
+        one; the links or the core-to-core path to the target.
 
         A chip's HBM is a resource only where its DMA engines together could
         outrun it; otherwise it can never be the bottleneck and leaving it out keeps
-        the flows of different cores independent (much cheaper to re-divide). Remote
-        writes into HBM are limited by the links long before the remote HBM.
+        the flows of different cores independent (much cheaper to re-divide).
         """
         resources = [self.engine_res[core.gid]]
-        if self.hbm_shared and touches_hbm:
-            resources.append(self.hbm_res[core.chip])
+        if self.hbm_shared:
+            if reads_hbm:
+                resources.append(self.hbm_res[core.chip])
+            if writes_hbm and not (reads_hbm and target.chip == core.chip):
+                resources.append(self.hbm_res[target.chip])
         if target.chip != core.chip:
             resources += self.links.path_resources(core.chip, target.chip, core.index)
         elif target is not core:

@@ -257,3 +257,45 @@ def test_idle_waiting_costs_no_wall_time(emu):
     assert end == pytest.approx(DMA_LATENCY + 4096 / 4e-6, rel=1e-3)
     assert ran.result.cycles > 10**9
     assert ran.result.stall_cycles["semaphore"] > 10**9
+
+
+def test_a_push_into_another_chips_hbm_shares_that_hbm_not_the_issuers(tmp_path):
+    # HBM is a resource here (two engines of 32 B/cycle could outrun 48e9 B/s = 48 B/cycle
+    # at the test profile's 1 GHz). Core 0 copies from chip 0's HBM while core 1 pushes
+    # into chip 1's: they share no HBM and each moves at its engine's 32 B/cycle (4096
+    # bytes in 128 cycles). The push used to count against chip 0's HBM, which it never
+    # touches, and both took 4096 / 24 cycles.
+    import mkemu
+
+    profile = tmp_path / "hbm48.toml"
+    profile.write_text('extends = "test"\n[chip]\nhbm_bw_bytes_per_s = 48e9\n[ici]\nlink_bw_bytes_per_s = 1000e9\n')
+    source = """
+    .buffer a f32 8x128 input
+    .kernel main
+        .smem 0 4096 1 0 0 1 0 0
+        rdsr s9, gcore
+        li s1, @a
+        li s6, 4096
+        li s7, 3
+        li s8, 1
+        beq s9, s0, local
+        beq s9, s8, push
+        beq s9, s7, recv
+        halt
+    local:
+        dma.start vmem[s0], hbm[s1], s0, s0
+        sem.wait s0, s6
+        halt
+    push:
+        dma.start.r hbm[s1]@s7, vmem[s0], s0, s0, s8
+        sem.wait s0, s6
+        halt
+    recv:
+        sem.wait s8, s6
+        halt
+    """
+    kernel = mkemu.compile_source(source, filename=str(tmp_path / "push.s"), hw=str(profile), mesh="2", trace=True)
+    trace = kernel().report.trace
+    assert (trace.dma["done"] - trace.dma["begun"]).tolist() == [128, 128]
+    names = {trace.resources[i]["name"] for i in trace.dma_res["resource"]}
+    assert {"chip0 HBM", "chip1 HBM"} <= names
