@@ -64,6 +64,7 @@ class Dma:
     begun_at: int | None = None
     done_at: int | None = None
     knowledge: tuple[int, int] = (0, 0)   # DMAs its issuer knew had landed when it issued it (`Safety`: mask, base)
+    cap: float | None = None  # a copy within one core's VMEM and SMEM: the profile's VMEM copy bandwidth
 
     @property
     def source(self) -> str | None:
@@ -154,7 +155,8 @@ class DmaMixin:
                   size_bytes=size, sem=sem_id, rsem=rsem_id, resources=resources,
                   latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text,
                   kernel=self.kernel, dst_range=dst_range,
-                  src_range=src_range)
+                  src_range=src_range, cap=self.profile.vmem_bw_bytes_per_cycle if target is core and
+                  "hbm" not in (src_space, dst_space) else None)
         if src_space == "hbm":
             self.hbm_bytes += size
         if dst_space == "hbm":
@@ -242,7 +244,7 @@ class DmaMixin:
 
     def _begin_dma(self, dma: Dma, t: int) -> None:
         dma.begun_at = t
-        self.net.start(dma.seq, dma.size_bytes, dma.resources, t)
+        self.net.start(dma.seq, dma.size_bytes, dma.resources, t, dma.cap)
         self._schedule_flows()
         if self.trace is not None:
             self.trace.on_dma_begin(dma, t)

@@ -399,9 +399,12 @@ def test_which_hbm_a_dma_crosses(tmp_path, capsys):
     assert names[:2] == ["chip0 core0 DMA engine", "chip1 HBM"] and "chip0 HBM" not in names
 
 
-def test_copies_within_a_core_move_at_the_engine_rate_whatever_vmem_bw_says(tmp_path):
-    assert "`vmem_bw_bytes_per_cycle` and `vmem_tile` are shown by `mkemu hw show` but used by nothing" in FLAT
-    hw = _profile(tmp_path, "vmem_bw", "[core]\nvmem_bw_bytes_per_cycle = 1\n")
+@pytest.mark.parametrize("vmem_bw, cycles", [(8, 4096 // 8), (64, 4096 // 32)])
+def test_copies_within_a_core_move_at_the_slower_of_the_engine_and_vmem_bw(tmp_path, vmem_bw, cycles):
+    # (vmem_bw was shown by `mkemu hw show` and used by nothing: a copy within a core
+    # moved at the engine's 32 B/cycle whatever it said)
+    assert "each such copy moving at most the profile's `vmem_bw_bytes_per_cycle`" in FLAT
+    hw = _profile(tmp_path, f"vmem_bw{vmem_bw}", f"[core]\nvmem_bw_bytes_per_cycle = {vmem_bw}\n")
     t = _run(".kernel main\n    .smem 0 4096 1 0 0 1 0 0\n" + SOLO + """
         li s6, 4096
         li s1, 8192
@@ -413,7 +416,7 @@ def test_copies_within_a_core_move_at_the_engine_rate_whatever_vmem_bw_says(tmp_
         halt
     """, hw=hw).report.trace
     assert (t.dma["begun"] - t.dma["issued"]).tolist() == [10, 10]
-    assert (t.dma["done"] - t.dma["begun"]).tolist() == [4096 // 32, 4096 // 32]
+    assert (t.dma["done"] - t.dma["begun"]).tolist() == [cycles, cycles]
 
 
 @pytest.mark.parametrize("links, share", [(1, 2), (2, 1)])
