@@ -284,7 +284,7 @@ class Machine(DmaMixin):
         first = core.sem_raisers.get(left[0][0])
         return EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {'; '.join(parts)} "
                              "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
-                             chip=core.chip, core=core.index, cycle=core.end_time,
+                             chip=core.chip, core=core.index, cycle=self.now,   # (the launch's end: its last landing)
                              pc=first[1] if first else None, instruction=first[2] if first else None,
                              source=kernel.source_line(first[1]) if first else None)
 
@@ -406,8 +406,9 @@ class Machine(DmaMixin):
 
     def _target_core(self, core: Core, gid: int) -> Core:
         if not 0 <= gid < len(self.cores):
-            raise Trap("bad-target", f"target core {gid} is outside the mesh ({len(self.cores)} cores on "
-                                     f"{self.mesh.num_chips} chips of {self.profile.cores_per_chip})")
+            chips, per_chip = self.mesh.num_chips, self.profile.cores_per_chip
+            raise Trap("bad-target", f"target core {gid} is outside the mesh ({len(self.cores)} cores: {chips} "
+                                     f"chip{'s' if chips != 1 else ''} of {per_chip} core{'s' if per_chip != 1 else ''})")
         return self.cores[gid]
 
     def _path_latency(self, src: Core, dst: Core) -> int:
@@ -522,7 +523,7 @@ class Machine(DmaMixin):
                     "barrier-not-reached",
                     f"kernel {self.kernel.name}: chip {core.chip} core {core.index} halted at cycle {t} "
                     f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
-                    f"barrier, which {waiters} wait at{also}",
+                    f"barrier, which {waiters} {'waits' if len(arrived) == 1 else 'wait'} at{also}",
                     chip=first.chip, core=first.index, cycle=t, pc=first.pc,
                     instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc))
 

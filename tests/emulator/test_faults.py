@@ -104,6 +104,10 @@ def test_dma_never_waited_for_leaves_its_semaphore_nonzero(emu):
     # ... naming the instruction that raised it, with its pc and source line.
     assert "last raised at cycle" in text and "by `dma.start vmem[s0], hbm[s1], s0, s2`" in text
     assert "pc 0x0004" in text and re.search(r"source: test\.s:\d+:\d+: dma.start", text)
+    # The kernel ends when that DMA lands, after the core halted: the fault is at that
+    # cycle, not before the raise it reports (it was at the halt).
+    raised = int(re.search(r"last raised at cycle (\d+)", text).group(1))
+    assert fault.cycle == raised
 
 
 def test_deadlock_names_the_waiting_core_and_semaphore(emu):
@@ -180,7 +184,7 @@ def test_barrier_a_core_never_reaches(emu):
     assert "at chip 0, core 0, cycle" in text and "instruction: barrier chip" in text
     assert "source: test.s:6:5: barrier chip" in text
     assert "chip 0 core 1 halted at cycle" in text and "without reaching this chip barrier" in text
-    assert "which chip 0 core 0 wait at" in text
+    assert "which chip 0 core 0 waits at" in text
 
 
 def test_barrier_reached_after_the_other_core_halted_is_a_deadlock(emu):
@@ -304,6 +308,6 @@ def test_a_barrier_skipped_by_several_cores_names_each_that_halted(emu):
         machine.run()
     fault = info.value
     assert fault.kind == "barrier-not-reached" and fault.instruction == "barrier chip"
-    assert "chip 0 core 3 halted at cycle" in fault.message and "which chip 0 core 0 wait at" in fault.message
+    assert "chip 0 core 3 halted at cycle" in fault.message and "which chip 0 core 0 waits at" in fault.message
     for core in (1, 2):
         assert re.search(rf"chip 0 core {core} halted at cycle \d+ without reaching it too", fault.message)

@@ -535,7 +535,7 @@ BAD_TARGET = """
 def test_remote_dma_to_a_chip_outside_the_mesh(capsys, compile_text, tmp_path):
     err = run_fault(capsys, fault_file(tmp_path, BAD_TARGET), "--mesh", "2x2x2", "--hw", "test")
     assert "fault [bad-target] at chip 7, core 0" in err
-    assert "target core 16 is outside the mesh (16 cores on 8 chips of 2)" in err
+    assert "target core 16 is outside the mesh (16 cores: 8 chips of 2 cores)" in err
     assert "instruction: dma.start.r" in err and "bad.mk:" in err
 
 
