@@ -122,7 +122,7 @@ class Builtins:
         if sa is not None and sb is not None:
             return self.c.scalar_binary(self.node.func, sa, sb, self.node.span)
         # Elementwise: the same typing as an arithmetic operator, then rename.
-        r = self.c.binary("-", a, b, self.node.span)
+        r = self.c.binary("-", a, b, self.node.span, call=self.node.func)
         if r is POISON:
             return POISON
         if isinstance(r, ir.FloatConst):   # (both operands are numbers: f32_value cannot fail)
@@ -238,9 +238,10 @@ class Builtins:
             c.ctx.ranges = saved
         if POISON in (a, b):
             return POISON
-        if isinstance(a, (ir.Ref, ViewChoice)) and isinstance(b, (ir.Ref, ViewChoice)):
-            return self.view_choice(cond, a, b)
         sa, sb = c.scalarish(a), c.scalarish(b)
+        # Two SMEM elements (`idx[i]`, `idx[j]`) are scalars: pick the value, not a view.
+        if isinstance(a, (ir.Ref, ViewChoice)) and isinstance(b, (ir.Ref, ViewChoice)) and (sa is None or sb is None):
+            return self.view_choice(cond, a, b)
         if sa is None or sb is None:
             views = (ir.Ref, ViewChoice)
             other = b if isinstance(a, views) or (sa is not None and not isinstance(b, views)) else a

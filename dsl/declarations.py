@@ -9,6 +9,7 @@ the rules that turn a written type (`vmem bf16[2][256, 128]`) into an `ir.Buffer
 from __future__ import annotations
 
 import itertools
+import re
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, PIPELINE_PARTS
@@ -16,6 +17,9 @@ from mkemu.dsl.layout import MX_BLOCK
 from mkemu.dsl.values import POISON, Binding, ConstVal, DtypeVal, KernelCtx, Poison, Scope
 from mkemu.errors import SourceSpan
 from mkemu.isa.program import values_text
+
+# The prefix `fn#N.` of a name an inlined fn's local takes, after its opening quote.
+_INLINED_NAME = re.compile(r"'(?:[A-Za-z_][A-Za-z0-9_]*#[0-9]+\.)+")
 
 DTYPES = ("bf16", "f32", "i32")
 # Every dtype name, as a const may name one (`const ET = select(MX == 1, mxfp4, bf16);`).
@@ -55,6 +59,9 @@ class Declarations:
 
     # ------------------------------------------------------------ diagnostics
     def error(self, span: SourceSpan, message: str) -> Poison:
+        # An fn's locals are renamed at each call (`f#2.t`); a message names them as written,
+        # so an error the fn's own check found is the same error at every call (reported once).
+        message = _INLINED_NAME.sub("'", message)
         key = (span.file, span.line, span.column, span.end_line, span.end_column, message)
         if key not in self.errors:
             context = ""

@@ -253,7 +253,8 @@ class Expressions(Declarations):
             return ir.Literal(v.value, dtype, (1, 1), v.span)
         if isinstance(v, ir.FloatConst):
             if dtype != "f32":
-                return self.error(span, f"a float constant cannot be used with a {dtype} tile")
+                article = "an" if dtype == "i32" else "a"
+                return self.error(span, f"a float constant cannot be used with {article} {dtype} tile")
             return ir.Literal(v.value, "f32", (1, 1), v.span)
         return v
 
@@ -745,7 +746,7 @@ class Expressions(Declarations):
                 self.error(span, f"a view of mxfp4 '{name}' takes its {what} in blocks of {q} ({why}), "
                                  f"got {length}")
                 return False
-            if not divisible(off, q):
+            if not divisible(self.let_form(off), q):
                 shown = (f"starts at {off.value}" if isinstance(off, ir.Const)
                          else f"starts at an offset not known to be a multiple of {q}; write it as "
                               f"{q} * i (or a multiple of {q} times a variable)")
@@ -753,6 +754,17 @@ class Expressions(Declarations):
                                  f"({why}); it {shown}")
                 return False
         return True
+
+    def let_form(self, e):
+        """Scalar expression e with every read of a let replaced by the let's value, for
+        the form of an offset: a let is immutable, so `let k0 = 32 * i;` is a multiple of
+        32 whatever i becomes later."""
+        if isinstance(e, ir.ScalarRead) and self.ctx is not None and e.var in self.ctx.let_values:
+            return self.let_form(self.ctx.let_values[e.var])
+        if isinstance(e, ir.ScalarOp) and e.op in ("+", "-", "*", "neg"):
+            args = tuple(self.let_form(a) for a in e.args)
+            return e if all(a is b for a, b in zip(args, e.args)) else attrs.evolve(e, args=args)
+        return e
 
     def sem_arg(self, a, scope):
         v = self.expr(a, scope)

@@ -163,14 +163,27 @@ def _too_deep(tree: lark.Tree) -> lark.Tree | None:
     return None
 
 
+# Declarations only a file's top level holds.
+_TOP_LEVEL_ONLY = frozenset("import param const reference fn kernel host struct".split())
+
+
+def _keyword_message(text: str, tok: Token) -> str:
+    """What a keyword the grammar could not take here means: a top-level declaration
+    starting a statement inside a block (`const` in a kernel), else a keyword written
+    as a name (`let for = 1;`)."""
+    before = re.sub(r'//[^\n]*|"[^"\n]*"', "", text[:tok.start_pos])
+    if tok in _TOP_LEVEL_ONLY and before.rstrip()[-1:] in (";", "{", "}") and before.count("{") > before.count("}"):
+        return f"'{tok}' declarations belong at the top level of a file, not inside a block"
+    return f"'{tok}' is a keyword; it cannot be used as a name"
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_text(text: str, filename: str) -> ast.Module:
     try:
         tree = _parser().parse(text)
     except _KeywordAsName as e:
         tok = e.token
-        raise _syntax_error(text, filename, tok.line, tok.column, len(tok),
-                            f"'{tok}' is a keyword; it cannot be used as a name") from None
+        raise _syntax_error(text, filename, tok.line, tok.column, len(tok), _keyword_message(text, tok)) from None
     except lark.exceptions.UnexpectedCharacters as e:
         char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
         shown = repr(char) if char else "end of file"

@@ -165,6 +165,7 @@ class Statements(Expressions):
         """A let scalar `name` holding `value`, computed here (its range recorded)."""
         var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(value))
         self.let_range(var, value)
+        self.ctx.let_values[var] = value
         out.append(ir.LetScalar(var, value, span))
         return var
 

@@ -178,6 +178,7 @@ class KernelCtx:
     sems: list = attrs.Factory(list)
     ranges: dict = attrs.Factory(dict)
     let_defs: dict = attrs.Factory(dict)  # let ScalarVar -> its value (to re-narrow its range)
+    let_values: dict = attrs.Factory(dict)  # every let ScalarVar -> its value (for the forms of offsets)
     signalled: set = attrs.Factory(set)
     waited: set = attrs.Factory(set)
     waits: list = attrs.Factory(list)  # (Semaphore, span)
