@@ -751,9 +751,13 @@ class KernelCompiler(TileLowering):
         base = self.sem_base[sref.sem]
         if sref.index is None or isinstance(sref.index, ir.Const):
             return self.imm_reg(base + (sref.index.value if sref.index is not None else 0))
+        # An index known only at run time: the `addi` that adds the array's first semaphore
+        # checks it (free of cycles) before it runs, or it would name another semaphore.
         r = self.sval(sref.index)
         t = self._dest(None, r)
-        self.emit("addi", sd=t, sa=r, imm=base)
+        n = sref.sem.count
+        self.emit("addi", sd=t, sa=r, imm=base, check=RangeCheck(
+            r, 0, n, f"index {{value}} of semaphore array '{sref.sem.name}' (sem[{n}]) is outside 0..{n - 1}"))
         return t
 
     def imm_reg(self, value: int) -> int:

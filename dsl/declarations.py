@@ -56,6 +56,7 @@ class Declarations:
         self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
         self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
+        self.launch_views_reported: set[SourceSpan] = set()   # non-contiguous launch arguments
 
     # ------------------------------------------------------------ diagnostics
     def error(self, span: SourceSpan, message: str) -> Poison:

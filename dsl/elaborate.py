@@ -285,6 +285,14 @@ class Elaborator(Calls):
                 )
                 ok = False
                 continue
+            problem = non_contiguous(v)
+            if problem is not None:
+                # (once per argument: a host loop would repeat it for every trip's indices)
+                if a.span not in self.launch_views_reported:
+                    self.launch_views_reported.add(a.span)
+                    self.error(a.span, f"argument '{p.name}' is not a contiguous part of '{v.buffer.name}': {problem}")
+                ok = False
+                continue
             args.append(v)
         if ok and kernel is not None:
             self.ctx.launches.append(ir.Launch(kernel, tuple(args), s.span))
@@ -318,3 +326,30 @@ class Elaborator(Calls):
         ctx, self.ctx = self.ctx, None
         return ir.Host(tuple(ctx.host_arrays), tuple(ctx.launches), decl.span)
 
+
+def non_contiguous(v: ir.Ref) -> str | None:
+    """Why a launch argument's view is not one dense run of its host array (None if it
+    is). A launch passes only the view's address and the kernel reads its parameter as
+    dense rows from there, so the view must be: dimensions of extent 1 (point indices),
+    then at most one partial dimension, then whole dimensions."""
+    dims = [(off, size, n) for off, size, n in zip(v.offsets, v.sizes, v.buffer.shape)]
+    inner = len(dims)                     # dims[inner:] are whole
+    while inner > 0 and (dims[inner - 1][1] or 1) == dims[inner - 1][2]:
+        inner -= 1
+    outer = next((d for d in range(inner - 1) if (dims[d][1] or 1) != 1), None)
+    if outer is None:
+        return None
+    partial = inner - 1
+    shape = describe(tuple(v.buffer.shape))
+    parts = []
+    for off, size, _ in dims:
+        if not isinstance(off, ir.Const):
+            return None                   # (a run-time offset is an error of its own)
+        parts.append(str(off.value) if size is None else f"{off.value}:{off.value + size}")
+    view = f"{v.buffer.name}[{', '.join(parts)}]"
+    return (f"{view} (of {v.buffer.dtype}{shape}) takes {dims[partial][1] or 1} of the {dims[partial][2]} "
+            f"elements of dimension {partial} at each of {dims[outer][1]} indices of dimension {outer}, so its "
+            f"elements are not adjacent. A launch passes only a view's address (the kernel would read dense "
+            f"{v.buffer.dtype}{describe(v.shape)} from its first element), so a launch view is point indices, "
+            f"then at most one slice, then whole dimensions (`w[l]`, `w[l, 0:4, :]`, `y[4:8, :]`): pass the "
+            f"whole array and index it in the kernel")
