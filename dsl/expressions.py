@@ -90,7 +90,8 @@ class Expressions(Declarations):
         an error, not a silent inf."""
         value = decimal_f32(node.text)
         if math.isinf(value):
-            return self.error(node.span, f"float literal {node.text} is beyond the f32 range (the largest f32 is "
+            shown = node.text if len(node.text) <= 80 else f"{node.text[:20]}...{node.text[-12:]}"
+            return self.error(node.span, f"float literal {shown} is beyond the f32 range (the largest f32 is "
                                          "3.4028235e38); write inf for infinity")
         return ir.FloatConst(value, node.span)
 

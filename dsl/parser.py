@@ -167,14 +167,20 @@ def _too_deep(tree: lark.Tree) -> lark.Tree | None:
 _TOP_LEVEL_ONLY = frozenset("import param const reference fn kernel host struct".split())
 
 
+def _declaration_in_block(text: str, tok: Token) -> str | None:
+    """The message for a top-level declaration (`const` in a kernel) starting a statement
+    inside a block, if `tok` is one; None otherwise."""
+    before = re.sub(r'//[^\n]*|"[^"\n]*"', "", text[:tok.start_pos])
+    if tok in _TOP_LEVEL_ONLY and before.rstrip()[-1:] in (";", "{", "}") and before.count("{") > before.count("}"):
+        return f"'{tok}' declarations belong at the top level of a file, not inside a block"
+    return None
+
+
 def _keyword_message(text: str, tok: Token) -> str:
     """What a keyword the grammar could not take here means: a top-level declaration
     starting a statement inside a block (`const` in a kernel), else a keyword written
     as a name (`let for = 1;`)."""
-    before = re.sub(r'//[^\n]*|"[^"\n]*"', "", text[:tok.start_pos])
-    if tok in _TOP_LEVEL_ONLY and before.rstrip()[-1:] in (";", "{", "}") and before.count("{") > before.count("}"):
-        return f"'{tok}' declarations belong at the top level of a file, not inside a block"
-    return f"'{tok}' is a keyword; it cannot be used as a name"
+    return _declaration_in_block(text, tok) or f"'{tok}' is a keyword; it cannot be used as a name"
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,8 +217,13 @@ def _parse_text(text: str, filename: str) -> ast.Module:
                 msg = f"unexpected {kind} {tok}"
             else:
                 msg = f"unexpected '{tok}'"
+        # (after a statement a top-level statement may also end, `assert ...;` or a block's
+        # `}`, the lexer reads `const` as the keyword, not as a name: the same mistake)
+        in_block = _declaration_in_block(text, tok) if tok.type != "$END" else None
         expected = _expected_text(_accepted(e))
-        if expected:
+        if in_block:
+            msg = in_block
+        elif expected:
             msg += "; " + expected
         raise _syntax_error(text, filename, line, col, width, msg) from None
     except lark.exceptions.LarkError as e:  # pragma: no cover - any other Lark failure

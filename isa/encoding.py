@@ -103,23 +103,36 @@ def parse_f32_bits(text: str) -> int | None:
     if not m:
         return None
     sign = 0x80000000 if m.group(1) == "-" else 0
-    return sign | _decimal_magnitude_bits(m.group(2), int(m.group(3) or 0))
+    return sign | _decimal_magnitude_bits(m.group(2), m.group(3) or "0")
 
 
-def _decimal_magnitude_bits(mantissa: str, exp10: int) -> int:
-    """float32 bits of the decimal `mantissa` x 10^exp10 (>= 0), correctly rounded."""
+def _decimal_magnitude_bits(mantissa: str, exponent: str) -> int:
+    """float32 bits of the decimal `mantissa` x 10^`exponent` (>= 0), correctly rounded,
+    however many digits either has."""
     whole, _, frac = mantissa.partition(".")
     digits = (whole + frac).lstrip("0")
     if not digits:
         return 0
+    # An exponent of more than 12 digits puts any decimal a file can hold far outside
+    # float32 (and int() refuses strings of thousands of digits).
+    exp_digits = exponent.lstrip("+-").lstrip("0") or "0"
+    exp10 = 10 ** 12 if len(exp_digits) > 12 else int(exp_digits)
+    exp10 = (-exp10 if exponent.startswith("-") else exp10) - len(frac)
+    # Significant digits past the 200th only tell whether something nonzero follows: a
+    # float32 midpoint, where rounding turns, has fewer than 120, so one sticky digit
+    # stands for them and the rounding is the same.
+    if len(digits) > 200:
+        sticky = "1" if digits[200:].strip("0") else ""
+        exp10 += len(digits) - 200 - len(sticky)
+        digits = digits[:200] + sticky
     # The value lies in [10^(top - 1), 10^top): far outside float32's range it is
     # settled without building huge integers.
-    top = len(digits) + exp10 - len(frac)
+    top = len(digits) + exp10
     if top > 40:
         return 0x7F800000               # 10^40 or more: infinity
     if top < -46:
         return 0                        # below 10^-47: under half the smallest subnormal
-    value = Fraction(int(whole + frac)) * Fraction(10) ** (exp10 - len(frac))
+    value = Fraction(int(digits)) * Fraction(10) ** exp10
     e = value.numerator.bit_length() - value.denominator.bit_length()
     if value < Fraction(2) ** e:
         e -= 1                          # now 2^e <= value < 2^(e + 1)

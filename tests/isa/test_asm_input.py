@@ -146,3 +146,17 @@ def test_smem_image_without_a_profile_is_bounded_by_the_largest_smem():
     text = error_of(".kernel k\n  .smem 0x10000000000 1\n  halt\n")
     assert text.startswith("prog.s:2:3: error: .smem words [1099511627776, 1099511627780) reach past "
                            "the largest SMEM a profile may have (67108864 bytes)")
+
+
+def test_an_f32_immediate_of_thousands_of_digits_rounds_exactly():
+    # int() refuses strings of more than 4,300 digits: such an immediate (or exponent)
+    # was a ValueError traceback out of the assembler's rounding.
+    from mkemu.isa.encoding import parse_f32_bits
+
+    one_up = 0x3F800001
+    assert parse_f32_bits("1." + "0" * 5000 + "1") == 0x3F800000
+    # Just past the midpoint between 1.0 and the next float32, 5,000 digits later: up.
+    assert parse_f32_bits("1.00000005960464477539062500" + "0" * 5000 + "1") == one_up
+    assert parse_f32_bits("1.00000005960464477539062500" + "0" * 5000) == 0x3F800000
+    assert parse_f32_bits("1e-" + "9" * 5000) == 0 and parse_f32_bits("1e" + "9" * 5000) == 0x7F800000
+    assert parse_f32_bits("-2.5e" + "0" * 5000 + "1") == 0xC1C80000
