@@ -621,6 +621,8 @@ class Expressions(Declarations):
         if node.func not in BUILTINS and dtype is None:
             for a in node.args:
                 self.expr(a.value if isinstance(a, ast.Remote) else a, scope)
+            if named is not None and named.entity is POISON:   # (a binding in error, already reported)
+                return POISON
             if named is not None:
                 return self.error(node.func_span, f"'{node.func}' is a {named.what}, not a function")
             return self.error(node.func_span, f"unknown function '{node.func}'")

@@ -94,3 +94,13 @@ def test_a_declaration_inside_a_block_is_told_so_after_any_statement(case):
     assert first[0] == (f"prog.mk:{line}:{column}: error: '{word}' declarations belong at the top level of a "
                         "file, not inside a block"), first
     assert first[2] == " " * (column + 1) + "^" * len(word)
+
+
+def test_a_call_of_a_binding_in_error_adds_no_second_error():
+    # `let FT2 = FT;` (a dtype is no value) is one error; calling FT2 said again that it
+    # "is a let binding, not a function".
+    src = KERNEL.format(literal="1.0").replace("    v = v", "    let FT2 = FT;\n    v = FT2(v);\n    v = v")
+    with pytest.raises(SourceError) as info:
+        mkemu.compile_source("const FT = f32;\n" + src, filename="prog.mk", hw="test", mesh="1")
+    text = info.value.render()
+    assert text.count("error:") == 1 and "'FT' names a dtype (f32), not a value" in text, text
