@@ -749,7 +749,7 @@ class Expressions(Declarations):
                 self.error(span, f"a view of mxfp4 '{name}' takes its {what} in blocks of {q} ({why}), "
                                  f"got {length}")
                 return False
-            if not divisible(self.let_form(off), q):
+            if not divisible(self.expand_lets(off), q):
                 shown = (f"starts at {off.value}" if isinstance(off, ir.Const)
                          else f"starts at an offset not known to be a multiple of {q}; write it as "
                               f"{q} * i (or a multiple of {q} times a variable)")
@@ -758,14 +758,22 @@ class Expressions(Declarations):
                 return False
         return True
 
-    def let_form(self, e):
-        """Scalar expression e with every read of a let replaced by the let's value, for
-        the form of an offset: a let is immutable, so `let k0 = 32 * i;` is a multiple of
-        32 whatever i becomes later."""
-        if isinstance(e, ir.ScalarRead) and self.ctx is not None and e.var in self.ctx.let_values:
-            return self.let_form(self.ctx.let_values[e.var])
-        if isinstance(e, ir.ScalarOp) and e.op in ("+", "-", "*", "neg"):
-            args = tuple(self.let_form(a) for a in e.args)
+    def expand_lets(self, e, bounded: bool = False):
+        """Scalar expression e with every read of a let replaced by the let's value,
+        recursively (a let is immutable: `let k0 = 32 * i;` is a multiple of 32 whatever
+        i becomes later); with `bounded`, only lets whose range is known to stay in int32
+        (where narrowing by the value is sound). e itself if nothing is replaced."""
+        if isinstance(e, ir.ScalarRead):
+            value = self.ctx.let_defs.get(e.var) if self.ctx is not None else None
+            if value is None:
+                return e
+            if bounded:
+                r = self.ctx.ranges.get(e.var)
+                if r is None or not (-(1 << 31) <= r[0] and r[1] < (1 << 31)):
+                    return e
+            return self.expand_lets(value, bounded)
+        if isinstance(e, ir.ScalarOp) and e.op in ("+", "-", "*", "neg", "<", "<=", ">", ">=", "!=", "=="):
+            args = tuple(self.expand_lets(a, bounded) for a in e.args)
             return e if all(a is b for a, b in zip(args, e.args)) else attrs.evolve(e, args=args)
         return e
 

@@ -165,7 +165,6 @@ class Statements(Expressions):
         """A let scalar `name` holding `value`, computed here (its range recorded)."""
         var = ir.ScalarVar(self.unique(name), "let", span, ir.scalar_dtype(value))
         self.let_range(var, value)
-        self.ctx.let_values[var] = value
         out.append(ir.LetScalar(var, value, span))
         return var
 
@@ -517,12 +516,13 @@ class Statements(Expressions):
             out.append(ir.If(cond, tuple(then), tuple(orelse), s.span))
 
     def let_range(self, var: ir.ScalarVar, value) -> None:
-        """Record the range of a let-bound scalar (and its value, so that an `if` narrowing
-        the loop variables it depends on narrows it too)."""
+        """Record a let-bound scalar's value (`expand_lets`: so that an `if` narrowing the
+        loop variables it depends on narrows it too, and for the form of an offset) and
+        its range, if known."""
+        self.ctx.let_defs[var] = value
         r = self._interval(value)
         if r is not None:
             self.ctx.ranges[var] = r
-            self.ctx.let_defs[var] = value
 
     def narrow(self, cond) -> None:
         """Narrow loop-variable ranges inside `if` by `v + c < N`-style conditions (and
@@ -541,25 +541,9 @@ class Statements(Expressions):
         self._narrow_compare(cond)
         # A let read in the condition (`let k = 2 * t + 1;` ... `if k < N`) also narrows
         # the loop variable it is computed from: the condition with the lets' values in.
-        expanded = self._expand_lets(cond)
+        expanded = self.expand_lets(cond, bounded=True)
         if expanded is not cond:
             self._narrow_compare(expanded)
-
-    def _expand_lets(self, e):
-        """e with every read of a let whose value is known in int32 (recorded by
-        `let_range`) replaced by that value, recursively; e itself if there is none."""
-        if isinstance(e, ir.ScalarRead):
-            value = self.ctx.let_defs.get(e.var)
-            r = self.ctx.ranges.get(e.var)
-            if value is None or r is None or not (-(1 << 31) <= r[0] and r[1] < (1 << 31)):
-                return e
-            return self._expand_lets(value)
-        if isinstance(e, ir.ScalarOp) and e.op in ("+", "-", "*", "neg", "<", "<=", ">", ">=", "!=", "=="):
-            args = tuple(self._expand_lets(a) for a in e.args)
-            if all(a is b for a, b in zip(args, e.args)):
-                return e
-            return attrs.evolve(e, args=args)
-        return e
 
     def _narrow_compare(self, cond) -> None:
         """Narrow by one comparison in which one loop variable or let appears."""
