@@ -18,6 +18,8 @@ import mkemu
 from mkemu.errors import EmulatorFault, SourceError
 from mkemu.isa import numerics as nx
 
+from tests.test_api import MXFP4_KERNEL
+
 F32 = np.float32
 DOC = (Path(__file__).parents[2] / "docs" / "numerics.md").read_text()
 
@@ -526,40 +528,8 @@ def test_mxfp4_encode_rules():
 
 # tests/test_api.py's MXFP4 kernel with the weights declared as raw words: the bytes go in
 # as written (values, then scales at twice the value rows' pitch), not quantised.
-MXFP4_RAW = """
-.buffer w i32 1088 input
-.buffer x f32 8x128 input
-.buffer y f32 8x128 output
-.kernel main
-    .smem 0 4352 1 0 0 1 0 0
-    .smem 28 4096 1 0 0 1 0 0
-    rdsr s31, core
-    bne s31, s0, done
-    li s1, @w
-    li s2, 65536
-    li s3, 28
-    dma.start vmem[s2], hbm[s1], s0, s0
-    li s4, @x
-    dma.start vmem[s0], hbm[s4], s3, s0
-    li s5, 8448
-    sem.wait s0, s5
-    li s6, 512
-    vld.w v0, 0(s0), s6, m0
-    li s7, 64
-    li s8, 4194432
-    li s9, 69632
-    mxu.ldw.mx x0, 0(s2), s7, s8, s9
-    mxu.push x0, v0, 0
-    mxu.mac x0, a0, 1
-    mxu.pop v1, x0, a0, 0
-    vst.w v1, 0(s0), s6, m0
-    li s10, @y
-    dma.start hbm[s10], vmem[s0], s3, s0
-    li s5, 4096
-    sem.wait s0, s5
-done:
-    halt
-"""
+MXFP4_RAW = MXFP4_KERNEL.replace(".buffer w mxfp4 64x128 input", ".buffer w i32 1088 input")
+assert MXFP4_RAW != MXFP4_KERNEL
 
 
 def test_the_matrix_unit_decodes_raw_mxfp4_bytes_as_mxfp4_decode():
