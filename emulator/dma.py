@@ -148,15 +148,14 @@ class DmaMixin:
                 data = read_block(src_mem, src_addr - base, inner, n1, ss1, n2, ss2)
             if computed and config.record_readbacks:
                 self.payloads_out[core.gid].append(data.tobytes())
-        resources, latency, hops = self._route(core, target, src_space == "hbm", dst_space == "hbm")
+        resources, latency, hops, cap = self._route(core, target, src_space == "hbm", dst_space == "hbm")
         self.dma_count += 1
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
                   dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
                   size_bytes=size, sem=sem_id, rsem=rsem_id, resources=resources,
                   latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text,
                   kernel=self.kernel, dst_range=dst_range,
-                  src_range=src_range, cap=self.profile.vmem_bw_bytes_per_cycle if target is core and
-                  "hbm" not in (src_space, dst_space) else None)
+                  src_range=src_range, cap=cap)
         if src_space == "hbm":
             self.hbm_bytes += size
         if dst_space == "hbm":
@@ -197,16 +196,19 @@ class DmaMixin:
             return False
         return any(b_lo <= lo and hi <= b_hi for b_lo, b_hi in self.data_regions)
 
-    def _route(self, core: Core, target: Core, reads_hbm: bool, writes_hbm: bool) -> tuple[tuple[int, ...], int, int]:
-        """(flow resources, start latency, chip hops) of a DMA `core` issues into
-        `target`'s memory; the same for every DMA between the two, so kept."""
+    def _route(self, core: Core, target: Core, reads_hbm: bool,
+               writes_hbm: bool) -> tuple[tuple[int, ...], int, int, float | None]:
+        """(flow resources, start latency, chip hops, rate cap) of a DMA `core` issues into
+        `target`'s memory; the same for every DMA between the two, so kept. A copy within
+        one core's VMEM and SMEM is capped at the profile's VMEM copy bandwidth."""
         key = (core.gid, target.gid, reads_hbm, writes_hbm)
         route = self.routes.get(key)
         if route is None:
             route = self.routes[key] = (
                 tuple(self._dma_resources(core, target, reads_hbm, writes_hbm)),
                 self.profile.dma_start_latency_cycles + self._path_latency(core, target),
-                self.mesh.hops(core.chip, target.chip))
+                self.mesh.hops(core.chip, target.chip),
+                self.profile.vmem_bw_bytes_per_cycle if target is core and not (reads_hbm or writes_hbm) else None)
         return route
 
     def _dma_resources(self, core: Core, target: Core, reads_hbm: bool, writes_hbm: bool) -> list[int]:

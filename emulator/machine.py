@@ -90,7 +90,7 @@ class Machine(DmaMixin):
                                                  p.dma_engine_bw_bytes_per_cycle) for c in self.cores]
         self.links = self.mesh.link_resources(self.net, p.link_bw_bytes_per_cycle, p.cores_per_chip,
                                               p.per_core_links)
-        self.routes: dict = {}    # (issuer, target, touches HBM) -> (resources, latency, hops)
+        self.routes: dict = {}    # (issuer, target, reads HBM, writes HBM) -> `DmaMixin._route`
         self._hbm = ChipMemories(self.mesh.num_chips, 0)
         self.program: Program | None = None
         self.decoded: dict = {}
