@@ -80,25 +80,16 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
 
 def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
     """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
-    def bad():
+    m = re.fullmatch(r"kernel:(.+)|(?!kernel:)([^\[\]]+)(?:\[(-?[0-9]+)\])?", label)
+    if m is None:
         raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) or kernel:NAME",
                           key="--region")
-
-    if label.startswith("kernel:"):
-        name = label[len("kernel:"):]
-        if not name:
-            bad()
-        ls = [l for l in trace.launches if l["kernel"] == name]
+    kernel, name, index = m.group(1), m.group(2), m.group(3)
+    if kernel is not None:
+        ls = [l for l in trace.launches if l["kernel"] == kernel]
         return np.array([l["start"] for l in ls], float), np.array([l["end"] for l in ls], float)
+    index = None if index is None else int(index)
     r = trace.region
-    name, index = label, None
-    if not label:
-        bad()
-    if "[" in label or "]" in label:
-        m = re.fullmatch(r"([^\[\]]+)\[(-?[0-9]+)\]", label)
-        if m is None:
-            bad()
-        name, index = m.group(1), int(m.group(2))
     if name not in trace.region_names:
         return np.zeros(0), np.zeros(0)
     sel = (r["name"] == trace.region_names.index(name)) & np.isin(r["core"], gids)
