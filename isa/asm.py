@@ -41,14 +41,33 @@ class EncodingError(ValueError):
 WORD_MIN, WORD_MAX = -(1 << 31), (1 << 32) - 1   # an SMEM word, signed or unsigned spelling
 
 
+# The most significant digits a number (or register number, or buffer dimension) may
+# have: far more than any operand, SMEM word or size needs (each is then checked against
+# its own range), and few enough for int() and str(), which refuse integers of thousands
+# of decimal digits with a ValueError.
+MAX_DIGITS = 100
+
+
+def _digits(text: str) -> int:
+    """How many significant digits the number `text` has (sign, 0x/0b and leading zeros aside)."""
+    return len(re.sub(r"^[-+]?(?:0[xXbB])?0*", "", text))
+
+
+def _too_long(text: str, what: str = "number") -> str:
+    return (f"{what} {text[:20]}... has {_digits(text)} digits; no operand, SMEM word or size "
+            f"has more than {MAX_DIGITS}")
+
+
 def parse_int(text: str) -> int:
     """An integer as the assembler writes them: decimal, 0x hex, 0b binary, with a sign.
     Raises EncodingError naming the text (a leading zero is not guessed at)."""
-    if re.fullmatch(r"[-+]?0\d+", text):
-        raise EncodingError(f"bad number {text!r}: a decimal number does not start with 0 "
-                            f"(write {int(text, 10)} for decimal, or 0x... for hex)")
     if not re.fullmatch(_NUMBER, text):
         raise EncodingError(f"bad number {text!r}")
+    if _digits(text) > MAX_DIGITS:
+        raise EncodingError(_too_long(text))
+    if re.fullmatch(r"[-+]?0[0-9]+", text):
+        raise EncodingError(f"bad number {text!r}: a decimal number does not start with 0 "
+                            f"(write {int(text, 10)} for decimal, or 0x... for hex)")
     return int(text, 0)
 
 
@@ -100,17 +119,19 @@ def disassemble(word: int) -> str:
 
 # --- parsing assembly text ----------------------------------------------------
 
-_NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)"
+# ASCII digits only ([0-9], not \d: Python's \d also matches other scripts' digits, which
+# int() would read, so `li s١, ١٢` assembled as `li s1, 12`).
+_NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|[0-9]+)"
 _SYMBOL = r"@?[A-Za-z_][\w.]*"
 
 
 def _operand_regex(kind: OperandKind) -> str:
     if kind.prefix:
-        return rf"{kind.prefix}(\d+)"
+        return rf"{kind.prefix}([0-9]+)"
     if kind.choices:
         return "(" + "|".join(kind.choices) + ")"
     if kind.name == "f32":
-        return r"(f32:0[xX][0-9a-fA-F]+|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+        return r"(f32:0[xX][0-9a-fA-F]+|[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?inf|nan)"
     return rf"({_NUMBER}|{_SYMBOL})"
 
 
@@ -166,6 +187,8 @@ def format_syntax(instr: Instr) -> str:
 
 def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: str) -> int:
     if kind.prefix:
+        if _digits(raw) > MAX_DIGITS:
+            raise EncodingError(f"register {kind.prefix}{raw[:20]}... has {_digits(raw)} digits: no such register")
         return int(raw)
     if kind.choices:
         return kind.choices.index(raw)
@@ -249,8 +272,14 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                     error(line_no, col, f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
                 elif kind not in BUFFER_KINDS:
                     error(line_no, col, f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
-                elif not re.fullmatch(r"\d+(x\d+)*", shape_text):
+                elif not re.fullmatch(r"[0-9]+(x[0-9]+)*", shape_text):
                     error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
+                elif any(_digits(d) > MAX_DIGITS for d in shape_text.split("x")):
+                    error(line_no, col, f"buffer {name!r}: " + _too_long(
+                        max(shape_text.split("x"), key=_digits), "dimension"))
+                elif any(len(d) > 1 and d.startswith("0") for d in shape_text.split("x")):
+                    error(line_no, col, f"bad shape {shape_text!r}: a dimension does not start with 0 "
+                                        "(decimal, not octal)")
                 elif any(int(d) == 0 for d in shape_text.split("x")):
                     error(line_no, col, f"buffer {name!r} has an empty dimension in shape {shape_text}")
                 elif dtype == "mxfp4" and (len(shape_text.split("x")) < 2 or int(shape_text.split("x")[-1]) % 2):

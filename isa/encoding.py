@@ -82,7 +82,8 @@ def format_f32_bits(bits: int) -> str:
     return str(value)
 
 
-F32_DECIMAL = r"([-+]?)(\d+\.?\d*|\.\d+)(?:[eE]([-+]?\d+))?"
+# ASCII digits only: \d would also take other scripts' digits (which int() reads).
+F32_DECIMAL = r"([-+]?)([0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE]([-+]?[0-9]+))?"
 
 
 def parse_f32_bits(text: str) -> int | None:

@@ -347,7 +347,7 @@ def _read_toml(resource: Any, file: str) -> dict[str, Any]:
     except OSError as err:
         raise ConfigError(f"cannot read profile: {err.strerror or err}", file=file) from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        raw = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
         raise ConfigError(f"profile is not UTF-8 text: {err}", file=file) from None
     except tomllib.TOMLDecodeError as err:
@@ -357,6 +357,30 @@ def _read_toml(resource: Any, file: str) -> dict[str, Any]:
             message = message[: where.start()].strip()
             file = f"{file}:{where.group(1)}:{where.group(2)}"
         raise ConfigError(f"invalid TOML: {message}", file=file) from None
+    except ValueError:
+        # (tomllib's int() refuses a decimal integer of thousands of digits; not a TOMLDecodeError)
+        raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None
+    _reject_huge(raw, file, "")
+    return raw
+
+
+# Integers wider than this are no profile value (every one is at most MAX_INT) and are
+# refused as they are read: the checks' messages print the value, which str() refuses
+# for thousands of digits (a hex integer has no such limit in TOML), and a number field
+# converts it to float, which overflows past 2^1024.
+_MAX_TOML_INT_BITS = 1000
+
+
+def _reject_huge(value: Any, file: str, key: str) -> None:
+    if isinstance(value, dict):
+        for sub, sub_value in value.items():
+            _reject_huge(sub_value, file, f"{key}.{sub}" if key else sub)
+    elif isinstance(value, list):
+        for item in value:
+            _reject_huge(item, file, key)
+    elif isinstance(value, int) and abs(value).bit_length() > _MAX_TOML_INT_BITS:
+        raise ConfigError(f"an integer of {abs(value).bit_length()} bits: no profile value is that large",
+                          file=file, key=key)
 
 
 def _load_raw(

@@ -160,3 +160,42 @@ def test_an_f32_immediate_of_thousands_of_digits_rounds_exactly():
     assert parse_f32_bits("1.00000005960464477539062500" + "0" * 5000) == 0x3F800000
     assert parse_f32_bits("1e-" + "9" * 5000) == 0 and parse_f32_bits("1e" + "9" * 5000) == 0x7F800000
     assert parse_f32_bits("-2.5e" + "0" * 5000 + "1") == 0xC1C80000
+
+
+@pytest.mark.parametrize("source, where, message", [
+    # int() and str() refuse integers of more than 4,300 digits: each was a ValueError
+    # traceback out of the assembler
+    (".kernel k\n  li s1, " + "9" * 5000 + "\n  halt\n", "prog.s:2:3",
+     "number 99999999999999999999... has 5000 digits"),
+    (".kernel k\n  li s1, 0x" + "f" * 5000 + "\n  halt\n", "prog.s:2:3", "number 0xffffffffffffffffff... has 5000 digits"),
+    (".kernel k\n  li s1, 0" + "9" * 5000 + "\n  halt\n", "prog.s:2:3", "has 5000 digits"),
+    (".kernel k\n  lds s1, " + "4" * 5000 + "(s0)\n  halt\n", "prog.s:2:3", "has 5000 digits"),
+    (".kernel k\n  .smem 0 " + "9" * 5000 + "\n  halt\n", "prog.s:2:3",
+     ".smem takes a byte offset and 32-bit integer words: number 99999999999999999999... has 5000 digits"),
+    (".kernel k\n  halt\n.launch k " + "9" * 5000 + "\n", "prog.s:3:1", "has 5000 digits"),
+    (".kernel k\n  add s" + "9" * 5000 + ", s1, s2\n  halt\n", "prog.s:2:3",
+     "register s99999999999999999999... has 5000 digits: no such register"),
+    (".buffer a f32 8x" + "9" * 5000 + " input\n.kernel k\n  halt\n", "prog.s:1:1",
+     "buffer 'a': dimension 99999999999999999999... has 5000 digits"),
+    # other scripts' digits (Python's \d) were read as numbers: `li s١, ١٢` was `li s1, 12`
+    (".kernel k\n  li s\u0661, 1\n  halt\n", "prog.s:2:3", "bad operands for li"),
+    (".kernel k\n  li s1, \u0661\u0662\n  halt\n", "prog.s:2:3", "bad operands for li"),
+    (".kernel k\n  vli.f32 v1, \u0661.\u0665\n  halt\n", "prog.s:2:3", "bad operands for vli.f32"),
+    (".kernel k\n  halt\n.launch k \u0667\n", "prog.s:3:1", "bad number '\u0667'"),
+    (".buffer a f32 \uff18x128 input\n.kernel k\n  halt\n", "prog.s:1:1", "bad shape '\uff18x128'"),
+    # a dimension with a leading zero was read as decimal, as a number's is not
+    (".buffer a f32 010x128 input\n.kernel k\n  halt\n", "prog.s:1:1",
+     "bad shape '010x128': a dimension does not start with 0"),
+])
+def test_numbers_are_ascii_and_of_bounded_length(source, where, message):
+    text = error_of(source)
+    assert text.startswith(f"{where}: error: "), text
+    assert message in text
+
+
+def test_a_long_number_still_reports_its_range():
+    # 100 significant digits still parse, and are refused by their operand's range
+    assert "does not fit in 32 bits" in error_of(".kernel k\n  li s1, " + "9" * 100 + "\n  halt\n")
+    assert "does not fit in 5 bits" in error_of(".kernel k\n  add s" + "0" * 200 + "99, s1, s2\n  halt\n")
+    program = assemble(".kernel k\n  li s1, 0x" + "0" * 300 + "7\n  halt\n", "ok.s")
+    assert decode(int(program.kernels["k"].code[0]))[1]["imm"] == 7

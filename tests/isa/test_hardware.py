@@ -413,3 +413,27 @@ def test_toml_key_finds_the_section_of_a_value():
         hardware.toml_key("chip.mxus_per_core")
     with pytest.raises(ConfigError, match=r"no profile value 'mxu_per_core' \(did you mean 'mxus_per_core'\?\)"):
         hardware.toml_key("mxu_per_core")
+
+
+@pytest.mark.parametrize("text, key, message", [
+    # a decimal integer of thousands of digits: tomllib's int() raised a ValueError traceback
+    ('extends = "test"\n[core]\nsemaphores = ' + "9" * 5000 + "\n", None, "invalid TOML: an integer of thousands"),
+    # a hex one is read, then the check's message printed it with str(), which refused it
+    ('extends = "test"\n[core]\nsemaphores = 0x' + "f" * 5000 + "\n", "core.semaphores", "20000 bits"),
+    ('extends = 0x' + "f" * 4000 + "\n", "extends", "16000 bits"),
+    # an integer past float's range in a number field: OverflowError from math.isfinite
+    ('extends = "test"\n[chip]\nclock_hz = 1' + "0" * 400 + "\n", "chip.clock_hz", "1329 bits"),
+    ('extends = "test"\n[dma]\nstart_latency_s = 1' + "0" * 400 + "\n", "dma.start_latency_s", "1329 bits"),
+    ('extends = "test"\n[timing]\nscalar = { latency_cycles = 1' + "0" * 400 + ", occupancy_cycles = 1 }\n",
+     "timing.scalar.latency_cycles", "1329 bits"),
+])
+def test_an_integer_of_huge_width_is_a_config_error(tmp_path, text, key, message):
+    err = config_error(write(tmp_path, text))
+    assert message in str(err)
+    if key:
+        assert key in err.render()
+
+
+def test_a_wide_but_not_huge_integer_keeps_its_message(tmp_path):
+    err = config_error(write(tmp_path, 'extends = "test"\n[core]\nsemaphores = 99999999999999999999999\n'))
+    assert "got 99999999999999999999999" in str(err)
