@@ -46,7 +46,14 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
             f"bad mesh {text!r}: expected 1 to 3 positive integers joined by 'x', like '8', '4x2' or '2x2x2'",
             key="mesh",
         )
-    dims = [int(part) for part in cleaned.split("x")]
+    parts = cleaned.split("x")
+    if any(len(part) > len(str(MAX_CHIPS)) for part in parts):
+        # (a dimension of more digits is past the limit; and Python refuses to read one
+        # of thousands of digits as an int)
+        shown = cleaned if len(cleaned) <= 40 else cleaned[:40] + "..."
+        raise ConfigError(f"mesh {shown} has more than {MAX_CHIPS:,} chips; the emulator takes at most "
+                          f"{MAX_CHIPS:,}", key="mesh")
+    dims = [int(part) for part in parts]
     dims += [1] * (3 - len(dims))
     return dims[0], dims[1], dims[2]
 

@@ -163,3 +163,11 @@ def test_a_mesh_larger_than_the_emulator_takes_is_a_config_error():
     assert Mesh((8, 8, MAX_CHIPS // 64)).num_chips == MAX_CHIPS
     with pytest.raises(ConfigError, match="99,980,001 chips; the emulator takes at most 1,024"):
         Mesh.from_text("9999x9999")
+
+
+@pytest.mark.parametrize("text", ["1x" + "9" * 5000, "9" * 5000, "12345x1"])
+def test_a_mesh_dimension_of_many_digits_is_a_config_error(text):
+    # (5000 digits: more than Python reads as an int, which raised ValueError)
+    with pytest.raises(ConfigError, match="has more than 1,024 chips; the emulator takes at most 1,024") as info:
+        parse_mesh(text)
+    assert len(str(info.value)) < 200
