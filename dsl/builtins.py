@@ -229,6 +229,17 @@ class Builtins:
             return POISON
         if isinstance(cond, ir.Const):
             return c.expr(node.args[1 if cond.value else 2], self.scope)
+        n_errors = len(c.errors)
+        v = self.run_time_select(cond)
+        if len(c.errors) > n_errors:
+            # In an fn checked on its own, a condition read from a scalar parameter is a
+            # constant at a call that passes one, where select() picks one expression
+            # (anything) and leaves the other unchecked: the fn is checked there.
+            c.call_dependent(cond)
+        return v
+
+    def run_time_select(self, cond):
+        node, c = self.node, self.c
         # Each side is checked with the loop ranges the condition (or its negation) allows,
         # so `select(j < 2, w1[:, j * 128 +: 128], w2[:, (j - 2) * 128 +: 128])` is in range.
         saved = dict(c.ctx.ranges) if c.ctx is not None else None
@@ -428,6 +439,8 @@ class Builtins:
             axis_arg = name in ("mesh_dim", "chip_coord") or (name == "peer" and k == 0)
             if axis_arg:
                 if not isinstance(v, ir.Const):
+                    if self.c.call_dependent(v):   # (an fn checked on its own: checked at each call)
+                        return POISON
                     return self.c.error(a.span, f"the axis of {name}() must be a compile-time integer")
                 if v.value not in (0, 1, 2):
                     return self.c.error(a.span, f"mesh axis must be 0, 1 or 2, got {v.value}")

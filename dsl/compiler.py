@@ -20,6 +20,7 @@ import numpy as np
 from mkemu.dsl import ir, layout
 from mkemu.dsl.frontend import load_program
 from mkemu.dsl.lower_tile import TileLowering
+from mkemu.dsl.parser import source_lines
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
 from mkemu.isa.asm import encode
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
@@ -89,7 +90,7 @@ def compile_program(program: ir.Program, profile: HardwareProfile | str) -> Prog
 
 
 def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:
-    lines = sources.get(span.file, "").splitlines()
+    lines = source_lines(sources.get(span.file, ""))
     line = lines[span.line - 1] if 1 <= span.line <= len(lines) else None
     return Diagnostic(span, message, line)
 
@@ -1019,7 +1020,7 @@ class KernelCompiler(TileLowering):
                          f"({self.smem_top - self.smem_alloc_end()} bytes)")
         return Kernel(
             name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
-            source_text={f: t.splitlines() for f, t in self.program.sources.items()},
+            source_text={f: source_lines(t) for f, t in self.program.sources.items()},
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
             vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges)
 

@@ -50,6 +50,7 @@ class Declarations:
         self.evaluating: list[str] = []
         self.ctx: KernelCtx | None = None
         self.inline_stack: list[tuple[str, SourceSpan]] = []
+        self.instance_site: tuple[str, SourceSpan] | None = None   # a generic kernel's instance and its launch
         self.inline_counter = itertools.count(1)
         self.inlined_calls = 0
         self.inline_overflow = None   # the error item of too many of them
@@ -65,12 +66,21 @@ class Declarations:
         message = _INLINED_NAME.sub("'", message)
         key = (span.file, span.line, span.column, span.end_line, span.end_column, message)
         if key not in self.errors:
-            context = ""
-            if self.inline_stack:
-                fn, site = self.inline_stack[-1]
-                context = f" (in fn '{fn}' inlined at {site})"
-            self.errors[key] = (span, message, context)
+            self.errors[key] = (span, message, self.error_context())
         return POISON
+
+    def error_context(self) -> str:
+        """Where an error in inlined code comes from: the fn call it is inlined at (the
+        innermost), and the launch of a generic kernel's instance, whose values (the
+        generics) the error may depend on."""
+        frames = []
+        if self.inline_stack:
+            fn, site = self.inline_stack[-1]
+            frames.append(f"in fn '{fn}' inlined at {site}")
+        if self.instance_site is not None:
+            name, site = self.instance_site
+            frames.append(f"in kernel '{name}' launched at {site}")
+        return f" ({', '.join(frames)})" if frames else ""
 
     def diagnostics(self) -> list[tuple[SourceSpan, str]]:
         errors = dict(self.errors)
@@ -109,8 +119,8 @@ class Declarations:
                                        f"consts and params (from '{self.evaluating[0]}')")
             return None
         self.evaluating.append(name)
-        saved_ctx, saved_stack = self.ctx, self.inline_stack
-        self.ctx, self.inline_stack = None, []
+        saved_ctx, saved_stack, saved_site = self.ctx, self.inline_stack, self.instance_site
+        self.ctx, self.inline_stack, self.instance_site = None, [], None
         if self.is_dtype_form(decl.value):
             if isinstance(decl, ast.ParamDecl):
                 self.error(decl.value.span, f"param '{name}' must be an integer (params are set from outside as "
@@ -118,7 +128,7 @@ class Declarations:
                                             f"const T = select(P == 1, mxfp4, bf16);")
             else:
                 self.dtype_consts[name] = self.dtype_value(decl.value, self.globals)
-            self.ctx, self.inline_stack = saved_ctx, saved_stack
+            self.ctx, self.inline_stack, self.instance_site = saved_ctx, saved_stack, saved_site
             self.evaluating.pop()
             self.const_values[name] = None
             return None
@@ -145,7 +155,7 @@ class Declarations:
                 value = self.overrides[name]
             if decl.domain is not None:
                 value = self.param_in_domain(name, decl, value)
-        self.ctx, self.inline_stack = saved_ctx, saved_stack
+        self.ctx, self.inline_stack, self.instance_site = saved_ctx, saved_stack, saved_site
         self.evaluating.pop()
         self.const_values[name] = value
         return value

@@ -306,7 +306,11 @@ class Elaborator(Calls):
             return None
         name = self.generic_key(decl, bound)
         if name not in kernels:
-            kernels[name] = self.kernel(decl, bound, name)
+            saved, self.instance_site = self.instance_site, (name, s.span)
+            try:
+                kernels[name] = self.kernel(decl, bound, name)
+            finally:
+                self.instance_site = saved
         return kernels[name]
 
     def s_IoDecl(self, s: ast.IoDecl, scope, out) -> None:

@@ -56,8 +56,10 @@ class Expressions(Declarations):
 
     def call_dependent(self, v) -> bool:
         """In an fn checked on its own, a compile-time value that comes from a scalar
-        parameter is known only at a call (a constant argument): the fn is checked there."""
-        if self.ctx is None or self.ctx.mode != "fn" or not _reads_param(v):
+        parameter is known only at a call (a constant argument): the fn is checked there.
+        So is one from a let computed from a parameter (`let m = n * 2;`), or from the
+        parameter of an fn it calls (`inner(x, n)`), which is such a let."""
+        if self.ctx is None or self.ctx.mode != "fn" or not _reads_param(v, self.ctx.let_defs):
             return False
         self.ctx.call_dependent = True
         return True
@@ -534,7 +536,10 @@ class Expressions(Declarations):
         for k, item in enumerate(node.items):
             d = view_dims[k]
             size = base.sizes[d]
-            what = f"dimension {k} of '{base.buffer.name}'"
+            if size == base.buffer.shape[d] and isinstance(base.offsets[d], ir.Const) and base.offsets[d].value == 0:
+                what = f"dimension {d} of '{base.buffer.name}'"   # (a whole dimension: the buffer's own)
+            else:   # (a window of it: `let t = x[0:4, :]; t[2:6, :]` is not about x's 8 rows)
+                what = f"dimension {k} of a view of '{base.buffer.name}'"
             if isinstance(item, (ast.Slice, ast.SizedSlice)):
                 r = self.slice_bounds(item, scope, size, what)
                 if r is None:
@@ -603,6 +608,8 @@ class Expressions(Declarations):
                 if start is POISON:
                     return POISON
             if not isinstance(start, ir.Const):
+                if self.call_dependent(start):   # (an fn checked on its own: checked at each call)
+                    return POISON
                 return self.error(item.span, "a let-bound tile can only be indexed statically; store it in a vmem buffer or var first")
             starts[k], shape[k] = start.value, length
         return ir.TileSlice(base, (starts[0], starts[1]), base.dtype, (shape[0], shape[1]), node.span)
@@ -808,10 +815,14 @@ def _squeeze(shape) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _reads_param(e) -> bool:
-    """Whether a scalar expression reads a parameter of the fn being checked."""
+def _reads_param(e, let_defs: dict) -> bool:
+    """Whether a scalar expression reads a parameter of the fn being checked, directly or
+    through the lets it reads (`let_defs`: let ScalarVar -> its value)."""
     if isinstance(e, ir.ScalarRead):
-        return e.var.kind == "param"
+        if e.var.kind == "param":
+            return True
+        value = let_defs.get(e.var)
+        return value is not None and _reads_param(value, let_defs)
     if isinstance(e, ir.ScalarOp):
-        return any(_reads_param(a) for a in e.args)
+        return any(_reads_param(a, let_defs) for a in e.args)
     return False

@@ -14,6 +14,7 @@ from pathlib import Path
 from mkemu.dsl import ast, ir
 from mkemu.dsl.elaborate import Elaborator
 from mkemu.dsl.imports import load_files
+from mkemu.dsl.parser import source_lines
 from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan
 
 
@@ -61,6 +62,6 @@ def load_program(
 
 
 def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:
-    lines = sources.get(span.file, "").splitlines()
+    lines = source_lines(sources.get(span.file, ""))
     line = lines[span.line - 1] if 1 <= span.line <= len(lines) else None
     return Diagnostic(span, message, line)

@@ -116,8 +116,16 @@ def _expected_text(expected) -> str:
     return "expected one of: " + ", ".join(items)
 
 
+def source_lines(text: str) -> list[str]:
+    """A source text's lines as the lexer numbers them: split at newlines only (str.splitlines
+    also splits at a form feed, a vertical tab or a Unicode line separator, which a comment,
+    a string or the whitespace may hold, and would show the wrong line under a position),
+    the carriage return of a CRLF dropped."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 def _source_line(text: str, line: int) -> str | None:
-    lines = text.splitlines()
+    lines = source_lines(text)
     return lines[line - 1] if 1 <= line <= len(lines) else None
 
 
@@ -127,7 +135,7 @@ def _syntax_error(text: str, filename: str, line: int, column: int, width: int, 
 
 
 def _end_position(text: str) -> tuple[int, int]:
-    lines = text.splitlines() or [""]
+    lines = source_lines(text)
     # Point just past the last non-blank character: that is where something is missing.
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].strip():

@@ -504,6 +504,7 @@ class Statements(Expressions):
                 self.error(s.cond.span, "host if needs a compile-time condition")
             return
         saved = dict(self.ctx.ranges)
+        n_errors = len(self.errors)
         if cond is not POISON:
             self.narrow(cond)
         then = run(branches[0])
@@ -512,6 +513,11 @@ class Statements(Expressions):
             self.narrow(_negated(cond))
         orelse = run(branches[1])
         self.ctx.ranges = saved
+        if cond is not POISON and len(self.errors) > n_errors:
+            # In an fn checked on its own, a condition read from a scalar parameter is a
+            # constant at a call that passes one, where only the taken branch is checked
+            # (and a loop variable compared with it is narrowed): the fn is checked there.
+            self.call_dependent(cond)
         if cond is not POISON:
             out.append(ir.If(cond, tuple(then), tuple(orelse), s.span))
 
