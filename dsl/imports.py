@@ -17,6 +17,8 @@ from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
 from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
 
+BOM = "\ufeff"   # the byte-order mark some editors write at the start of a UTF-8 file: not part of the program
+
 
 @attrs.frozen
 class LoadedFile:
@@ -80,10 +82,14 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             except UnicodeDecodeError as e:
                 result.errors.append((item.span, f"imported file '{item.path}' is {not_text(e)}"))
                 continue
-            visit(target, target_name, target_text, stack + [target])
+            visit(target, target_name, target_text.removeprefix(BOM), stack + [target])
         result.files.append(entry)  # after its imports: definitions in import order
 
     main_path = Path(main).resolve()
+    if main_text is not None:
+        # As reading a file does (universal newlines): a text with CR or CRLF line ends
+        # numbers its lines as the lexer does, by '\n'.
+        main_text = main_text.replace("\r\n", "\n").replace("\r", "\n")
     if main_text is None:
         try:
             main_text = main_path.read_text()
@@ -91,7 +97,7 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: {e.strerror}", file=main_name) from None
         except UnicodeDecodeError as e:
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
-    visit(main_path, main_name, main_text, [main_path])
+    visit(main_path, main_name, main_text.removeprefix(BOM), [main_path])
     return result
 
 

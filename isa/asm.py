@@ -230,7 +230,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                               f"no profile has more than {smem_bytes} bytes of SMEM")
     else:
         smem_end, smem_has = f"SMEM of {smem_bytes} bytes", f"SMEM has {smem_bytes}"
-    lines = text.splitlines()
+    lines = text.removeprefix("\ufeff").splitlines()   # (a byte-order mark some editors write first)
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
     buffer_lines: dict[str, int] = {}

@@ -195,3 +195,10 @@ def test_pretty_prints_a_bool_kernel_parameter_as_bool(tmp_path):
         """)
     text = pretty.kernel(p.kernels["k"])
     assert "  param n: i32\n  param flag: bool" in text
+
+
+def test_a_byte_order_mark_starting_a_file_is_not_part_of_the_program(tmp_path):
+    # (some editors save UTF-8 with a BOM first: it was "1:1: unexpected character '\ufeff'")
+    (tmp_path / "lib.mk").write_text("\ufeffconst A = 3;\n", encoding="utf-8")
+    p = program(tmp_path, '\ufeffimport "lib.mk";\nconst T = A + 1;\n')
+    assert p.consts["T"] == 4

@@ -199,3 +199,9 @@ def test_a_long_number_still_reports_its_range():
     assert "does not fit in 5 bits" in error_of(".kernel k\n  add s" + "0" * 200 + "99, s1, s2\n  halt\n")
     program = assemble(".kernel k\n  li s1, 0x" + "0" * 300 + "7\n  halt\n", "ok.s")
     assert decode(int(program.kernels["k"].code[0]))[1]["imm"] == 7
+
+
+def test_a_byte_order_mark_starting_the_text_is_not_part_of_the_program():
+    # (some editors save UTF-8 with a BOM first)
+    text = ".kernel main\n    li s1, 7\n    halt\n"
+    assert np.array_equal(assemble("\ufeff" + text).kernels["main"].code, assemble(text).kernels["main"].code)
