@@ -149,7 +149,8 @@ class Kernel:
     def generate_inputs(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Deterministic inputs for every input/inout/weight buffer on every chip, as
         `name@chip` (what `mkemu run` uses when no --inputs is given)."""
-        seed = self.options.seed if seed is None else seed
+        # (validated as the seed option is: a bad one is a ConfigError, not numpy's TypeError)
+        seed = self.options.seed if seed is None else Options.of(seed=seed).seed
         out = {}
         for chip in range(self.chips):
             for name, array in runner.generate_inputs(self.program, seed + 7919 * chip).items():

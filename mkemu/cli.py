@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -245,7 +246,7 @@ def _params(items: list[str]) -> dict[str, int]:
     for item in items:
         name, sep, value = item.partition("=")
         try:
-            if not sep:
+            if not sep or not name.strip().isidentifier():
                 raise ValueError
             out[name.strip()] = int(value, 0)
         except ValueError:
@@ -485,13 +486,15 @@ def cmd_asm(args) -> int:
 
         check_writable(args.output, "-o")   # before compiling, not after it
         _check_outputs([("-o", args.output)], _inputs_read(args, [resolve(args.file)]))
-    if args.params:
-        return _print_params(args)
-
     from mkemu.api import hw_profile
 
     with _as_flags(args):
-        profile = hw_profile(args.hw)
+        profile = hw_profile(args.hw)   # (a bad --hw is an error with --params too, not ignored)
+    if args.params:
+        if args.stats:
+            raise ConfigError("--stats adds to the listing; --params lists the params instead of it: "
+                              "give one of them", key="--stats")
+        return _print_params(args)
     t0 = time.perf_counter()
     from mkemu.run import load_program
 
@@ -613,6 +616,9 @@ def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
 def _check_scale_out(args) -> None:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}", key="--jobs")
+    if args.scheduler is not None and not args.scheduler.strip():
+        raise ConfigError("--scheduler wants a Dask scheduler's address (e.g. tcp://host:8786), got an empty one",
+                          key="--scheduler")
     if args.scheduler and args.jobs != 1:
         raise ConfigError("--jobs and --scheduler do not go together: the cluster's workers run the trials",
                           key="--jobs")
@@ -640,6 +646,11 @@ def cmd_sweep(args) -> int:
     if not axes:
         raise ConfigError("nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,...", key="--hw-set")
     files = [resolve(file) for file in args.files]
+    runs = len(files) * math.prod(len(axis.values) for axis in axes)
+    if args.record_routing is not None and runs > 1:
+        # (every run would rewrite it, each with its own mesh's cores: the last to finish would win)
+        raise ConfigError(f"--record-routing writes the router's choices of one run; this sweep has {runs} runs: "
+                          "record them with `mkemu run` at the point you want", key="--record-routing")
     if args.plot:
         try:
             import matplotlib  # noqa: F401 - checked before the runs, not after them
@@ -669,7 +680,7 @@ def cmd_sweep(args) -> int:
         plot(sweep, args.plot)
     saved = [f"record: {args.out}"] if args.out else []
     saved += [f"plot: {args.plot}"] if args.plot else []
-    print("; ".join([f"{len(sweep.points)} points, wall {time.perf_counter() - sweep.started:.1f} s", *saved]))
+    print("; ".join([f"{plural(len(sweep.points), 'point')}, wall {time.perf_counter() - sweep.started:.1f} s", *saved]))
     return 0 if all(r.get("status") == "ok" for p in sweep.points for r in p["results"]) else 1
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Mapping
 
 import attrs
@@ -54,6 +55,11 @@ def _integer(value):
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
         return int(value)
     return value
+
+
+def _path(value):
+    """A `pathlib.Path` (any os.PathLike) as the str path it is; anything else as it is."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _int(low: int | None = None, optional: bool = False, high: int | None = None):
@@ -147,7 +153,7 @@ class Options:
     speculative-decoding verify step of R rows of one sequence, `accept` fixes how many
     tokens each step accepts (else a seeded draw)."""
 
-    hw: str = attrs.field(default=DEFAULT_PROFILE)
+    hw: str = attrs.field(default=DEFAULT_PROFILE, converter=_path)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
     seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
     max_cycles: int = attrs.field(default=10**12, converter=_integer, validator=_int(1, high=MAX_GUARD))
@@ -157,17 +163,17 @@ class Options:
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
     params: dict[str, int] = attrs.field(factory=dict, converter=_param_dict, validator=_params)
-    trace: str | bool | None = attrs.field(default=None, validator=_trace)
-    model: str | None = attrs.field(default=None, validator=_optional_str)
+    trace: str | bool | None = attrs.field(default=None, converter=_path, validator=_trace)
+    model: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     batch: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
     prompt_len: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
     steps: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
     check_layers: bool = attrs.field(default=False, validator=_bool)
-    dump: str | None = attrs.field(default=None, validator=_optional_str)
+    dump: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     timing_only: bool = attrs.field(default=False, validator=_bool)
-    routing: str | None = attrs.field(default=None, validator=_optional_str)
+    routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
-    record_routing: str | None = attrs.field(default=None, validator=_optional_str)
+    record_routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     spec_rows: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
     accept: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
 

@@ -274,7 +274,12 @@ def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int) -> M
     actual = np.asarray(actual)
     if expected.shape != actual.shape:
         return Mismatch(name, chip, (), f"shape {expected.shape}", f"shape {actual.shape}", -1)
-    if expected.dtype.kind == "f":
+    if actual.dtype.kind in "iu":
+        # An integer buffer: compared exactly (float32 would take 2^24 + 1 for 2^24); an
+        # expected float is compared as the number it is (float64 holds every int32).
+        same = expected.astype(np.float64) == actual.astype(np.float64) if expected.dtype.kind == "f" else (
+            expected == actual)
+    elif expected.dtype.kind == "f":
         e32, a32 = expected.astype(np.float32), actual.astype(np.float32)
         same = (e32.view(np.uint32) == a32.view(np.uint32)) | (np.isnan(e32) & np.isnan(a32))
     else:

@@ -55,6 +55,9 @@ def resolve(program: str) -> str:
             return program
         if Path(program).is_dir():
             raise ConfigError("cannot read program: it is a directory", file=program)
+        if Path(program).exists():   # (/dev/zero would never end; a pipe cannot be read twice)
+            raise ConfigError("cannot read program: it is not a regular file (a device or a pipe); "
+                              "give a .mk or .s file", file=program)
     except OSError as exc:   # e.g. a name too long for the file system
         raise ConfigError(f"cannot read program: {exc.strerror or exc}", file=program) from None
     for shipped in list_programs():

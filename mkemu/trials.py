@@ -134,13 +134,39 @@ def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, job
     else:
         # Spawned workers start clean (no state copied from this process); each is
         # reused for many trials, so the start-up cost is paid once per worker.
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn"),
+                                   initializer=_ignore_interrupts)
         try:
             futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
             _collect(as_completed(futures), futures, on_done)
-        finally:
-            # After an interrupt, the trials not started yet are dropped, not run.
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:
+            # An interrupt (or an error in `on_done`): the trials running are dropped with
+            # those not started, and the workers stopped now. Waiting for them to finish
+            # their trials (a K3 run takes minutes) hung at exit at times: the interrupt
+            # could land inside the graceful shutdown, which then never told the idle
+            # workers to end, and the interpreter waited for them forever.
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _ignore_interrupts() -> None:
+    """A worker's start: Ctrl-C reaches the whole process group, but only the parent
+    acts on it (it stops the workers); a worker interrupted mid-trial would otherwise
+    send its KeyboardInterrupt back as the trial's result."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    terminate = getattr(pool, "terminate_workers", None)   # (Python 3.14)
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _collect(done: Iterable, index_of: dict, on_done) -> None:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import attrs
 
@@ -66,6 +67,9 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     if not base.file.endswith(".mk"):
         raise ConfigError("mkemu tune searches a .mk program's params; this is not a .mk file", file=base.file)
     kernel = compile_program(base.file, base.options)
+    if kernel.is_driven and base.inputs:   # (one error up front, not one rejected variant each)
+        raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
+                          file=base.inputs, key="--inputs")
     driver_set: frozenset[str] = frozenset()
     if kernel.is_driven and hasattr(kernel.reference, "params"):
         driver_set = frozenset(kernel.reference.params(base.options.driver_options(),
@@ -172,7 +176,11 @@ class Tune:
             else:
                 todo.append(record)
         base = self.base
-        trials = [attrs.evolve(base, options=Options.of(base.options, params={**base.options.params, **r["params"]}))
+        # Only the default build writes --record-routing: variants may route on other
+        # cores (SCHEME) or get other bits, and with --jobs the last to finish would win.
+        trials = [attrs.evolve(base, options=Options.of(
+                      base.options, params={**base.options.params, **r["params"]},
+                      record_routing=base.options.record_routing if r["default"] else None))
                   for r in todo]
         run_trials(trials, lambda i, result: self.finish(todo[i], result), jobs=self.jobs,
                    scheduler=self.scheduler)
@@ -259,13 +267,15 @@ _SETTING_DEFAULTS = {"max_instructions": attrs.fields(Options).max_instructions.
 def load_resume(path: str, settings: dict) -> dict[str, dict]:
     """The finished trials of a tune record, by label, after checking it is the same tune."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(_read_record(path).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the tune record: {exc.strerror}", file=path) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not a tune record ({not_text(exc)})", file=path) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not a tune record (invalid JSON: {exc.msg} at line {exc.lineno})", file=path) from None
+    except RecursionError:   # (arrays or objects nested thousands deep: no tune writes them)
+        raise ConfigError("not a tune record (invalid JSON: nested too deeply to read)", file=path) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"not a tune record (no \"format\": \"{FORMAT}\")", file=path)
     theirs = doc.get("settings", {})
@@ -287,6 +297,21 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
         _check_resumed(t, settings.get("objective", "us_per_step"), path, f"trials[{index}]")
         finished[label(t["params"])] = t
     return finished
+
+
+def _read_record(path: str) -> bytes:
+    """The bytes of a record file; from a device or a pipe a piece at a time, stopping at
+    the first NUL byte (no JSON text has one), so that a stream that never ends
+    (/dev/zero, /dev/urandom) is refused instead of filling memory."""
+    with open(path, "rb") as fh:
+        if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return fh.read()
+        pieces = []
+        while piece := fh.read(1 << 20):
+            if b"\0" in piece:
+                raise ConfigError("not a tune record (it holds NUL bytes: not JSON text)", file=path)
+            pieces.append(piece)
+        return b"".join(pieces)
 
 
 def _check_resumed(t, objective: str, path: str, key: str) -> None:

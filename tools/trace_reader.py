@@ -12,6 +12,8 @@ nothing of the emulator.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 import zlib
 
@@ -124,10 +126,31 @@ class Trace:
 def read_trace(path: str) -> Trace:
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                data = fh.read()
+            else:
+                data = _read_stream(fh)
     except OSError as exc:
         raise TraceError(f"cannot read trace: {exc.strerror}", file=str(path)) from None
     return parse_trace(data, str(path))
+
+
+def _read_stream(fh) -> bytes:
+    """A trace from a device or a pipe: the header, then no more than the bytes it
+    promises and one (a stray byte is an error), so that a stream that never ends
+    (/dev/zero, /dev/urandom) is refused by its header instead of filling memory."""
+    data = fh.read(HEADER.size)
+    if len(data) < HEADER.size or data[:len(MAGIC)] != MAGIC:
+        return data
+    want = HEADER.unpack_from(data)[4] + 1
+    pieces = [data]
+    while want > 0:
+        piece = fh.read(min(want, 1 << 24))
+        if not piece:
+            break
+        pieces.append(piece)
+        want -= len(piece)
+    return b"".join(pieces)
 
 
 def parse_trace(data: bytes, path: str = "<trace>") -> Trace:
@@ -320,6 +343,8 @@ def _parse_payload(payload, path: str, fail, version: int) -> Trace:
         meta = json.loads(payload.head(8 + meta_size)[8:].decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(f"corrupted trace: bad metadata ({exc})")
+    except RecursionError:   # (arrays or objects nested thousands deep: no writer makes them)
+        fail("corrupted trace: bad metadata (nested too deeply to read)")
     if not isinstance(meta, dict):
         fail("corrupted trace: metadata is not an object")
     missing = [k for k in REQUIRED_META if k not in meta]

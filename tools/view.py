@@ -40,6 +40,9 @@ def view(trace: Trace, chips=None, cores=None, start=None, end=None) -> View:
         window(trace, gids, start=start, end=end)   # a window with no kernel time in it is an error, as for the summary
     t0 = trace.start_cycle if start is None else max(int(start), 0)
     t1 = trace.end_cycle if end is None else min(int(end), trace.end_cycle)
+    if t1 <= t0 and start is None and end is None:   # (no flag to name: the run itself had none)
+        raise ConfigError(f"nothing to draw: the trace has no kernel time (its launches run cycles "
+                          f"{trace.start_cycle:,} to {trace.end_cycle:,})", file=trace.path)
     if t1 <= t0:
         raise ConfigError(f"--from/--to select no cycles: the trace runs cycles {trace.start_cycle:,} to "
                           f"{trace.end_cycle:,}", key="--from")
