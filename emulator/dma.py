@@ -333,9 +333,11 @@ class DmaMixin:
         waiting = core.waiting
         if waiting is None or waiting[0] != sem:
             return
-        held = [d for d in self.held if (d.src_core is core and d.sem == sem)
-                or (d.dst_core is core and d.rsem == sem)]
-        if sum(d.size_bytes for d in held) < waiting[1] - core.sems[sem]:
+        # (A push to the issuing core itself on sem == rsem raises it twice.)
+        raises = [((d.src_core is core and d.sem == sem) + (d.dst_core is core and d.rsem == sem), d)
+                  for d in self.held]
+        held = [d for n, d in raises if n]
+        if sum(n * d.size_bytes for n, d in raises) < waiting[1] - core.sems[sem]:
             return
         for dma in sorted(held, key=lambda d: d.seq):
             if core.waiting is None or core.waiting[0] != sem:

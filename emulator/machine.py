@@ -112,7 +112,7 @@ class Machine(DmaMixin):
         self.shuffle_cycles = 2 * p.dma_start_latency_cycles
         # Race checks in simulated time (`safety.py`), or None with --no-check races.
         races = "races" in self.config.checks and not self.config.timing_only
-        self.safety = Safety(self.cores) if races else None
+        self.safety = Safety(self.cores, self._defer_fault) if races else None
 
     # -- loading and data ----------------------------------------------------
 
@@ -306,6 +306,12 @@ class Machine(DmaMixin):
                 self.dma_wait_cycles[name(rid)] = self.dma_wait_cycles.get(name(rid), 0) + cycles
             self.idle_cycles += self.now - core.end_time
 
+    def _defer_fault(self, fault: EmulatorFault) -> None:
+        """A fault found ahead of the machine's clock (a core's logged access that races
+        with a DMA issued since, at an earlier cycle): raised when simulated time reaches
+        its cycle, after whatever happens before it (another core's earlier fault)."""
+        self._push(max(self.now, fault.cycle), FAULT, fault)
+
     def _push(self, t: int, kind: int, payload) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, payload))
@@ -456,6 +462,10 @@ class Machine(DmaMixin):
             core.t = max(core.t, t)
             core.pc += 1
             self._push(t, RESUME, core)
+        elif waiting and waiting[0] == sem and self.held and not by_dma:
+            # The late schedule: a signal raised the semaphore a core blocks on, so the
+            # DMAs held for it may now satisfy the wait (land those it needs, no others).
+            self.release_for(core, sem, t)
 
     def _barrier(self, core: Core, scope: str, t: int, op) -> bool:
         """A barrier is messages over the mesh: each member's arrival goes to a root
