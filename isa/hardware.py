@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, read_user_file
 
 TIMING_CLASSES = (
     "scalar",
@@ -342,10 +342,13 @@ def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, 
 
 
 def _read_toml(resource: Any, file: str) -> dict[str, Any]:
-    try:
-        data = resource.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read profile: {err.strerror or err}", file=file) from None
+    if isinstance(resource, Path):      # (a user's file; a shipped one is a package resource)
+        data = read_user_file(resource, "profile")
+    else:
+        try:
+            data = resource.read_bytes()
+        except OSError as err:
+            raise ConfigError(f"cannot read profile: {err.strerror or err}", file=file) from None
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -360,6 +363,8 @@ def _read_toml(resource: Any, file: str) -> dict[str, Any]:
     except ValueError:
         # (tomllib's int() refuses a decimal integer of thousands of digits; not a TOMLDecodeError)
         raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None
+    except RecursionError:   # (arrays or tables nested thousands deep: no profile has them)
+        raise ConfigError("invalid TOML: nested too deeply to read", file=file) from None
     _reject_huge(raw, file, "")
     return raw
 

@@ -140,3 +140,20 @@ class TraceError(MkemuError):
 def not_text(exc: UnicodeDecodeError) -> str:
     """Why a file is not a program's text: the first byte that is not UTF-8."""
     return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+
+
+def read_user_file(path, what: str) -> bytes:
+    """The bytes of a file a user named (a profile, a model config, a record), or a
+    ConfigError naming it. Only a regular file is read: a device or a pipe may never end
+    (/dev/zero would fill memory) and a directory has no bytes."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(f"cannot read {what}: it is not a regular file (a directory, a device or a pipe)",
+                              file=os.fspath(path))
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as err:
+        raise ConfigError(f"cannot read {what}: {err.strerror or err}", file=os.fspath(path)) from None

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, read_user_file
 
 __all__ = [
     "LayerPlan",
@@ -211,15 +211,20 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
             close = difflib.get_close_matches(text, known, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else "."
             raise ConfigError(f"unknown model '{text}'{hint} Known models: {', '.join(known)};"
-                              " or give a path to a .toml file")
+                              " or give a path to a .toml file", key="--model")
         resource = _configs_dir().joinpath(f"{text}.toml")
         file = str(resource)
     try:
-        raw = tomllib.loads(resource.read_bytes().decode("utf-8"))
+        data = read_user_file(resource, "model config") if isinstance(resource, Path) else resource.read_bytes()
+        raw = tomllib.loads(data.decode("utf-8"))
     except OSError as err:
         raise ConfigError(f"cannot read model config: {err.strerror or err}", file=file) from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"invalid TOML: {err}", file=file) from None
+    except ValueError:   # (tomllib's int() refuses a decimal integer of thousands of digits)
+        raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None
+    except RecursionError:   # (arrays or tables nested thousands deep)
+        raise ConfigError("invalid TOML: nested too deeply to read", file=file) from None
     return config_from_dict(raw, file=file)
 
 

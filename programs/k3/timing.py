@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, read_user_file
 from mkemu.runner import atomic_write
 
 FORMAT = "mkemu-k3-routing"
+VERSION = 1
 # The published per-layer budget at batch 1 (us) and the fixed cost per step (us).
 PUBLISHED_LAYER_US = {"weight_streaming": 25.0, "collectives": 14.0, "experts": 9.0, "attention": 1.5,
                       "routing": 0.7}
@@ -81,7 +81,7 @@ class RoutingRecord:
     def save(self, path: str) -> None:
         steps = [{**step, "payloads": [[base64.b64encode(p).decode() for p in core] for core in payloads]}
                  for step, payloads in zip(self.steps, self._payloads)]
-        doc = {"format": FORMAT, "version": 1, "model": self.model, "batch": self.batch,
+        doc = {"format": FORMAT, "version": VERSION, "model": self.model, "batch": self.batch,
                "cores": self.cores, "steps": steps}
         atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
@@ -91,13 +91,16 @@ class RoutingRecord:
         steps it needs): a bad file is a ConfigError naming the file and the field."""
         model = cfg.name
         try:
-            doc = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read the routing record: {exc.strerror or exc}", file=path) from None
-        except ValueError as exc:
+            doc = json.loads(read_user_file(path, "the routing record").decode("utf-8"))
+        except ValueError as exc:    # (not UTF-8, not JSON)
             raise ConfigError(f"cannot read the routing record: {exc}", file=path) from None
+        except RecursionError:       # (arrays or objects nested thousands deep)
+            raise ConfigError("cannot read the routing record: nested too deeply to read", file=path) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ConfigError("not a routing record written by --record-routing", file=path)
+        if doc.get("version") != VERSION:
+            raise ConfigError(f"the routing record is version {doc.get('version')!r}; this mkemu reads version "
+                              f"{VERSION} (record it again with --record-routing)", file=path, key="version")
         for key, want in (("model", model), ("batch", batch), ("cores", cores)):
             if doc.get(key) != want:
                 raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
@@ -139,6 +142,9 @@ def _check_step(step, where: str, cfg, batch: int, cores: int, path: str) -> lis
     for core, values in enumerate(readbacks):
         _check_readbacks(values, f"readbacks[{core}]", cfg, batch, bad)
     routing = [core for core, values in enumerate(readbacks) if values]
+    if not routing and any(plan.ffn == "moe" for plan in cfg.layer_plan()):
+        # (else the replay fails mid-run: "only 0 were supplied")
+        bad("readbacks", "the router's choices of at least one core: the model has MoE layers")
     for core in routing[1:]:
         if readbacks[core] != readbacks[routing[0]]:
             bad(f"readbacks[{core}]", f"the ids of readbacks[{routing[0]}] (every core that routes makes the same "

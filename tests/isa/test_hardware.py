@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import attrs
@@ -437,3 +438,19 @@ def test_an_integer_of_huge_width_is_a_config_error(tmp_path, text, key, message
 def test_a_wide_but_not_huge_integer_keeps_its_message(tmp_path):
     err = config_error(write(tmp_path, 'extends = "test"\n[core]\nsemaphores = 99999999999999999999999\n'))
     assert "got 99999999999999999999999" in str(err)
+
+
+def test_a_profile_that_is_not_a_regular_file_is_refused_unread(tmp_path):
+    # (a device or a pipe may never end: /dev/zero filled memory; a pipe blocked)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    (tmp_path / "folder.toml").mkdir()
+    for path in (fifo, tmp_path / "folder.toml"):
+        assert "cannot read profile: it is not a regular file" in str(config_error(path))
+    err = config_error(write(tmp_path, f'extends = "{fifo}"\n'))
+    assert "cannot read profile: it is not a regular file" in str(err) and str(fifo) in err.render()
+
+
+def test_a_profile_nested_thousands_deep_is_invalid_toml(tmp_path):
+    err = config_error(write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n"))
+    assert "invalid TOML: nested too deeply to read" in str(err)

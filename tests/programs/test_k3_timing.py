@@ -111,6 +111,11 @@ DAMAGE = [
      "steps[0].readbacks[2]: error: expected the ids of readbacks[0] (every core that routes makes the same"),
     (lambda doc: doc["steps"][0]["payloads"][0].append("!!"), "steps[0].payloads: error: expected base64"),
     (lambda doc: doc["steps"][0].pop("payloads"), "steps[0].payloads: error"),
+    # (a record no core routed in replayed until the first readback: "only 0 were supplied")
+    (lambda doc: [r.clear() for r in doc["steps"][0]["readbacks"]],
+     "steps[0].readbacks: error: expected the router's choices of at least one core: the model has MoE layers"),
+    (lambda doc: doc.__setitem__("version", 2),
+     "version: error: the routing record is version 2; this mkemu reads version 1"),
 ]
 
 
