@@ -571,6 +571,7 @@ def cmd_tune(args) -> int:
     space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler)
+    tune.plan()   # (without optuna for a space it needs: one error line, before the header)
     if args.resume:
         tune.cache = load_resume(args.resume, tune.settings())
     where = f"Dask scheduler {args.scheduler}" if args.scheduler else (

@@ -146,16 +146,24 @@ class Tune:
                 "objective": self.objective}
 
     # ------------------------------------------------------------------ running
-    def run(self) -> None:
+    def plan(self) -> str:
+        """The search this tune makes, `exhaustive` or `optuna-tpe`; an error, before any
+        trial runs or anything is printed, when the space needs optuna and it is missing."""
         space = self.space
         in_space = all(space.default[n] in space.values[n] for n in space.names)
         if space.size + (not in_space) <= self.budget:
-            self.search = "exhaustive"
+            return "exhaustive"
+        _require_optuna(space.size, self.budget, outside=not in_space)
+        return "optuna-tpe"
+
+    def run(self) -> None:
+        space = self.space
+        in_space = all(space.default[n] in space.values[n] for n in space.names)
+        self.search = self.plan()
+        if self.search == "exhaustive":
             variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
             self.evaluate([space.default] + [v for v in variants if v != space.default])
         else:
-            self.search = "optuna-tpe"
-            _require_optuna(space.size, self.budget)
             if not in_space:
                 self.evaluate([space.default])   # the baseline, outside what the sampler picks from
             self.optuna_search(self.budget - len(self.trials), in_space)
@@ -252,11 +260,14 @@ class Tune:
         return next((t for t in self.trials if t["default"]), None)
 
 
-def _require_optuna(size: int, budget: int) -> None:
+def _require_optuna(size: int, budget: int, outside: bool = False) -> None:
     try:
         import optuna  # noqa: F401
     except ImportError:
-        raise ConfigError(f"the space has {size} variants, more than the budget of {budget}: searching it "
+        variants = f"{size} variant{'s' if size != 1 else ''}"
+        what = (f"the space has {variants} and leaves the default build out: {size + 1} trials"
+                if outside else f"the space has {variants}")
+        raise ConfigError(f"{what}, more than the budget of {budget}: searching it "
                           "needs optuna, which is not installed (pip install 'mkemu[tune]'); or raise "
                           "--budget to enumerate it", key="--budget") from None
 

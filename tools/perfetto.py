@@ -186,26 +186,27 @@ def to_perfetto(trace: Trace, v: View | None = None) -> bytes:
         tracks.core(gid, SLOT_REGIONS, ("regions", gid), "regions")
         tracks.core(gid, SLOT_STALLS, ("stalls", gid), "stalls")
     depth = region["depth"][rows]
-    for i, s, e, d in zip(rows.tolist(), stamp(rs).tolist(), stamp(re_).tolist(), depth.tolist()):
+    for i, cs, ce, s, e, d in zip(rows.tolist(), rs.tolist(), re_.tolist(), stamp(rs).tolist(),
+                                  stamp(re_).tolist(), depth.tolist()):
         gid = int(region["core"][i])
         track = tracks.uuid[("regions", gid)]
         name = f"{trace.region_names[region['name'][i]]}[{int(region['index'][i])}]"
-        # At one time: ends (innermost first) before begins (outermost first); an
+        # At one cycle: ends (innermost first) before begins (outermost first); an
         # empty region's end comes right after its own begin.
-        events.append((s, 10 + d, event_packet(s, SLICE_BEGIN, track, name)))
-        events.append((e, -d if e > s else 1000 - d, event_packet(e, SLICE_END, track)))
+        events.append((cs, 10 + d, event_packet(s, SLICE_BEGIN, track, name)))
+        events.append((ce, -d if ce > cs else 1000 - d, event_packet(e, SLICE_END, track)))
 
     wait = trace.wait
     reasons = wait_reasons(trace)
     keep, _, _ = v.clip(wait["start"], wait["end"])
     rows = np.flatnonzero(keep & v.has_core(wait["core"]))
-    ws, we = stamp(np.clip(wait["start"][rows], v.t0, v.t1)), stamp(np.clip(wait["end"][rows], v.t0, v.t1))
-    for i, s, e in zip(rows.tolist(), ws.tolist(), we.tolist()):
+    wcs, wce = np.clip(wait["start"][rows], v.t0, v.t1), np.clip(wait["end"][rows], v.t0, v.t1)
+    for i, cs, ce, s, e in zip(rows.tolist(), wcs.tolist(), wce.tolist(), stamp(wcs).tolist(), stamp(wce).tolist()):
         if wait["end"][i] <= wait["start"][i]:
             continue
         track = tracks.uuid[("stalls", int(wait["core"][i]))]
-        events.append((s, 10, event_packet(s, SLICE_BEGIN, track, f"wait {reasons[i]}")))
-        events.append((e, 0, event_packet(e, SLICE_END, track)))
+        events.append((cs, 10, event_packet(s, SLICE_BEGIN, track, f"wait {reasons[i]}")))
+        events.append((ce, 0, event_packet(e, SLICE_END, track)))
 
     mnemonic = {}
     instr = trace.instr
@@ -216,16 +217,17 @@ def to_perfetto(trace: Trace, v: View | None = None) -> bytes:
         runs = _merge_gaps(core_runs, MERGE_GAP_CYCLES)
         for gid, unit in sorted(set(zip(runs["core"].tolist(), runs["unit"].tolist()))):
             tracks.core(gid, SLOT_UNIT + unit, ("unit", gid, unit), trace.units[unit])
-        for gid, unit, s, e, n, first in zip(runs["core"].tolist(), runs["unit"].tolist(),
-                                             stamp(runs["start"]).tolist(), stamp(runs["end"]).tolist(),
-                                             runs["count"].tolist(), runs["first"].tolist()):
+        for gid, unit, cs, ce, s, e, n, first in zip(runs["core"].tolist(), runs["unit"].tolist(),
+                                                     runs["start"].tolist(), runs["end"].tolist(),
+                                                     stamp(runs["start"]).tolist(), stamp(runs["end"]).tolist(),
+                                                     runs["count"].tolist(), runs["first"].tolist()):
             key = (int(instr["launch"][first]), int(instr["pc"][first]))
             if key not in mnemonic:
                 mnemonic[key] = trace.text(*key).split(" ")[0]
             name = mnemonic[key] if n == 1 else f"{mnemonic[key]} +{n - 1}"
             track = tracks.uuid[("unit", gid, unit)]
-            events.append((s, 10, event_packet(s, SLICE_BEGIN, track, name)))
-            events.append((e, 0, event_packet(e, SLICE_END, track)))
+            events.append((cs, 10, event_packet(s, SLICE_BEGIN, track, name)))
+            events.append((ce, 0, event_packet(e, SLICE_END, track)))
 
     _dmas(trace, v, tracks, events, stamp)
     _counters(trace, v, tracks, events, stamp)
@@ -234,7 +236,7 @@ def to_perfetto(trace: Trace, v: View | None = None) -> bytes:
 
 
 class _Events:
-    """Every event's (ns, order at that time, packet), appended as a tuple and kept
+    """Every event's (cycle, order at that cycle, packet), appended as a tuple and kept
     flat: times and orders in int64 arrays, the packets end to end in one buffer (a
     tuple, two ints and a bytes object per event took ~170 bytes more each)."""
 
@@ -257,6 +259,9 @@ class _Events:
     def in_order(self, head: list[bytes] = ()) -> bytes:
         """`head`, then the packets sorted by time, then order (ties: in the order they
         came). Uses up the events (their buffer is let go before the final join)."""
+        # By cycle, not by the nanosecond the packet carries: at 2.2 GHz a one-cycle
+        # slice starts and ends in one nanosecond, and sorted by that its end (order 0)
+        # came before its begin (order 10), unpairing every later slice of its track.
         times, orders = np.frombuffer(self.times, np.int64), np.frombuffer(self.orders, np.int64)
         order = np.lexsort((orders, times))
         ends = np.frombuffer(self.ends, np.int64)
@@ -313,17 +318,18 @@ def _dmas(trace: Trace, v: View, tracks: _Tracks, events: _Events, stamp) -> Non
                 free.append(0)
             free[lane] = finished
             track = tracks.core(src, SLOT_DMA + lane, ("dma", src, lane), f"DMA engine {lane}")
-            s, e = (int(x) for x in stamp([max(begun, v.t0), min(finished, v.t1)]))
+            cs, ce = max(begun, v.t0), min(finished, v.t1)
+            s, e = (int(x) for x in stamp([cs, ce]))
             name = f"{spaces[dma['src_space'][i]]}->{spaces[dma['dst_space'][i]]}"
             extra = flow + annotation("bytes", int(dma["size_bytes"][i])) + annotation(
                 "to", trace.core_name(dst)) + annotation("pc", int(dma["pc"][i]))
-            events.append((s, 10, event_packet(s, SLICE_BEGIN, track, name, extra)))
-            events.append((e, 0, event_packet(e, SLICE_END, track)))
+            events.append((cs, 10, event_packet(s, SLICE_BEGIN, track, name, extra)))
+            events.append((ce, 0 if ce > cs else 10, event_packet(e, SLICE_END, track)))
         if dst in v.gids and v.t0 <= finished <= v.t1:
             track = tracks.core(dst, SLOT_LANDED, ("landed", dst), "DMAs landed")
             t = int(stamp([finished])[0])
             end_flow = f_fixed64(48, seq + 1) if src in v.gids else b""   # terminating_flow_ids
-            events.append((t, 5, event_packet(t, INSTANT, track, f"from {trace.core_name(src)}", end_flow)))
+            events.append((finished, 5, event_packet(t, INSTANT, track, f"from {trace.core_name(src)}", end_flow)))
 
 
 def _counters(trace: Trace, v: View, tracks: _Tracks, events: _Events, stamp) -> None:
@@ -348,5 +354,5 @@ def _counters(trace: Trace, v: View, tracks: _Tracks, events: _Events, stamp) ->
         name = f"chip {res['chip']} HBM" if res["kind"] == "hbm" else res["name"]
         track = tracks.child(res["chip"], ("counter", res["id"]), f"{name} GB/s", RANK_COUNTERS + res["id"],
                              counter_unit="GB/s")
-        for t, value in zip(stamp(times).tolist(), level.tolist()):
-            events.append((t, 1, event_packet(t, COUNTER, track, extra=f_double(44, round(value * gb, 6)))))
+        for c, t, value in zip(np.rint(times).astype(np.int64).tolist(), stamp(times).tolist(), level.tolist()):
+            events.append((c, 1, event_packet(t, COUNTER, track, extra=f_double(44, round(value * gb, 6)))))
