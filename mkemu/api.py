@@ -233,8 +233,9 @@ class Kernel:
         return True
 
     def expected(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The program's reference applied to `inputs` (`name@chip` keys), by the
-        reference contract: `chips`, `cores_per_chip` and, if it asks, `mesh`."""
+        """The program's reference applied to `inputs` (`name@chip` keys, or `name` for
+        every chip, as a run takes them), by the reference contract: `chips`,
+        `cores_per_chip` and, if it asks, `mesh`."""
         if self.is_driven:
             raise ConfigError("this program is run by its driver, which checks the outputs itself "
                               "(report.bit_exact, report.mismatch)", file=self.path)
@@ -244,10 +245,17 @@ class Kernel:
         if not isinstance(inputs, Mapping):
             raise ConfigError(f"expected() takes the inputs as a dict name@chip -> array (e.g. run.inputs), not "
                               f"{type(inputs).__name__}", key="inputs")
+        # A plain `name` is the same array on every chip, as when running: the reference
+        # is given it under each `name@chip` not given on its own.
+        given = {key: value for key, value in inputs.items() if "@" in str(key)}
+        for key, value in inputs.items():
+            if "@" not in str(key):
+                for chip in range(self.chips):
+                    given.setdefault(f"{key}@{chip}", value)
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
-        expected = runner.call_reference(self.reference, dict(inputs), kwargs, self.path)
+        expected = runner.call_reference(self.reference, given, kwargs, self.path)
         if not isinstance(expected, Mapping):
             raise ConfigError(f"reference function {self.reference.__qualname__} returned "
                               f"{type(expected).__name__}, not a dict of expected outputs (name or name@chip "

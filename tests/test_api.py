@@ -42,6 +42,20 @@ def test_a_shipped_example_equals_its_reference_on_every_chip():
     assert run.check() is None and run.report.bit_exact is True
 
 
+def test_expected_takes_a_plain_name_for_every_chip_as_a_run_does():
+    # (it raised "reference function reference raised KeyError: 'a@0'")
+    kernel = mkemu.compile("vector_add", hw="test", mesh="2")
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((8, 1024)).astype(np.float32) for _ in range(2))
+    run = kernel({"a": a, "b": b})
+    expected = kernel.expected({"a": a, "b": b})
+    assert set(expected) == {"out@0", "out@1"}
+    assert run.check(expected) is None
+    # A name@chip given beside the plain name is that chip's own array.
+    mixed = kernel.expected({"a": a, "b": b, "a@1": b})
+    assert np.array_equal(mixed["out@0"], expected["out@0"]) and np.array_equal(mixed["out@1"], b + b)
+
+
 def test_the_api_and_the_cli_report_the_same_figures(capsys):
     argv = ["run", "softmax", "--hw", "test", "--mesh", "2", "--seed", "3", "--json"]
     assert main(argv) == 0
