@@ -60,13 +60,15 @@ class Declarations:
         self.launch_views_reported: set[SourceSpan] = set()   # non-contiguous launch arguments
 
     # ------------------------------------------------------------ diagnostics
-    def error(self, span: SourceSpan, message: str) -> Poison:
+    def error(self, span: SourceSpan, message: str, context: str | None = None) -> Poison:
+        """Report `message` at `span`; `context` (default: where the checking is now) is the
+        fn call or generic instance it comes from, for a check made after the body."""
         # An fn's locals are renamed at each call (`f#2.t`); a message names them as written,
         # so an error the fn's own check found is the same error at every call (reported once).
         message = _INLINED_NAME.sub("'", message)
         key = (span.file, span.line, span.column, span.end_line, span.end_column, message)
         if key not in self.errors:
-            self.errors[key] = (span, message, self.error_context())
+            self.errors[key] = (span, message, self.error_context() if context is None else context)
         return POISON
 
     def error_context(self) -> str:

@@ -139,20 +139,27 @@ class Elaborator(Calls):
         return ir.Kernel(name or decl.name, tuple(params), tuple(ctx.buffers), tuple(ctx.sems), tuple(body),
                          decl.span)
 
-    def semaphore_checks(self) -> None:
+    def semaphore_checks(self, local_only: bool = False) -> None:
+        """Waits nothing raises, raises nothing waits, DMAs described and never used: after
+        the body, each error naming the fn call its statement was inlined at. `local_only`
+        (an fn checked on its own): only the fn's own semaphores and DMAs, which no caller
+        can start or wait."""
         ctx = self.ctx
-        for sem, span in ctx.waits:
-            if sem not in ctx.signalled:
-                self.error(span, f"wait on semaphore '{sem.name}', but no started DMA or signal ever targets it")
-        for sem, span, what in ctx.posts:
-            if sem not in ctx.waited:
-                self.error(span, f"{what} on semaphore '{sem.name}' is never waited (every semaphore must be back to 0 when the kernel ends)")
-        for h in ctx.handles:
+        own = set(ctx.sems) if local_only else None
+        for sem, span, context in ctx.waits:
+            if sem not in ctx.signalled and (own is None or sem in own):
+                self.error(span, f"wait on semaphore '{sem.name}', but no started DMA or signal ever targets it",
+                           context)
+        for sem, span, what, context in ctx.posts:
+            if sem not in ctx.waited and (own is None or sem in own):
+                self.error(span, f"{what} on semaphore '{sem.name}' is never waited (every semaphore must be "
+                                 "back to 0 when the kernel ends)", context)
+        for h, context in ctx.handles:
             if not h.started and not h.waited:
                 if not h.measured:   # (a handle only measured by bytes() describes a size)
-                    self.error(h.span, f"DMA '{h.name}' is described but never started or waited")
-            elif not h.waited and h.dma.sem.sem not in ctx.waited:
-                self.error(h.span, f"DMA '{h.name}' is never waited")
+                    self.error(h.span, f"DMA '{h.name}' is described but never started or waited", context)
+            elif not h.waited and h.dma.sem.sem not in ctx.waited and (own is None or h.dma.sem.sem in own):
+                self.error(h.span, f"DMA '{h.name}' is never waited", context)
 
     def check_fn_alone(self, decl: ast.FnDecl) -> None:
         """Check an fn body once with its declared types (if they are all static)."""
@@ -177,6 +184,7 @@ class Elaborator(Calls):
             self.define(scope, p.name, entity, p.name_span, "parameter")
         before = dict(self.errors)
         self.block(decl.body, scope)
+        self.semaphore_checks(local_only=True)
         if self.ctx.call_dependent:
             # Sizes, counts or parts that come from scalar parameters: what follows from them
             # is only known at a call, where the body is checked with the arguments.

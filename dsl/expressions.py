@@ -303,6 +303,11 @@ class Expressions(Declarations):
             )
         if dtype == "bf16":
             return self.error(span, f"{shown} is not defined on bf16 tiles; convert with f32() first")
+        if op == "%" or (op == "/" and dtype == "i32"):
+            # (the vector unit has no integer division: a front-end error, reported with the others)
+            what = "an i32 tile" if dtype == "i32" else f"{dtype} tiles" if dtype == "f32" else "masks"
+            return self.error(span, f"'{op}' is not defined on {what}: integer tile division and remainder "
+                                    "are not supported (tile '/' is f32 only; use shifts or '&' for powers of two)")
         if op in ARITH_OPS or op in CMP_OPS:
             if dtype not in ("f32", "i32"):
                 return self.error(span, f"{shown} needs f32 or i32 tiles, got {dtype}")

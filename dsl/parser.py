@@ -201,9 +201,10 @@ def _parse_text(text: str, filename: str) -> ast.Module:
     except lark.exceptions.UnexpectedCharacters as e:
         char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
         shown = repr(char) if char else "end of file"
-        raise _syntax_error(
-            text, filename, e.line, e.column, 1, f"unexpected character {shown}"
-        ) from None
+        message = f"unexpected character {shown}"
+        if char == '"':   # (a string runs to its closing quote on the same line)
+            message = "unterminated string (a string closes with '\"' on the line it opens)"
+        raise _syntax_error(text, filename, e.line, e.column, 1, message) from None
     except lark.exceptions.UnexpectedEOF as e:
         line, col = _end_position(text)
         msg = "unexpected end of file"

@@ -235,7 +235,7 @@ class Pipe:
 
     def wait_copy(self, sems: ir.Semaphore, index, size_bytes: int, out: list) -> None:
         self.c.ctx.waited.add(sems)
-        self.c.ctx.waits.append((sems, self.span))
+        self.c.ctx.waits.append((sems, self.span, self.c.error_context()))
         out.append(ir.SemWait(ir.SemRef(sems, index, self.span), self.const(size_bytes), self.span))
 
     # -- the whole statement

@@ -142,7 +142,7 @@ class Statements(Expressions):
                 return self.frozen(v, name, out)
             case ir.Dma() | DmaChoice():
                 h = DmaHandle(name, self.frozen(v, name, out), span)
-                self.ctx.handles.append(h)
+                self.ctx.handles.append((h, self.error_context()))
                 return h
             case DmaHandle():
                 return v
@@ -364,7 +364,7 @@ class Statements(Expressions):
 
     def post(self, sem: ir.Semaphore, span, what: str) -> None:
         self.ctx.signalled.add(sem)
-        self.ctx.posts.append((sem, span, what))
+        self.ctx.posts.append((sem, span, what, self.error_context()))
 
     # -- DMA
     def dma_of(self, node, scope):
@@ -420,7 +420,7 @@ class Statements(Expressions):
         side = "recv" if s.recv else ("send" if dma.target is not None else "local")
         sem = dma.recv_sem if s.recv else dma.sem
         self.ctx.waited.add(sem.sem)
-        self.ctx.waits.append((sem.sem, s.span))
+        self.ctx.waits.append((sem.sem, s.span, self.error_context()))
         if count is None:
             out.append(ir.DmaWait(dma.first if isinstance(dma, DmaChoice) else dma, side, s.span))
         else:
@@ -433,7 +433,7 @@ class Statements(Expressions):
         if sem is POISON or amount is POISON or not self.non_negative(amount, s.amount.span, "wait"):
             return
         self.ctx.waited.add(sem.sem)
-        self.ctx.waits.append((sem.sem, s.span))
+        self.ctx.waits.append((sem.sem, s.span, self.error_context()))
         out.append(ir.SemWait(sem, amount, s.span))
 
     # -- control flow

@@ -180,9 +180,10 @@ class KernelCtx:
     let_defs: dict = attrs.Factory(dict)  # let ScalarVar -> its value (`expand_lets`)
     signalled: set = attrs.Factory(set)
     waited: set = attrs.Factory(set)
-    waits: list = attrs.Factory(list)  # (Semaphore, span)
-    posts: list = attrs.Factory(list)  # (Semaphore, span, what)
-    handles: list = attrs.Factory(list)
+    # (the error context of each: the fn call it was inlined at, for messages after the body)
+    waits: list = attrs.Factory(list)  # (Semaphore, span, context)
+    posts: list = attrs.Factory(list)  # (Semaphore, span, what, context)
+    handles: list = attrs.Factory(list)  # (DmaHandle, context)
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
     host_sites: dict = attrs.Factory(dict)
