@@ -326,7 +326,9 @@ def is_driver(reference) -> bool:
     return bool(getattr(reference, "mkemu_driver", False))
 
 
-def build_program(path: str, text: str, profile, params: dict[str, int]):
+def build_program(path: str, text: str, profile, params: dict[str, int], cache: bool = True):
+    """The Program of a `.s` or `.mk` text; a `.mk` one from the compile cache unless
+    `cache` is False (then compiled afresh, and not stored)."""
     from mkemu.isa.asm import assemble
 
     if path.endswith(".s"):
@@ -342,7 +344,7 @@ def build_program(path: str, text: str, profile, params: dict[str, int]):
         loaded = load_program(path, params, text=text)
         return compile_program(loaded, profile), loaded.sources
 
-    return cached_program(path, text, profile, params, build)[0]
+    return cached_program(path, text, profile, params, build)[0] if cache else build()[0]
 
 
 class Report:

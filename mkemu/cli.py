@@ -498,7 +498,8 @@ def cmd_asm(args) -> int:
     t0 = time.perf_counter()
     from mkemu.run import load_program
 
-    program = load_program(args.file, profile, _params(args.set))
+    # (--stats reports the compile time: compiled afresh, not read from the compile cache)
+    program = load_program(args.file, profile, _params(args.set), cache=not args.stats)
     compile_s = time.perf_counter() - t0
     text = listing(program, stats=args.stats, compile_s=compile_s)
     if args.output is not None:

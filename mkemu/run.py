@@ -21,8 +21,9 @@ from mkemu.api import compile as compile_program
 from mkemu.options import Options
 
 
-def load_program(path: str, profile, params: dict[str, int]):
-    """Assemble a `.s` file or compile a `.mk` file (a path or a shipped name) into a Program."""
+def load_program(path: str, profile, params: dict[str, int], cache: bool = True):
+    """Assemble a `.s` file or compile a `.mk` file (a path or a shipped name) into a
+    Program (from the compile cache unless `cache` is False)."""
     from mkemu.api import build_program
     from mkemu.errors import ConfigError, not_text
     from mkemu.shipped import resolve
@@ -34,7 +35,7 @@ def load_program(path: str, profile, params: dict[str, int]):
         raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
-    return build_program(path, text, profile, params)
+    return build_program(path, text, profile, params, cache)
 
 
 def execute(file: str, options: Options, progress=None, inputs: str | None = None
