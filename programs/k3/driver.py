@@ -24,7 +24,7 @@ from mkemu import ConfigError
 
 from . import reference as ref
 from .config import load_config
-from .reference_steps import ReferenceSteps, next_input, replay_reference
+from .reference_steps import ReferenceSteps, next_input, reference_state, replay_reference
 from . import homes
 from . import timing
 from .config import param_counts
@@ -33,6 +33,8 @@ from .weights import MAX_GENERATED_PARAMS, generate_weight_bits
 COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
 STEP_INPUTS = ("layer_plan", "tokens", "pos", "spec_base")
 DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
+# The programs' short conv: three history rows and the input (programs/k3/model.mk, conv4).
+CONV_TAPS = 4
 
 
 def _options(options: dict) -> dict:
@@ -48,6 +50,14 @@ def params(options: dict, info) -> dict[str, int]:
     if tuple(cfg.dense_layers) != (0,):
         raise ConfigError(f"the K3 programs have the dense FFN at layer 0 only (dense_layers = [0]); model "
                           f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}", key="--model")
+    if not cfg.kda_layers or not cfg.mla_layers:
+        # (their state arrays are stacked over the layers of each kind: none is no array)
+        raise ConfigError(f"the K3 programs need at least one KDA and one MLA layer; model '{cfg.name}' has "
+                          f"{len(cfg.kda_layers)} KDA and {len(cfg.mla_layers)} MLA layers "
+                          f"(mla_layers {list(cfg.mla_layers)} of {cfg.n_layers})", key="--model")
+    if cfg.conv_kernel != CONV_TAPS:
+        raise ConfigError(f"the K3 programs' short conv has {CONV_TAPS} taps (conv_kernel = {CONV_TAPS}); model "
+                          f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}", key="--model")
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
     _check_mode(opts, cfg)
@@ -224,7 +234,8 @@ def drive(session, options: dict) -> dict:
         record.save(opts["record_routing"])
         report["routing_record"] = opts["record_routing"]
     if opts.get("dump"):
-        _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
+        _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all,
+              reference_state(cfg, weights, prompt, len(per_step)))
         report["dump"] = str(opts["dump"])
     return report
 
@@ -387,7 +398,7 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
     else:
         report["tokens"] = [generated]
         if opts.get("dump"):
-            _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all)
+            _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all, state)
             report["dump"] = str(opts["dump"])
     return report
 
@@ -522,11 +533,13 @@ def _dump_dir(directory: str) -> Path:
     return path
 
 
-def _dump(directory: str, weights, prompt, ref_logits, emu_logits) -> None:
+def _dump(directory: str, weights, prompt, ref_logits, emu_logits, ref_state) -> None:
+    """weights, inputs, the reference's logits and its decode state after the last step
+    run (the `state_*` keys of docs/k3.md), and the emulator's logits."""
     path = _dump_dir(directory)
     for name, arrays in (("weights.npz", weights),
                          ("inputs.npz", {"prompt": prompt}),
-                         ("reference.npz", {"logits": np.stack(ref_logits)}),
+                         ("reference.npz", {"logits": np.stack(ref_logits), **ref_state.arrays()}),
                          ("emulator.npz", {"logits": np.stack(emu_logits)})):
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)

@@ -43,6 +43,17 @@ def reference_logits(cfg, weights, prompt: np.ndarray, steps: int, traced_from: 
         tokens = next_input(prompt, step, logits)
 
 
+def reference_state(cfg, weights, prompt: np.ndarray, steps: int) -> ref.DecodeState:
+    """The reference's decode state after `steps` steps (for --dump: the steps may have
+    been computed in a child, which keeps its state)."""
+    state = ref.init_state(cfg, prompt.shape[0])
+    tokens = prompt[:, 0]
+    for step in range(steps):
+        logits, state = ref.decode_step(cfg, weights, state, tokens)
+        tokens = next_input(prompt, step, logits)
+    return state
+
+
 def replay_reference(cfg, weights, prompt: np.ndarray, step: int, trace: dict) -> np.ndarray:
     """Step `step`'s logits again, from the start, filling `trace` with its layers (to
     name the first layer that differs after a mismatch)."""
