@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError, MkemuError
@@ -298,6 +299,9 @@ def cmd_run(args) -> int:
                           key="--schedules")
     _check_outputs([("--trace", args.trace), ("--record-routing", args.record_routing)],
                    _inputs_read(args, [resolve(args.file)]))
+    if args.schedules and args.timing_only:
+        raise ConfigError("--schedules compares each schedule's computed bits, and a timing-only run computes "
+                          "none (nor checks races): run the schedules without --timing-only", key="--schedules")
     options = _options(args)
     with _as_flags(args):
         report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
@@ -337,8 +341,10 @@ def cmd_compare(args) -> int:
     files = [resolve(file) for file in (args.first, *args.others)]
     _check_outputs([("--record-routing", args.record_routing)], _inputs_read(args, files))
     options = _options(args)
+    # (--record-routing: the first program's run writes it, not each in turn, the last winning)
+    runs = [options] + [attrs.evolve(options, record_routing=None)] * (len(files) - 1)
     with _as_flags(args):
-        reports = [execute(file, options, progress=_Progress(), inputs=args.inputs)[0] for file in files]
+        reports = [execute(file, run, progress=_Progress(), inputs=args.inputs)[0] for file, run in zip(files, runs)]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:

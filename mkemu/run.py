@@ -119,10 +119,13 @@ def render_schedules(entries: list[dict]) -> str:
     return "\n".join(lines)
 
 
+TIMING_ONLY = ("TIMING ONLY: nothing was computed (only the i32 buffers hold data); cycles are charged as in a "
+               "data run")
+
+
 def render_plain(report: dict) -> str:
     if report.get("timing_only"):
-        lines = ["TIMING ONLY: nothing was computed (only the i32 buffers hold data); cycles are charged "
-                 "as in a data run"]
+        lines = [TIMING_ONLY]
     elif report["bit_exact"] is True:
         lines = [f"PASS: outputs bit-exact against {report['reference']}"]
     elif report["mismatch"]:
@@ -160,6 +163,8 @@ def compare_text(*reports: dict) -> str:
         return line(label, values)
 
     lines = [line("", names), row("bit-exact", "bit_exact", "{}")]
+    if all(r.get("timing_only") for r in reports):
+        lines.insert(0, TIMING_ONLY)
     if all("us_per_step" in r for r in reports):
         lines += [row("us per step", "us_per_step"),
                   row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),

@@ -338,3 +338,34 @@ def test_inputs_larger_than_the_host_can_hold_are_an_error_not_a_traceback(capsy
     assert main(["run", str(src), "--mesh", "1", "--hw", str(hw)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: the host ran out of memory:") and "Traceback" not in err, err
+
+
+def test_compare_of_timing_only_runs_says_nothing_was_computed(capsys):
+    code, out, _ = cli(capsys, "compare", "k3_per_op", "k3_megakernel", "--model", "k3-tiny", "--steps", "1",
+                       "--prompt-len", "1", "--timing-only")
+    assert code == 0 and out.startswith("TIMING ONLY: nothing was computed")
+
+
+def test_compare_records_the_routing_of_its_first_program(capsys, tmp_path, monkeypatch):
+    # (each program's run rewrote it, the last one winning)
+    import mkemu.run
+
+    recorded = []
+    execute = mkemu.run.execute
+
+    def spy(file, options, **kwargs):
+        recorded.append(options.record_routing)
+        return execute(file, options, **kwargs)
+
+    monkeypatch.setattr(mkemu.run, "execute", spy)
+    record = tmp_path / "routing.json"
+    code, _, _ = cli(capsys, "compare", "k3_per_op", "k3_megakernel", "--model", "k3-tiny", "--steps", "1",
+                     "--prompt-len", "1", "--record-routing", str(record))
+    assert code == 0 and recorded == [str(record), None] and record.exists()
+
+
+def test_schedules_of_a_timing_only_run_are_refused(capsys):
+    # ("same" for every schedule, though no bits were compared)
+    code, out, err = cli(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--steps", "1", "--prompt-len", "1",
+                         "--timing-only", "--schedules", "2")
+    assert code == 1 and out == "" and err.startswith("--schedules: error: --schedules compares each schedule's")
