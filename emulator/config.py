@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
+
 import attrs
 
 from mkemu.errors import ConfigError
+from mkemu.isa.hardware import MAX_INT
 
 DMA_ORDERS = ("round_robin", "fifo")
 SCHEDULES = ("normal", "shuffle", "late")
@@ -19,6 +22,25 @@ def _one_of(choices):
     return check
 
 
+def _check_names(value):
+    """A collection of check names as a frozenset; a string (an iterable of letters,
+    not of names) or a non-iterable is an error naming the option."""
+    try:
+        if isinstance(value, str):
+            raise TypeError
+        return frozenset(value)
+    except TypeError:
+        raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",
+                          key="checks") from None
+
+
+def _integer(value):
+    """A numpy integer as the Python int it is; anything else as it is, to be judged."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    return value
+
+
 def _checks(instance, attribute, value):
     unknown = sorted(set(value) - set(CHECKS))
     if unknown:
@@ -30,6 +52,19 @@ def _positive(instance, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{attribute.name} must be a positive integer, not {value!r}",
                           key=attribute.name)
+    if value > MAX_INT:
+        raise ConfigError(f"{attribute.name} must be at most {MAX_INT:,} (the emulator counts in 64-bit "
+                          f"integers), not {value:,}", key=attribute.name)
+
+
+def _seed(instance, attribute, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{attribute.name} must be an integer >= 0, not {value!r}", key=attribute.name)
+
+
+def _flag(instance, attribute, value):
+    if not isinstance(value, bool):
+        raise ConfigError(f"{attribute.name} must be True or False, not {value!r}", key=attribute.name)
 
 
 @attrs.frozen
@@ -53,13 +88,13 @@ class RunConfig:
     record_readbacks: keep the values a data run reads back (`Core.take_readbacks`).
     """
 
-    seed: int = 0
-    max_cycles: int = attrs.field(default=10**12, validator=_positive)
+    seed: int = attrs.field(default=0, converter=_integer, validator=_seed)
+    max_cycles: int = attrs.field(default=10**12, converter=_integer, validator=_positive)
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
-    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=frozenset,
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names,
                                          validator=_checks)
-    max_instructions: int = attrs.field(default=50_000_000, validator=_positive)
+    max_instructions: int = attrs.field(default=50_000_000, converter=_integer, validator=_positive)
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
-    schedule_seed: int = 0
-    timing_only: bool = False
-    record_readbacks: bool = False
+    schedule_seed: int = attrs.field(default=0, converter=_integer, validator=_seed)
+    timing_only: bool = attrs.field(default=False, validator=_flag)
+    record_readbacks: bool = attrs.field(default=False, validator=_flag)

@@ -61,6 +61,10 @@ NEED_ROOM = 1
 #: `k_start`, `k_advance`, `k_pop` (negated): the time asked for is before the
 #: network's clock.
 TIME_BACKWARDS = 2
+#: `completion_cycle` of a time at or past it (or infinite: a rate so slow its bytes
+#: never land in 64-bit cycles): one cycle past 2^62, the largest max-cycle guard, so
+#: the run stops at the guard instead of losing the flow to an int64 overflow.
+FAR_CYCLE = 2**62 + 1
 
 _jit = njit(cache=True, nogil=True, error_model="numpy")
 
@@ -540,7 +544,9 @@ def completion_cycle(t):
     least 1e-9 of a cycle), not relative: late in a long run a real fraction of a
     cycle can be smaller than a relative tolerance. (Where `t` is halfway between
     integers the tolerance is not met, so how the nearest integer is rounded does not
-    matter.)"""
+    matter.) A time at or past `FAR_CYCLE`, infinity included, gives `FAR_CYCLE`."""
+    if not t < FAR_CYCLE:
+        return FAR_CYCLE
     nearest = np.rint(t)
     a = t if t >= 0.0 else -t
     tol = 64.0 * np.spacing(a if a > 1.0 else 1.0)

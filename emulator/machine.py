@@ -66,7 +66,9 @@ class Machine(DmaMixin):
     def __init__(self, profile: HardwareProfile, mesh: Mesh | None = None,
                  config: RunConfig | None = None, trace=None):
         self.profile = profile
-        self.mesh = mesh or Mesh(profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
+        # (a mesh that leaves its link count to the profile, e.g. `Mesh((4, 1, 1))`, takes
+        # the profile's: the physical links are the hardware's)
+        self.mesh = (mesh or Mesh(profile.mesh_dims, profile.mesh_wrap)).with_links(profile.links_per_neighbor)
         self.config = config or RunConfig()
         p = profile
         self.cores: list[Core] = []
@@ -164,8 +166,15 @@ class Machine(DmaMixin):
             raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.storage_shape}")
         return buf, np.ascontiguousarray(data).view(np.uint8).reshape(-1)
 
+    def _check_chip(self, chip) -> None:
+        """A chip of this mesh (not a negative index, which would name another chip)."""
+        if isinstance(chip, bool) or not isinstance(chip, (int, np.integer)) or not 0 <= chip < self.mesh.num_chips:
+            raise ValueError(f"chip {chip!r} is not a chip of this mesh "
+                             f"({'x'.join(map(str, self.mesh.dims))}: chips 0..{self.mesh.num_chips - 1})")
+
     def write_buffer(self, chip: int, name: str, array: np.ndarray) -> None:
         """Write a buffer on one chip (a timing-only run keeps only i32 buffers' bytes)."""
+        self._check_chip(chip)
         buf, raw = self._buffer_data(name, array)
         lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes
         mem, base = self._hbm.for_write(chip, lo, hi)
@@ -183,6 +192,7 @@ class Machine(DmaMixin):
         return not self.config.timing_only or self.program.buffer(name).dtype == "i32"
 
     def read_buffer(self, chip: int, name: str) -> np.ndarray:
+        self._check_chip(chip)
         buf = self.program.buffer(name)
         lo, hi = buf.offset_bytes, buf.offset_bytes + buf.size_bytes
         mem, base = self._hbm.for_read(chip, lo, hi)
@@ -196,9 +206,23 @@ class Machine(DmaMixin):
         with np.errstate(all="ignore"):
             for launch in self.program.launches:
                 start = self.now + self.profile.kernel_launch_cycles
+                if start > self.config.max_cycles:
+                    # (as the core loop would at the launch's first instruction, before a
+                    # start past 2^63 overflows a core's 64-bit clock)
+                    raise self._launch_past_guard(launch, start)
                 self._launch(launch, start)
                 self.launch_cycles.append(self.now - start + self.profile.kernel_launch_cycles)
         return self.result()
+
+    def _launch_past_guard(self, launch, start: int) -> EmulatorFault:
+        """The max-cycle guard passed before a launch starts: named by chip 0 core 0 at
+        the kernel's first instruction, the one that would issue at `start`."""
+        self.kernel = kernel = self.program.kernels[launch.kernel]
+        ops = self.decoded[launch.kernel].ops
+        return EmulatorFault("max-cycles", f"kernel {kernel.name}: "
+                             f"{max_cycles_message(self.config.max_cycles, self.profile)}",
+                             chip=0, core=0, cycle=start, pc=0, instruction=ops[0].text if ops else None,
+                             source=kernel.source_line(0) if ops else None)
 
     def _launch(self, launch, start: int) -> None:
         kernel = self.program.kernels[launch.kernel]

@@ -24,6 +24,7 @@ transfer is `hops × hop_latency_cycles + size_bytes / bw`; the first term is
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import NamedTuple
 
@@ -81,6 +82,12 @@ class Link:
 
 
 
+def _int_tuple(value) -> tuple:
+    """A sequence as a tuple, numpy integers as the ints they are (bools stay, to be refused)."""
+    return tuple(int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+                 for v in value)
+
+
 def _check_dims(instance, attribute, value) -> None:
     if len(value) != 3 or any(type(d) is not int or d < 1 for d in value):
         raise ConfigError(f"mesh dims must be three integers >= 1, got {value!r}", key="mesh")
@@ -95,21 +102,39 @@ def _check_wrap(instance, attribute, value) -> None:
 
 
 def _check_links(instance, attribute, value) -> None:
+    if value is None:
+        return
     if type(value) is not int or value < 1:
         raise ConfigError(f"links_per_neighbor must be an integer >= 1, got {value!r}", key="links_per_neighbor")
 
 
 @attrs.frozen
 class Mesh:
-    """An X×Y×Z mesh of chips, each dimension a line or (if wrapped) a ring."""
+    """An X×Y×Z mesh of chips, each dimension a line or (if wrapped) a ring.
 
-    dims: tuple[int, int, int] = attrs.field(converter=tuple, validator=_check_dims)
+    `links_per_neighbor` None (the default) means the hardware profile's: a `Machine`
+    given such a mesh uses its profile's count (`with_links`); on its own the mesh
+    counts one link per direction."""
+
+    dims: tuple[int, int, int] = attrs.field(converter=_int_tuple, validator=_check_dims)
     wrap: tuple[bool, bool, bool] = attrs.field(default=(False, False, False), converter=tuple, validator=_check_wrap)
-    links_per_neighbor: int = attrs.field(default=1, validator=_check_links)
+    links_per_neighbor: int | None = attrs.field(default=None, validator=_check_links)
 
     @classmethod
-    def from_text(cls, text: str, wrap: tuple[bool, bool, bool] = (False, False, False), links_per_neighbor: int = 1) -> Mesh:
+    def from_text(cls, text: str, wrap: tuple[bool, bool, bool] = (False, False, False),
+                  links_per_neighbor: int | None = None) -> Mesh:
         return cls(parse_mesh(text), wrap, links_per_neighbor)
+
+    def with_links(self, links_per_neighbor: int) -> Mesh:
+        """This mesh, its link count the given one (a profile's) unless it names its own."""
+        if self.links_per_neighbor is not None:
+            return self
+        return attrs.evolve(self, links_per_neighbor=links_per_neighbor)
+
+    @property
+    def link_count(self) -> int:
+        """Parallel links per direction of a neighbour pair (1 if left to a profile)."""
+        return 1 if self.links_per_neighbor is None else self.links_per_neighbor
 
     @property
     def num_chips(self) -> int:
@@ -207,7 +232,7 @@ class Mesh:
         """All physical directed links, ids 0.. in `neighbor_pairs` order, lanes innermost."""
         out = []
         for chip, nb, axis, direction in self.neighbor_pairs():
-            for lane in range(self.links_per_neighbor):
+            for lane in range(self.link_count):
                 out.append(Link(len(out), chip, nb, axis, direction, lane))
         return out
 
@@ -224,7 +249,7 @@ class Mesh:
         for chip, nb, axis, direction in self.neighbor_pairs():
             sign = "+" if direction > 0 else "-"
             name = f"link {chip}->{nb} ({AXES[axis]}{sign})"
-            ids[(chip, nb)] = net.add_resource(name, self.links_per_neighbor * bw_bytes_per_cycle)
+            ids[(chip, nb)] = net.add_resource(name, self.link_count * bw_bytes_per_cycle)
             for core in range(cores_per_chip if per_core else 0):
                 ports[(chip, nb, core)] = net.add_resource(f"core {core} port {name}", bw_bytes_per_cycle)
         return MeshLinks(self, ids, ports)

@@ -402,6 +402,14 @@ def _load_raw(
         return raw, file, source
     base_name = raw["extends"]
     here = Path(file).parent
+    # A base that is no shipped profile and no file is this file's error, at its key.
+    try:
+        base_resource, base_file, _ = _locate(base_name, here)
+    except ConfigError as err:
+        raise ConfigError(err.message, file=file, key="extends") from None
+    if isinstance(base_resource, Path) and not base_resource.exists():
+        raise ConfigError(f"cannot read the profile it extends, {base_file}: no such file",
+                          file=file, key="extends")
     base_raw, base_file, base_source = _load_raw(base_name, here, (*chain, source))
     # The base is complete on its own: check all of it so its errors name its file.
     _build(base_raw, base_file, base_source)

@@ -148,6 +148,22 @@ def test_max_cycle_guard_while_waiting_for_a_slow_dma(emu):
     assert fault.kind == "max-cycles"
 
 
+@pytest.mark.parametrize("engine_bw", ["1e-9", "1e-300"])
+def test_a_dma_too_slow_to_land_in_64_bit_cycles_trips_the_guard_not_a_deadlock(emu, engine_bw):
+    # 4096 bytes at 1e-18 bytes/cycle land after ~4e21 cycles, past int64 (at 1e-300 the
+    # time is infinite): the run used to lose the flow and call it a deadlock with
+    # "nothing in flight"; it stops at the max-cycle guard, naming the DMA.
+    profile = emu.profile(f"slow_engine_{engine_bw}", f"[dma]\nengine_bw_bytes_per_s = {engine_bw}\n")
+    source = emu.kernel("li s1, @src\ndma.start vmem[s0], hbm[s1], s0, s0\nli s2, 4096\nsem.wait s0, s2",
+                        buffers=BUFS, smem=DESC)
+    for max_cycles in (10**12, 2**62):
+        with pytest.raises(EmulatorFault) as info:
+            emu.machine(source, profile=profile, config=RunConfig(max_cycles=max_cycles)).run()
+        text = assert_names_everything(info.value, "max-cycles", "dma.start vmem[s0], hbm[s1], s0, s0")
+        assert f"max-cycle guard of {max_cycles} cycles, with this DMA still in flight" in text
+        assert info.value.cycle > max_cycles
+
+
 @pytest.mark.parametrize("body, instruction", [
     ("li s1, 7\ndiv s2, s1, s0", "div s2, s1, s0"),
     ("li s1, 7\nremi s2, s1, 0", "remi s2, s1, 0"),
@@ -233,6 +249,18 @@ def test_max_cycle_guard_below_the_launch_cost_says_so(emu):
     assert fault.kind == "max-cycles"
     assert "max-cycle guard of 10 cycles (it counts from the start of the run, and a kernel launch alone takes" \
         in fault.render()
+
+
+def test_a_launch_starting_past_the_guard_is_a_fault_even_past_64_bit_cycles(emu):
+    # Two launches of 2^62 cycles each: the second would start past 2^63, which used to
+    # overflow the core's int64 clock (OverflowError) instead of tripping the guard.
+    profile = emu.profile("launch_2_62", "[launch]\nkernel_launch_cycles = 4611686018427387904\n")
+    source = ".kernel main\n    halt\n.launch main\n.launch main\n"   # (the first halts at 2^62)
+    with pytest.raises(EmulatorFault) as info:
+        emu.machine(source, profile=profile, config=RunConfig(max_cycles=2**62)).run()
+    text = assert_names_everything(info.value, "max-cycles", "halt")
+    assert "pc 0x0000" in text and "max-cycle guard of 4611686018427387904 cycles" in text
+    assert info.value.cycle == 2**63     # (one past the largest int64)
 
 
 @pytest.mark.parametrize("shape", [

@@ -102,13 +102,18 @@ def test_barrier_on_a_ring_has_no_far_end():
     ("per_core_links = false\nlinks_per_neighbor = 1", 2 / 8),   # both share one 8 B/cycle link
     ("per_core_links = true\nlinks_per_neighbor = 2", 1 / 8),    # each core its own 8 B/cycle
 ])
-def test_both_cores_pushing_to_a_neighbour(tmp_path, ici, cycles_per_byte):
+@pytest.mark.parametrize("links_given", [True, False])
+def test_both_cores_pushing_to_a_neighbour(tmp_path, ici, cycles_per_byte, links_given):
     # Both cores of chip 0 push 8000 bytes into the same core of chip 1 and wait until
     # they are sent; the DMA engine (32 B/cycle) is faster than a link (8 B/cycle).
     path = tmp_path / "links.toml"
     path.write_text(f'extends = "test"\n[ici]\n{ici}\n')
     profile = load_profile(str(path))
-    machine = Machine(profile, Mesh((2, 1, 1), links_per_neighbor=profile.links_per_neighbor), RunConfig())
+    # A mesh that names no link count takes the profile's (it used to take 1 link, so
+    # two cores pooled on a 2-link profile got half the bandwidth the profile says).
+    mesh = Mesh((2, 1, 1), links_per_neighbor=profile.links_per_neighbor) if links_given else Mesh((2, 1, 1))
+    machine = Machine(profile, mesh, RunConfig())
+    assert machine.mesh.links_per_neighbor == profile.links_per_neighbor
     machine.load(assemble(""".kernel main
     .smem 0 8000 1 0 0 1 0 0
     rdsr s1, chip

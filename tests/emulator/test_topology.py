@@ -34,6 +34,18 @@ def test_mesh_validates_its_fields():
         Mesh((2, 2, 2), wrap=(True, False))
     with pytest.raises(ConfigError):
         Mesh((2, 2, 2), links_per_neighbor=0)
+    for dims in [(True, 1, 1), (2.0, 1, 1)]:
+        with pytest.raises(ConfigError):
+            Mesh(dims)
+
+
+def test_mesh_dims_may_be_numpy_integers():
+    import numpy as np
+
+    # (a shape read from an array: was refused as "must be three integers")
+    mesh = Mesh((np.int64(2), np.int32(2), 1))
+    assert mesh.dims == (2, 2, 1) and all(type(d) is int for d in mesh.dims)
+    assert Mesh(np.array([4, 1, 1])).num_chips == 4
 
 
 def test_chip_ids_and_coords_round_trip():
@@ -71,6 +83,41 @@ def test_link_counts_and_small_rings_add_nothing():
         (4, 1, 0, -1, 0), (5, 1, 0, -1, 1),
         (6, 2, 1, -1, 0), (7, 2, 1, -1, 1),
     ]  # fmt: skip
+
+
+def test_a_machine_takes_the_profiles_link_count_unless_the_mesh_names_one():
+    from mkemu.emulator.machine import Machine
+    from mkemu.isa.hardware import load_profile
+
+    v7 = load_profile("tpu-v7-like")
+    assert v7.links_per_neighbor == 2
+    assert Mesh((2, 1, 1)).links_per_neighbor is None and len(Mesh((2, 1, 1)).links()) == 2
+    assert Mesh.from_text("4").links_per_neighbor is None
+    assert Machine(v7, Mesh((2, 1, 1))).mesh.links_per_neighbor == 2      # (was 1)
+    assert Machine(v7).mesh.links_per_neighbor == 2
+    assert Machine(v7, Mesh((2, 1, 1), links_per_neighbor=3)).mesh.links_per_neighbor == 3
+    machine = Machine(v7, Mesh((2, 1, 1)))
+    pair = machine.links.resource(0, 1)
+    assert machine.net.capacity(pair) == 2 * v7.link_bw_bytes_per_cycle
+
+
+def test_buffers_are_read_and_written_only_on_chips_of_the_mesh():
+    import numpy as np
+
+    from mkemu.emulator.machine import Machine
+    from mkemu.isa.asm import assemble
+    from mkemu.isa.hardware import load_profile
+
+    machine = Machine(load_profile("test"), Mesh((2, 1, 1)))
+    machine.load(assemble(".buffer a i32 8x128 input\n.kernel main\n    halt\n", "a.s"))
+    machine.write_buffer(1, "a", np.full((8, 128), 7, np.int32))
+    assert machine.read_buffer(np.int64(1), "a")[0, 0] == 7 and machine.read_buffer(0, "a")[0, 0] == 0
+    # chip -1 used to read the last chip (a Python index), chip 2 an IndexError
+    for chip in (-1, 2, 1.0, True):
+        with pytest.raises(ValueError, match="not a chip of this mesh"):
+            machine.read_buffer(chip, "a")
+        with pytest.raises(ValueError, match="not a chip of this mesh"):
+            machine.write_buffer(chip, "a", np.zeros((8, 128), np.int32))
 
 
 def test_routes_by_hand():

@@ -202,8 +202,19 @@ def test_extends_cycle_is_an_error(tmp_path):
 
 
 def test_extends_unknown_base_lists_known_profiles(tmp_path):
-    err = config_error(write(tmp_path, 'extends = "tpu-v9-like"\n'))
+    path = write(tmp_path, 'extends = "tpu-v9-like"\n')
+    err = config_error(path)
     assert "tpu-v9-like" in str(err) and "tpu-v7-like" in str(err)
+    # The error is the extending file's, at its key (it named neither).
+    assert err.file == str(path) and err.key == "extends"
+    assert str(err).startswith(f"{path}: extends: error: unknown hardware profile 'tpu-v9-like'")
+
+
+def test_extends_a_missing_file_names_the_file_that_extends_it(tmp_path):
+    path = write(tmp_path, 'extends = "base.toml"\n[core]\nmregs = 4\n')
+    err = config_error(path)
+    assert err.file == str(path) and err.key == "extends"
+    assert f"{tmp_path / 'base.toml'}: no such file" in str(err)
 
 
 def test_override_giving_both_units_is_an_error(tmp_path):
