@@ -117,10 +117,6 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
         fn = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[op]
         return fn(a.astype(np.float32), b.astype(np.float32)).astype(np.float32)
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    if op in ("/", "%"):
-        if np.any(b64 == 0):
-            raise InterpError(f"integer {'division' if op == '/' else 'remainder'} by zero")
-        return (nx.i32_div if op == "/" else nx.i32_rem)(a64, b64)
     if op == "<<":
         return _wrap(a64 << (b64 & 31))
     if op == ">>":
