@@ -279,7 +279,7 @@ class Machine(DmaMixin):
             elif kind == LAND:
                 self._land(payload, t)
             elif kind == FAULT:
-                raise payload
+                raise payload() if callable(payload) else payload
         waiting = [c for c in self.cores if not c.halted]
         if waiting:
             raise self._deadlock(waiting)
@@ -543,23 +543,31 @@ class Machine(DmaMixin):
             a == axis or self.mesh.coords(c.chip)[a] == here[a] for a in range(3))]
 
     def _check_barrier_after_halt(self, core: Core, t: int) -> None:
-        """A core halts while others wait at a barrier it belongs to: the fault points at
-        that barrier (where the others wait) and names the core that skipped it."""
-        for (scope, members), arrived in self.barriers.items():
-            if core.gid in members and core.gid not in arrived:
-                first = self.cores[next(iter(arrived))]
-                waiters = ", ".join(f"chip {self.cores[g].chip} core {self.cores[g].index}" for g in arrived)
-                halt_src = self.kernel.source_line(core.pc)
-                others = [self.cores[g] for g in members if g != core.gid and g not in arrived and self.cores[g].halted]
-                also = "".join(f"; chip {c.chip} core {c.index} halted at cycle {c.end_time} without reaching it too"
-                               for c in others)
-                raise EmulatorFault(
-                    "barrier-not-reached",
-                    f"kernel {self.kernel.name}: chip {core.chip} core {core.index} halted at cycle {t} "
-                    f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
-                    f"barrier, which {waiters} {'waits' if len(arrived) == 1 else 'wait'} at{also}",
-                    chip=first.chip, core=first.index, cycle=t, pc=first.pc,
-                    instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc))
+        """A core halts while others wait at a barrier it belongs to: a fault, made once
+        the rest of cycle t has run (a member reaching the barrier at t is named among
+        the waiters, whatever order the cores of that cycle run in)."""
+        for key, arrived in self.barriers.items():
+            if core.gid in key[1] and core.gid not in arrived:
+                self._push(t, FAULT, lambda: self._barrier_not_reached(core, t, key))
+                return
+
+    def _barrier_not_reached(self, core: Core, t: int, key: tuple) -> EmulatorFault:
+        """The fault of `core`, halted at cycle t, never reaching barrier `key`: it points
+        at that barrier (where the others wait) and names the core that skipped it."""
+        (scope, members), arrived = key, self.barriers[key]
+        first = self.cores[next(iter(arrived))]
+        waiters = ", ".join(f"chip {self.cores[g].chip} core {self.cores[g].index}" for g in arrived)
+        halt_src = self.kernel.source_line(core.pc)
+        others = [self.cores[g] for g in members if g != core.gid and g not in arrived and self.cores[g].halted]
+        also = "".join(f"; chip {c.chip} core {c.index} halted at cycle {c.end_time} without reaching it too"
+                       for c in others)
+        return EmulatorFault(
+            "barrier-not-reached",
+            f"kernel {self.kernel.name}: chip {core.chip} core {core.index} halted at cycle {t} "
+            f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
+            f"barrier, which {waiters} {'waits' if len(arrived) == 1 else 'wait'} at{also}",
+            chip=first.chip, core=first.index, cycle=t, pc=first.pc,
+            instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc))
 
     # -- DMA -----------------------------------------------------------------
 

@@ -339,3 +339,18 @@ def test_a_barrier_skipped_by_several_cores_names_each_that_halted(emu):
     assert "chip 0 core 3 halted at cycle" in fault.message and "which chip 0 core 0 waits at" in fault.message
     for core in (1, 2):
         assert re.search(rf"chip 0 core {core} halted at cycle \d+ without reaching it too", fault.message)
+
+
+def test_a_member_reaching_the_barrier_in_the_halts_cycle_is_named_among_the_waiters(emu):
+    # Core 2 halts at cycle 1013 without the chip barrier; core 3 reaches it in that same
+    # cycle, but runs after core 2 there. It was left out of the waiters.
+    profile = emu.profile("four", "[chip]\ncores_per_chip = 4\n")
+    body = ("rdsr s1, core\nli s5, 2\nbeq s1, s5, skip\nli s5, 3\nbeq s1, s5, late\nbarrier chip\njmp __end\n"
+            "late:\n" + "nop\n" * 8 + "barrier chip\njmp __end\nskip:\n" + "nop\n" * 10)
+    machine = emu.machine(emu.kernel(body, solo=False), profile=profile)
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    fault = info.value
+    assert fault.kind == "barrier-not-reached" and fault.cycle == 1013, fault.render()
+    assert "chip 0 core 2 halted at cycle 1013" in fault.message
+    assert "which chip 0 core 0, chip 0 core 1, chip 0 core 3 wait at" in fault.message, fault.message
