@@ -302,15 +302,18 @@ def _dmas(trace: Trace, v: View, tracks: _Tracks, events: _Events, stamp) -> Non
     engine moves several at once), each joined by a flow to where it landed."""
     dma = trace.dma
     spaces = trace.meta["spaces"]
-    done = (dma["begun"] >= 0) & (dma["done"] >= 0)
-    keep, _, _ = v.clip(dma["begun"], dma["done"])
-    rows = np.flatnonzero(done & keep & (v.has_core(dma["src_core"]) | v.has_core(dma["dst_core"])))
+    # A DMA still moving when a fault ended the run (done -1) moves to the trace's end
+    # and never lands.
+    landed = dma["done"] >= 0
+    until = np.where(landed, dma["done"], trace.end_cycle)
+    keep, _, _ = v.clip(dma["begun"], until)
+    rows = np.flatnonzero((dma["begun"] >= 0) & keep & (v.has_core(dma["src_core"]) | v.has_core(dma["dst_core"])))
     rows = rows[np.lexsort((dma["seq"][rows], dma["begun"][rows]))]
     lane_free: dict[int, list[int]] = {}
     for i in rows.tolist():
         src, dst = int(dma["src_core"][i]), int(dma["dst_core"][i])
-        begun, finished, seq = int(dma["begun"][i]), int(dma["done"][i]), int(dma["seq"][i])
-        flow = f_fixed64(47, seq + 1)         # TrackEvent.flow_ids (0 is not a valid id)
+        begun, finished, seq = int(dma["begun"][i]), int(until[i]), int(dma["seq"][i])
+        flow = f_fixed64(47, seq + 1) if landed[i] else b""   # TrackEvent.flow_ids (0 is not a valid id)
         if src in v.gids:
             free = lane_free.setdefault(src, [])
             lane = next((k for k, t in enumerate(free) if t <= begun), len(free))
@@ -325,7 +328,7 @@ def _dmas(trace: Trace, v: View, tracks: _Tracks, events: _Events, stamp) -> Non
                 "to", trace.core_name(dst)) + annotation("pc", int(dma["pc"][i]))
             events.append((cs, 10, event_packet(s, SLICE_BEGIN, track, name, extra)))
             events.append((ce, 0 if ce > cs else 10, event_packet(e, SLICE_END, track)))
-        if dst in v.gids and v.t0 <= finished <= v.t1:
+        if landed[i] and dst in v.gids and v.t0 <= finished <= v.t1:
             track = tracks.core(dst, SLOT_LANDED, ("landed", dst), "DMAs landed")
             t = int(stamp([finished])[0])
             end_flow = f_fixed64(48, seq + 1) if src in v.gids else b""   # terminating_flow_ids

@@ -479,7 +479,9 @@ def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
         compute = Spans.union(np.concatenate([p.starts for p in mine] or [NO_ROWS]),
                               np.concatenate([p.ends for p in mine] or [NO_ROWS])).intersect(win)
         dsel = begun_by.get(g, NO_ROWS)
-        moving = Spans.union(dma["begun"][dsel], dma["done"][dsel]).intersect(win)
+        # (A DMA still moving when a fault ended the run, done -1, moves to the trace's end.)
+        done = dma["done"][dsel]
+        moving = Spans.union(dma["begun"][dsel], np.where(done >= 0, done, trace.end_cycle)).intersect(win)
         both = compute.intersect(moving).total
         rows.append({"chip": trace.cores[g]["chip"], "core": trace.cores[g]["core"],
                      "compute_cycles": compute.total, "dma_cycles": moving.total, "both_cycles": both,
