@@ -34,6 +34,7 @@ import numpy as np
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.core import TRACE_REGION_ROWS, TRACE_ROWS
+from mkemu.isa.encoding import BARRIER_SCOPES
 
 MAGIC = b"MKTRACE\x00"
 FORMAT_VERSION = 1
@@ -156,10 +157,18 @@ class Recorder:
     def _end_launch(self, machine, end: int) -> None:
         """The launch ends at cycle `end`: every core's rows so far are taken, and the
         regions a core is still inside close at its halt, innermost first (at `end` for a
-        core stopped by a fault before it halted)."""
+        core stopped by a fault before it halted), as does a wait a core still blocks in
+        (only a run stopped by a fault has one)."""
         index = len(self.launches) - 1
         for core in machine.cores:
             core.trace.drain(core, force=True)
+            if core.waiting is not None:
+                what, value, since, _ = core.waiting
+                if what == "barrier":
+                    kind, what, value = 1, BARRIER_SCOPES.index(value), 0
+                else:
+                    kind = 0
+                self.on_wait(core, kind, what, value, since, max(since, end))
             opened = core.open_regions()
             close = core.end_time if core.end_time is not None else end
             for depth in range(len(opened) - 1, -1, -1):

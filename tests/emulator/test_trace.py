@@ -176,3 +176,21 @@ def test_instruction_rows_are_kept_in_few_chunks_and_read_back_whole():
     issue = trace.instr["issue"]
     for core in np.unique(trace.instr["core"]):
         assert (np.diff(issue[trace.instr["core"] == core]) >= 0).all()   # in issue order, none lost
+
+
+@pytest.mark.parametrize("blocked, kind, what", [("sem.wait s1, s2", 0, 1), ("barrier chip", 1, 0)])
+def test_a_wait_still_blocked_at_a_fault_is_a_row_closed_at_the_fault(blocked, kind, what):
+    # Core 1 blocks (a semaphore nobody raises, or a barrier core 0 never reaches) while
+    # core 0 faults later: its wait had no row, so its stall read 0.
+    source = (".kernel main\n    rdsr s3, core\n    li s1, 1\n    li s2, 1\n    beq s3, s0, work\n"
+              f"    {blocked}\n    halt\nwork:\n" + "    nop\n" * 20 + "    div s4, s2, s0\n    halt\n")
+    trace = Recorder()
+    machine = Machine(load_profile("test"), Mesh((1, 1, 1)), trace=trace)
+    machine.load(assemble(source, "t.s"))
+    with pytest.raises(Exception) as info:
+        machine.run()
+    trace.on_fault(info.value)
+    waits = parse_trace(trace.to_bytes()).wait
+    rows = list(zip(*(waits[field].tolist() for field in ("core", "kind", "sem", "start", "end"))))
+    assert len(rows) == 1 and rows[0][:3] == (1, kind, what), rows
+    assert rows[0][3] < rows[0][4] == info.value.cycle
