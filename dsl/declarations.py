@@ -148,8 +148,9 @@ class Declarations:
                 self.error(decl.value.span, f"the value of param '{name}' must be an integer (params are set "
                                             "from outside as integers), got a bool")
             elif v is not POISON:
+                kinds = "integer (params are set from outside as integers)" if is_param else "integer or bool"
                 what = "param" if is_param else "const"
-                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time integer or bool")
+                self.error(decl.value.span, f"the value of {what} '{name}' must be a compile-time {kinds}")
             value = None
         if isinstance(decl, ast.ParamDecl):
             self.param_defaults[name] = value

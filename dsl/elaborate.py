@@ -147,18 +147,19 @@ class Elaborator(Calls):
         ctx = self.ctx
         own = set(ctx.sems) if local_only else None
         for sem, span, context in ctx.waits:
-            if sem not in ctx.signalled and (own is None or sem in own):
+            if sem not in ctx.signalled and not ctx.unknown_post and (own is None or sem in own):
                 self.error(span, f"wait on semaphore '{sem.name}', but no started DMA or signal ever targets it",
                            context)
         for sem, span, what, context in ctx.posts:
-            if sem not in ctx.waited and (own is None or sem in own):
+            if sem not in ctx.waited and not ctx.unknown_wait and (own is None or sem in own):
                 self.error(span, f"{what} on semaphore '{sem.name}' is never waited (every semaphore must be "
                                  "back to 0 when the kernel ends)", context)
         for h, context in ctx.handles:
             if not h.started and not h.waited:
                 if not h.measured:   # (a handle only measured by bytes() describes a size)
                     self.error(h.span, f"DMA '{h.name}' is described but never started or waited", context)
-            elif not h.waited and h.dma.sem.sem not in ctx.waited and (own is None or h.dma.sem.sem in own):
+            elif (not h.waited and h.dma.sem.sem not in ctx.waited and not ctx.unknown_wait
+                  and (own is None or h.dma.sem.sem in own)):
                 self.error(h.span, f"DMA '{h.name}' is never waited", context)
 
     def check_fn_alone(self, decl: ast.FnDecl) -> None:

@@ -336,6 +336,7 @@ class Statements(Expressions):
         sem = self.sem_arg(first, scope)
         amount = self.as_scalar(self.expr(e.args[1], scope), e.args[1].span, "an integer amount")
         if POISON in (sem, amount, target) or not self.non_negative(amount, e.args[1].span, "signal"):
+            self.failed_sem_statement(sem, "post")
             return
         self.post(sem.sem, e.span, "signal")
         out.append(ir.Signal(sem, amount, target, e.span))
@@ -381,9 +382,44 @@ class Statements(Expressions):
         self.error(node.span, f"expected a DMA (a copy(...) or a name bound to one), got {self.kind_name(v)}")
         return None, None
 
+    def failed_sem_statement(self, sem, side: str) -> None:
+        """A signal, start or wait that failed to check (its error is reported) still
+        raises (`side` "post") or waits ("wait") its semaphore for the checks after the
+        body, so that they do not also report its correct partner statement (a wait that
+        'no started DMA or signal targets', a start 'never waited'). `sem` is its SemRef,
+        or None/POISON when it is unknown: then those checks are skipped for the kernel."""
+        if isinstance(sem, ir.SemRef):
+            (self.ctx.signalled if side == "post" else self.ctx.waited).add(sem.sem)
+        elif side == "post":
+            self.ctx.unknown_post = True
+        else:
+            self.ctx.unknown_wait = True
+
+    def failed_dma_sems(self, node, scope, side: str, recv: bool = False) -> None:
+        """`failed_sem_statement` for a start or wait of `node` (a copy(...), n * copy(...)
+        or a name): its semaphore arguments evaluated quietly (their errors, if any, were
+        reported by the statement)."""
+        while isinstance(node, ast.Binary) and node.op == "*":
+            node = node.right if isinstance(node.right, ast.Call) else node.left
+        if not (isinstance(node, ast.Call) and node.func == "copy" and len(node.args) in (3, 4)):
+            self.failed_sem_statement(None, side)
+            return
+        positions = (2, 3) if side == "post" and len(node.args) == 4 else ((3,) if recv else (2,))
+        for i in positions:
+            if i >= len(node.args) or isinstance(node.args[i], ast.Remote):
+                self.failed_sem_statement(None, side)
+                continue
+            saved = dict(self.errors)
+            try:
+                sem = self.sem_arg(node.args[i], scope)
+            finally:
+                self.errors = saved
+            self.failed_sem_statement(sem, side)
+
     def s_Start(self, s: ast.Start, scope, out) -> None:
         dma, handle = self.dma_of(s.dma, scope)
         if dma is None:
+            self.failed_dma_sems(s.dma, scope, "post")
             return
         if handle is not None:
             handle.started = True
@@ -411,9 +447,11 @@ class Statements(Expressions):
             if v is not POISON:
                 self.error(s.dma.span, f"expected a DMA (a copy(...), a name bound to one, or n * copy(...)), "
                                        f"got {self.kind_name(v)}")
+            self.failed_dma_sems(s.dma, scope, "wait", s.recv)
             return
         if s.recv and dma.target is None:
             self.error(s.span, "'wait recv' is for remote copies (copy(src, dst @ core, send, recv))")
+            self.failed_sem_statement(dma.sem, "wait")
             return
         if handle is not None:
             handle.waited = True
@@ -431,6 +469,7 @@ class Statements(Expressions):
         sem = self.sem_arg(s.sem, scope)
         amount = self.as_scalar(self.expr(s.amount, scope), s.amount.span, "an integer amount")
         if sem is POISON or amount is POISON or not self.non_negative(amount, s.amount.span, "wait"):
+            self.failed_sem_statement(sem, "wait")
             return
         self.ctx.waited.add(sem.sem)
         self.ctx.waits.append((sem.sem, s.span, self.error_context()))

@@ -184,6 +184,10 @@ class KernelCtx:
     waits: list = attrs.Factory(list)  # (Semaphore, span, context)
     posts: list = attrs.Factory(list)  # (Semaphore, span, what, context)
     handles: list = attrs.Factory(list)  # (DmaHandle, context)
+    # A start or signal (wait) that failed to check and whose semaphore is unknown: the
+    # checks after the body then do not report waits (raises) it might have matched.
+    unknown_post: bool = False
+    unknown_wait: bool = False
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
     host_sites: dict = attrs.Factory(dict)
