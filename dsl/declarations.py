@@ -239,12 +239,18 @@ class Declarations:
 
     def check_param_names(self, decl) -> None:
         """The generics and parameters of an fn or kernel, at the declaration (those of a
-        generic fn are bound at calls without a check of their own)."""
-        for g in decl.generics:
-            self.reserved(g.name, g.span, integer=True)
-        for p in decl.params:
-            integer = isinstance(p.type, ast.ScalarType) and p.type.name == "i32"
-            self.reserved(p.name, p.name_span, integer)
+        generic fn, or of an fn checked only at its calls, are bound there without a check
+        of their own): not reserved, and not shadowing a global."""
+        names = [(g.name, g.span, True) for g in decl.generics]
+        names += [(p.name, p.name_span, isinstance(p.type, ast.ScalarType) and p.type.name == "i32")
+                  for p in decl.params]
+        for name, span, integer in names:
+            if self.reserved(name, span, integer):
+                continue
+            prev = self.globals.lookup(name)
+            if prev is not None:
+                where = f" (first defined at {prev.span})" if prev.span else ""
+                self.error(span, f"redefinition of '{name}'{where}")
 
     def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
         integer = what == "generic" or (isinstance(entity, (ConstVal, ir.ScalarVar)) and entity.dtype == "i32")

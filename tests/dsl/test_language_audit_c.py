@@ -59,3 +59,18 @@ def test_a_float_param_is_told_params_are_integers():
         "the value of param 'A' must be a compile-time integer (params are set from outside as integers)"]
     assert messages("const A = 1.5;\nkernel k(a: hbm f32[8, 128]) { }\n") == [
         "the value of const 'A' must be a compile-time integer or bool"]
+
+
+# -- "local names (fn parameters and generic names included) may not shadow globals": an
+#    fn checked only at its calls (generic, or sized by a parameter) bound them unchecked
+
+
+@pytest.mark.parametrize("fn", [
+    "fn f(y: vmem f32[r, 128], r: i32) { y[:, :] = y[:, :] + 1.0; }",
+    "fn f<R>(y: vmem f32[R, 128]) { y[:, :] = y[:, :] + 1.0; }",
+    "fn f<y>(x: vmem f32[y, 128]) { x[:, :] = x[:, :] + 1.0; }",
+])
+def test_an_fn_checked_at_its_calls_may_not_shadow_a_global(fn):
+    src = fn + "\nconst y = 3;\nkernel k() { vmem b: f32[8, 128]; f(b, 8); }\n"
+    src = src.replace("f(b, 8)", "f(b)") if "<" in fn else src
+    assert "redefinition of 'y' (first defined at prog.mk:2:7)" in messages(src)

@@ -1422,7 +1422,7 @@ CLI_LIB = """\
 param D = 256 in 128..513 step 128 "columns";
 struct Io { x: hbm f32[8, D]; y: hbm f32[8, D]; }
 struct Work { v: vmem f32[2][8, D]; s: sem[2]; }
-fn axpy<R, C>(a: vmem f32[R, C], b: vmem f32[R, C], k: i32) { b = a * f32(k) + b; }
+fn axpy<R, C>(a: vmem f32[R, C], b: vmem f32[R, C], scale: i32) { b = a * f32(scale) + b; }
 """
 
 CLI_MAIN = """\
