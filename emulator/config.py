@@ -22,7 +22,7 @@ def _one_of(choices):
     return check
 
 
-def _check_names(value):
+def check_names(value):
     """A collection of check names as a frozenset; a string (an iterable of letters,
     not of names) or a non-iterable is an error naming the option."""
     try:
@@ -34,7 +34,7 @@ def _check_names(value):
                           key="checks") from None
 
 
-def _integer(value):
+def integer(value):
     """A numpy integer as the Python int it is; anything else as it is, to be judged."""
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
         return int(value)
@@ -88,13 +88,13 @@ class RunConfig:
     record_readbacks: keep the values a data run reads back (`Core.take_readbacks`).
     """
 
-    seed: int = attrs.field(default=0, converter=_integer, validator=_seed)
-    max_cycles: int = attrs.field(default=10**12, converter=_integer, validator=_positive)
+    seed: int = attrs.field(default=0, converter=integer, validator=_seed)
+    max_cycles: int = attrs.field(default=10**12, converter=integer, validator=_positive)
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
-    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names,
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=check_names,
                                          validator=_checks)
-    max_instructions: int = attrs.field(default=50_000_000, converter=_integer, validator=_positive)
+    max_instructions: int = attrs.field(default=50_000_000, converter=integer, validator=_positive)
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
-    schedule_seed: int = attrs.field(default=0, converter=_integer, validator=_seed)
+    schedule_seed: int = attrs.field(default=0, converter=integer, validator=_seed)
     timing_only: bool = attrs.field(default=False, validator=_flag)
     record_readbacks: bool = attrs.field(default=False, validator=_flag)

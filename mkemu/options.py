@@ -11,13 +11,12 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Mapping
 
 import attrs
 
-from mkemu.emulator.config import CHECKS, DMA_ORDERS, SCHEDULES, RunConfig
+from mkemu.emulator.config import CHECKS, DMA_ORDERS, SCHEDULES, RunConfig, check_names, integer
 from mkemu.emulator.topology import parse_mesh
 from mkemu.errors import ConfigError
 from mkemu.isa.hardware import DEFAULT_PROFILE
@@ -38,7 +37,7 @@ def _mesh(value):
     if isinstance(value, str):
         return parse_mesh(value)
     try:
-        dims = tuple(_integer(d) for d in value)
+        dims = tuple(integer(d) for d in value)
     except TypeError:
         raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh") from None
@@ -47,14 +46,6 @@ def _mesh(value):
         raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh")
     return dims + (1,) * (3 - len(dims))
-
-
-def _integer(value):
-    """A numpy integer (a seed drawn with numpy, a size from an array's shape) as the
-    Python int it is; anything else as it is, for the validators to judge."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
-        return int(value)
-    return value
 
 
 def _path(value):
@@ -87,20 +78,10 @@ def _one_of(choices):
     return check
 
 
-def _check_names(value):
-    try:
-        if isinstance(value, str):   # (a string is an iterable of letters, not of names)
-            raise TypeError
-        return frozenset(value)
-    except TypeError:
-        raise ConfigError(f"checks must be a set of check names ({', '.join(CHECKS)}), not {value!r}",
-                          key="checks") from None
-
-
 def _param_dict(value):
     if not isinstance(value, Mapping):
         raise ConfigError(f"params must be a dict NAME -> integer, not {value!r}", key="params")
-    return {name: _integer(v) for name, v in value.items()}
+    return {name: integer(v) for name, v in value.items()}
 
 
 def _bool(instance, attribute, value):
@@ -155,27 +136,27 @@ class Options:
 
     hw: str = attrs.field(default=DEFAULT_PROFILE, converter=_path)
     mesh: tuple[int, int, int] | None = attrs.field(default=None, converter=_mesh)
-    seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
-    max_cycles: int = attrs.field(default=10**12, converter=_integer, validator=_int(1, high=MAX_GUARD))
+    seed: int = attrs.field(default=0, converter=integer, validator=_int(0))
+    max_cycles: int = attrs.field(default=10**12, converter=integer, validator=_int(1, high=MAX_GUARD))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
-    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=_check_names, validator=_checks)
-    max_instructions: int = attrs.field(default=50_000_000, converter=_integer, validator=_int(1, high=MAX_GUARD))
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=check_names, validator=_checks)
+    max_instructions: int = attrs.field(default=50_000_000, converter=integer, validator=_int(1, high=MAX_GUARD))
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
-    schedule_seed: int = attrs.field(default=0, converter=_integer, validator=_int(0))
+    schedule_seed: int = attrs.field(default=0, converter=integer, validator=_int(0))
     params: dict[str, int] = attrs.field(factory=dict, converter=_param_dict, validator=_params)
     trace: str | bool | None = attrs.field(default=None, converter=_path, validator=_trace)
     model: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
-    batch: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
-    prompt_len: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
-    steps: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
+    batch: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
+    prompt_len: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
+    steps: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
     check_layers: bool = attrs.field(default=False, validator=_bool)
     dump: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     timing_only: bool = attrs.field(default=False, validator=_bool)
     routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
     record_routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
-    spec_rows: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
-    accept: int | None = attrs.field(default=None, converter=_integer, validator=_int(optional=True))
+    spec_rows: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
+    accept: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
 
     @hw.validator
     def _hw(self, attribute, value):

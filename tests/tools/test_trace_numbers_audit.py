@@ -12,26 +12,7 @@ from mkemu.tools.trace_summary import summarize
 from mkemu.tools.view import view
 
 from protobuf_wire import read_perfetto
-
-# Both cores start a 256 KiB copy, compute 100 vector adds under it and fault (5 / 0)
-# while the copy is still moving: the trace ends at the fault with the copy's done -1.
-FAULTS_MID_COPY = """\
-kernel k(x: hbm f32[64, 1024], y: hbm f32[8, 128], n: i32) {
-    vmem v: f32[64, 1024];
-    vmem w: f32[8, 128];
-    sem s;
-    sem t;
-    region "load" {
-        start copy(x, v, s);
-        for i in 0..100 { w = w + 1.0; }
-        let z = 5 / n;
-    }
-    wait copy(x, v, s);
-    start copy(w, y, t);
-    wait copy(w, y, t);
-}
-host { input x: f32[64, 1024]; output y: f32[8, 128]; launch k(x, y, 0); }
-"""
+from test_trace_tools import FAULTS_MID_COPY   # (both cores fault while a 256 KiB copy still moves)
 
 
 @pytest.fixture(scope="module")
