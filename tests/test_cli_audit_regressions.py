@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import mkemu
-from mkemu.cli import main
+from tests.test_cli_fuzz_regressions import cli, failed
 
 EXAMPLE = str(Path(__file__).parent.parent / "programs" / "examples" / "vector_add.s")
 RUN = ["run", EXAMPLE, "--hw", "test", "--mesh", "1"]
@@ -55,21 +55,6 @@ host {
     launch copy32(x, y);
 }
 """
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
-
-
-def failed(capsys, *argv, naming: str) -> str:
-    code, out, err = cli(capsys, *argv)
-    assert code == 1, (code, out, err)
-    assert naming in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
 
 
 def limited(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
