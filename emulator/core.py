@@ -353,15 +353,15 @@ class Core:
             dead = 0
         self.dead_in_flight = dead
 
-    def race_trap(self, k: int, lo: int, hi: int) -> Trap:
+    def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to") -> Trap:
         entry, space = self.in_flight[k]
         what = ("reads or writes the destination of a DMA that has not been waited for" if entry.write
                 else "overwrites the source of a DMA still in flight")
         if entry.dma.src_core is not self:
-            return Trap("race", f"this access to {space.upper()} [{lo}, {hi}) {what}, a DMA into it from another "
+            return Trap("race", f"{access} {space.upper()} [{lo}, {hi}) {what}, a DMA into it from another "
                                 f"core: {describe_dma(entry.dma)}; nothing ordered the access and the DMA (a "
                                 "semaphore this core waits on, a signal, a barrier)")
-        return Trap("race", f"this access to {space.upper()} [{lo}, {hi}) {what}: {describe_dma(entry.dma)}; "
+        return Trap("race", f"{access} {space.upper()} [{lo}, {hi}) {what}: {describe_dma(entry.dma)}; "
                             "wait for it first")
 
     def logged_race(self, entry, space: str, time: int, pc: int, addr: int, stride: int, rows: int,

@@ -92,6 +92,8 @@ class DmaMixin:
         daddr = s[desc]
         if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
             raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
+        if self.safety is not None:
+            self.safety.descriptor_read(core, daddr, 4 * DESC_WORDS)
         inner, n1, ss1, ds1, n2, ss2, ds2 = core.smem32[daddr >> 2:(daddr >> 2) + DESC_WORDS].tolist()
         if inner <= 0 or n1 <= 0 or n2 <= 0:
             raise Trap("bad-descriptor", f"DMA descriptor at SMEM {daddr} has shape {inner}x{n1}x{n2} "

@@ -91,6 +91,15 @@ class Safety:
 
     # -- DMAs --------------------------------------------------------------------
 
+    def descriptor_read(self, core, addr: int, size: int) -> None:
+        """A DMA's issue reads its descriptor, SMEM [addr, addr + size): a race if a DMA
+        in flight for the issuing core still writes those bytes (the descriptor read
+        would be stale in one schedule and fresh in another)."""
+        n = len(core.in_flight)
+        k = self.dma_conflict(core.races, n, 0, SPACE_CODES["smem"], False, addr, size, 1, 0, 1, 0) if n else -1
+        if k >= 0:
+            raise core.race_trap(k, addr, addr + size, "this DMA's descriptor at")
+
     def issued(self, dma, src_block, dst_block) -> None:
         """Check a new DMA against every DMA it may race with, then list it."""
         issuer = dma.src_core

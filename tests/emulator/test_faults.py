@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from mkemu.cli import main
@@ -354,3 +355,27 @@ def test_a_member_reaching_the_barrier_in_the_halts_cycle_is_named_among_the_wai
     assert fault.kind == "barrier-not-reached" and fault.cycle == 1013, fault.render()
     assert "chip 0 core 2 halted at cycle 1013" in fault.message
     assert "which chip 0 core 0, chip 0 core 1, chip 0 core 3 wait at" in fault.message, fault.message
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["descriptor still being written", "waited for"])
+def test_a_dma_descriptor_a_dma_in_flight_still_writes_is_a_race(emu, wait):
+    # The descriptor at SMEM 32 is valid before the copy that overwrites it lands: issuing
+    # a DMA with it then used the stale descriptor silently (the descriptor read was the
+    # one SMEM read not checked against the DMAs in flight). Waiting first is clean.
+    smem = "0 28 1 0 0 1 0 0\n32 4096 1 0 0 1 0 0"
+    body = ("li s1, @src\nli s2, 32\ndma.start smem[s2], hbm[s1], s0, s0\nli s4, 28\n"
+            + ("sem.wait s0, s4\n" if wait else "")
+            + "li s5, 8192\nli s3, 1\ndma.start vmem[s5], hbm[s1], s2, s3\n"
+            + ("" if wait else "sem.wait s0, s4\n") + "li s6, 4096\nsem.wait s3, s6")
+    source = emu.kernel(body, buffers=".buffer src i32 8x128 input\n", smem=smem)
+    src = np.zeros((8, 128), np.int32)
+    src[0, :7] = (4096, 1, 0, 0, 1, 0, 0)
+    machine = emu.machine(source, inputs={"src": src})
+    if wait:
+        machine.run()
+        return
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    text = assert_names_everything(info.value, "race", "dma.start vmem[s5], hbm[s1], s2, s3")
+    assert "this DMA's descriptor at SMEM [32, 60) reads or writes the destination of a DMA" in text
+    assert "`dma.start smem[s2], hbm[s1], s0, s0`" in text
