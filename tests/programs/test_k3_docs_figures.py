@@ -234,6 +234,38 @@ def test_k3_full_vmem_map_and_hbm_need_on_4x2x2(batch):
             assert f"{hbm_need_bytes(compiled.buffers, 'bf16') / 2**30:.2f}" == bf16_need
 
 
+def test_small_model_vmem_rows_are_the_compiled_programs():
+    """The VMEM table's k3-tiny and k3-mini rows (1 chip and 2x2x2, batch 1 / 8): the
+    largest kernel's static VMEM of each program and, where the cell gives it, the
+    weight ring's slots (compiles only)."""
+    from mkemu.dsl.compiler import compile_program
+    from mkemu.dsl.frontend import load_program
+    from mkemu.emulator.topology import Mesh
+    from mkemu.isa.hardware import load_profile
+    from mkemu.programs.k3 import driver
+    from mkemu.session import machine_info
+
+    profile = load_profile("tpu-v7-like")
+    rows = [r for r in table(PROGRAMS_DOC, "| model | mesh | batch | scheme |") if r[0] in ("k3-tiny", "k3-mini")]
+    assert len(rows) == 5
+    for model, mesh, batches, scheme, *cells in rows:
+        dims = (1, 1, 1) if mesh == "1 chip" else tuple(int(d) for d in mesh.split("x"))
+        assert batches == "1 / 8"
+        for program, cell in zip((PER_OP, SUPER, MEGA), cells):
+            given = "(" in cell
+            for batch, (mib, slots) in zip((1, 8), _vmem_cells(cell)):
+                params = driver.params({"model": model, "batch": batch}, machine_info(profile, Mesh(dims)))
+                params["SCHEME"] = int(scheme)
+                checked = load_program(program, params)
+                compiled = compile_program(checked, profile)
+                where = (model, mesh, batch, scheme, program)
+                assert f"{max(k.vmem_bytes for k in compiled.kernels.values()) / 2**20:.1f}" == mib, where
+                if given:
+                    rings = {sum(b.slots for b in k.buffers if b.name in ("r.w0", "r.w1"))
+                             for k in checked.kernels.values() if any(b.name == "r.w0" for b in k.buffers)}
+                    assert rings == {int(slots)}, where
+
+
 def test_k3_full_megakernel_semaphores_leave_no_room_for_relays():
     used, budget = map(int, re.search(r"\((\d+) of (\d+) at k3-full\) does not have", PROGRAMS_DOC).groups())
     checked, _ = _k3_full(MEGA, 1, 0)
