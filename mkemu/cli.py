@@ -555,7 +555,8 @@ def cmd_tune(args) -> int:
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
-    from mkemu.tune import Tune, format_objective, load_resume, make_space, program_params, render
+    from mkemu.tune import (Tune, format_objective, load_resume, make_space, program_params, render,
+                            same_build_text, summary)
 
     _check_scale_out(args)
     if args.budget < 1:
@@ -590,14 +591,15 @@ def cmd_tune(args) -> int:
         done = sum(1 for t in tune.trials if "status" in t)
         what = (format_objective(record["objective"], tune.objective) if record["status"] == "ok"
                 else f"rejected: {record['reason']}")
-        again = " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)"
+        again = (f" ({same_build_text(tune, record)}: not run)" if record.get("same_as") is not None
+                 else " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)")
         print(f"[{done}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
               file=sys.stderr, flush=True)
 
     tune.progress = progress
     tune.run()
     print(render(tune))
-    print(f"{tune.search} search, {plural(len(tune.trials), 'trial')}, wall {time.perf_counter() - tune.started:.1f} s; "
+    print(f"{summary(tune)}, wall {time.perf_counter() - tune.started:.1f} s; "
           f"record: {out}")
     return 0 if tune.ranking() else 1
 

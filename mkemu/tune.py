@@ -8,7 +8,10 @@ bigger than the budget is enumerated; a bigger one is searched by optuna's TPE
 sampler, seeded with `--seed`, asking for a fixed number of variants at a time
 (`BATCH`) so the same seed gives the same trials whatever `--jobs` or the cluster.
 
-Each variant is compiled and run (`mkemu.trials`); one that fails to compile,
+Each variant is compiled first, in this process: one whose compiled program is the
+same as an earlier trial's (`build_of`) is not run but takes that trial's result,
+marked `same_as` it, and does not count toward the budget (which is of runs). The
+others are run (`mkemu.trials`); one that fails to compile,
 faults, deadlocks, races, changes an output bit or has no reference check is
 rejected with its reason and can never win. The record (`--out`, JSON) holds every
 trial and is rewritten atomically after each one; `--resume` reads such a record
@@ -18,6 +21,7 @@ tune continues where it stopped and ends as an uninterrupted one would have.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -113,6 +117,42 @@ def make_space(params: tuple[ParamInfo, ...], driver_set: frozenset[str], fixed:
     return Space(names, values, {n: info[n].value for n in names})
 
 
+def build_of(base: Trial, params: dict[str, int]) -> str | None:
+    """What a variant compiles to, as a hash: two variants with the same hash run the
+    same program on the same machine with the same options, so they give the same
+    report; None when it does not compile (its trial runs and is rejected with the error)."""
+    from mkemu.api import compile as compile_program
+    from mkemu.errors import MkemuError
+
+    try:
+        kernel = compile_program(base.file, Options.of(base.options, params={**base.options.params, **params},
+                                                       record_routing=None))
+    except MkemuError:
+        return None
+    return program_hash(kernel.program)
+
+
+def program_hash(program) -> str:
+    """A hash of everything of a compiled Program that a run reads: each kernel's code,
+    SMEM image, sizes, region names, labels, memory extents, range checks and source map
+    (which faults name), the launches, the buffers and the reference. Not the params'
+    values (what differs between variants by construction), the source files' text
+    (the same files) nor the human-readable allocation map."""
+    h = hashlib.sha256()
+
+    def put(*items) -> None:
+        for item in items:
+            data = item if isinstance(item, bytes) else repr(item).encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+
+    for name, k in program.kernels.items():
+        put(name, str(k.code.dtype), k.code.tobytes(), bytes(k.smem_init), k.vmem_bytes, k.smem_bytes,
+            tuple(k.regions), sorted(k.labels.items()), sorted(k.extents.items()), sorted(k.ranges.items()),
+            tuple(k.source_map))
+    put(tuple(program.launches), tuple(program.buffers), program.reference)
+    return h.hexdigest()
+
+
 def label(params: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
@@ -131,6 +171,9 @@ class Tune:
     scheduler: str | None = None
     cache: dict[str, dict] = attrs.Factory(dict)          # label -> a resumed trial record
     trials: list[dict] = attrs.Factory(list)
+    hashes: dict[str, str | None] = attrs.Factory(dict)   # label -> the variant's build (build_of)
+    builds: dict[str, int] = attrs.Factory(dict)          # build -> the index of the first trial of it
+    waiting: list[dict] = attrs.Factory(list)             # trials of a build tried by one not finished yet
     search: str = ""
     progress: Callable[[dict], None] | None = None
     started: float = attrs.Factory(time.perf_counter)
@@ -169,20 +212,39 @@ class Tune:
             self.optuna_search(self.budget - len(self.trials), in_space)
         self.save(finished=True)
 
+    def build(self, params: dict[str, int]) -> str | None:
+        """The hash of what the variant `params` compiles to (`build_of`), compiled once."""
+        key = label(params)
+        if key not in self.hashes:
+            self.hashes[key] = build_of(self.base, params)
+        return self.hashes[key]
+
     def evaluate(self, configs: list[dict[str, int]]) -> list[dict]:
-        """Records for `configs` (new trials, in order): from the resumed record or run."""
+        """Records for `configs` (new trials, in order): the same build as an earlier
+        trial (not run: its result), from the resumed record, or run."""
         records = []
         for params in configs:
             record = {"index": len(self.trials), "params": params, "default": params == self.space.default}
             self.trials.append(record)
             records.append(record)
-        todo = []
+        todo, same = [], []
         for record in records:
+            build = self.build(record["params"])
+            if build is not None and build in self.builds:
+                record["same_as"] = self.builds[build]
+                same.append(record)
+                continue
+            if build is not None:
+                self.builds[build] = record["index"]
             cached = self.cache.get(label(record["params"]))
             if cached is not None:
                 self.finish(record, cached, resumed=True)
             else:
                 todo.append(record)
+        # A trial of a build already tried takes that trial's result when it has one
+        # (now, or as soon as the trial it is the same build as finishes).
+        self.waiting += same
+        self.settle()
         base = self.base
         # Only the default build writes --record-routing: variants may route on other
         # cores (SCHEME) or get other bits, and with --jobs the last to finish would win.
@@ -204,6 +266,19 @@ class Tune:
         self.save(finished=False)
         if self.progress:
             self.progress(record)
+        self.settle()
+
+    def settle(self) -> None:
+        """Give each waiting trial the result of the trial whose build it is, once finished."""
+        ready = [r for r in self.waiting if "status" in self.trials[r["same_as"]]]
+        self.waiting = [r for r in self.waiting if "status" not in self.trials[r["same_as"]]]
+        for record in ready:
+            original = self.trials[record["same_as"]]
+            record.update({k: original[k] for k in ("status", "reason", "objective", "breakdown", "report")},
+                          wall_s=0.0)
+            self.save(finished=False)
+            if self.progress:
+                self.progress(record)
 
     def optuna_search(self, budget: int, default_in_space: bool) -> None:
         import optuna
@@ -218,18 +293,24 @@ class Tune:
             study.enqueue_trial(dict(self.space.default))
         distributions = {n: CategoricalDistribution(list(self.space.values[n])) for n in self.space.names}
         known: dict[str, dict] = {}
-        asks = 0
-        while len(known) < budget and asks < MAX_ASKS_PER_RUN * budget:
-            batch, new = [], []
-            while len(batch) < BATCH and len(known) + len(new) < budget:
+        asks = runs = 0
+        # A variant of a build already tried is not run and not counted: the budget is
+        # of builds run. (Its build is known before it runs, so this stays deterministic.)
+        while runs < budget and asks < MAX_ASKS_PER_RUN * budget and len(known) < self.space.size:
+            batch, new, builds = [], [], set()
+            while len(batch) < BATCH and runs + len(builds) < budget:
                 asked = study.ask(distributions)
                 asks += 1
                 params = {n: asked.params[n] for n in self.space.names}
                 batch.append((asked, params))
                 if label(params) not in known and all(label(params) != label(p) for p in new):
                     new.append(params)
+                    build = self.build(params)
+                    if build is None or build not in self.builds:
+                        builds.add(build if build is not None else f"none:{label(params)}")
             for record in self.evaluate(new):
                 known[label(record["params"])] = record
+                runs += "same_as" not in record
             for asked, params in batch:
                 record = known[label(params)]
                 if record["status"] == "ok":
@@ -253,11 +334,18 @@ class Tune:
         atomic_write(self.out, (json.dumps(self.document(finished), indent=1) + "\n").encode())
 
     def ranking(self) -> list[dict]:
+        """The bit-exact trials, fastest first; a trial of a build already tried right
+        after that trial (the same objective), so the best is never such a trial."""
         ok = [t for t in self.trials if t.get("status") == "ok"]
-        return sorted(ok, key=lambda t: (t["objective"], t["index"]))
+        return sorted(ok, key=lambda t: (t["objective"], _first(t), t["index"]))
 
     def default_record(self) -> dict | None:
         return next((t for t in self.trials if t["default"]), None)
+
+
+def _first(trial: dict) -> int:
+    """The index of the first trial of `trial`'s build."""
+    return trial["same_as"] if trial.get("same_as") is not None else trial["index"]
 
 
 def _require_optuna(size: int, budget: int, outside: bool = False) -> None:
@@ -306,7 +394,8 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
         if isinstance(t, dict) and "status" not in t:
             continue   # a trial that was running when the record was saved: run it again
         _check_resumed(t, settings.get("objective", "us_per_step"), path, f"trials[{index}]")
-        finished[label(t["params"])] = t
+        if t.get("same_as") is None:   # (a trial not run, of a build tried earlier: not a result of its own)
+            finished[label(t["params"])] = t
     return finished
 
 
@@ -367,16 +456,21 @@ def render(tune: Tune) -> str:
     widths = [max(len(n), *(len(str(v)) for v in space.values[n])) for n in space.names]
     head = "  ".join(f"{n:>{w}}" for n, w in zip(space.names, widths))
     lines = [f"{'rank':>4}  {head}  {tune.objective:>12}  {'speedup':>7}  bound by (share of the step)"]
-    for rank, t in enumerate(tune.ranking(), 1):
+    ranks: dict[int, int] = {}
+    for t in tune.ranking():
+        # (a trial of a build already tried shares that trial's rank, on a row after it)
+        same_as = t.get("same_as")
+        rank = ranks[same_as] if same_as in ranks else len(set(ranks.values())) + 1
+        ranks[t["index"]] = rank
         cells = "  ".join(f"{t['params'][n]:>{w}}" for n, w in zip(space.names, widths))
         speedup = f"{base / t['objective']:.3f}x" if base else "-"
-        mark = "  (default)" if t["default"] else ""
+        mark = _marks(tune, t)
         value = format_objective(t["objective"], tune.objective)
         lines.append(f"{rank:>4}  {cells}  {value:>12}  {speedup:>7}  {_breakdown_text(t['breakdown'])}{mark}")
     rejected = [t for t in tune.trials if t.get("status") == "rejected"]
     if rejected:
         lines.append(f"rejected ({len(rejected)}):")
-        lines += [f"  {label(t['params'])}{' (default)' if t['default'] else ''}: {t['reason']}" for t in rejected]
+        lines += [f"  {label(t['params'])}{_marks(tune, t, ' ')}: {t['reason']}" for t in rejected]
     ranked = tune.ranking()
     if ranked:
         best = ranked[0]
@@ -390,6 +484,26 @@ def render(tune: Tune) -> str:
     else:
         lines.append("no variant was bit-exact: nothing to recommend")
     return "\n".join(lines)
+
+
+def same_build_text(tune: Tune, trial: dict) -> str:
+    """"same build as trial N" (N the record's index; "the default" for the default's)."""
+    original = tune.trials[trial["same_as"]]
+    return "same build as " + ("the default" if original["default"] else f"trial {original['index']}")
+
+
+def _marks(tune: Tune, trial: dict, sep: str = "  ") -> str:
+    marks = (["default"] if trial["default"] else []) + (
+        [same_build_text(tune, trial)] if trial.get("same_as") is not None else [])
+    return "".join(f"{sep}({m})" for m in marks)
+
+
+def summary(tune: Tune) -> str:
+    """"exhaustive search, 12 trials (3 the same build as an earlier one: not run)"."""
+    same = sum(1 for t in tune.trials if t.get("same_as") is not None)
+    count = f"{len(tune.trials)} trial{'s' if len(tune.trials) != 1 else ''}"
+    return f"{tune.search} search, {count}" + (
+        f" ({same} the same build as an earlier one: not run)" if same else "")
 
 
 def format_objective(value: float, objective: str) -> str:
