@@ -13,6 +13,27 @@ DMA_ORDERS = ("round_robin", "fifo")
 SCHEDULES = ("normal", "shuffle", "late")
 CHECKS = ("races", "semaphores")
 
+# A core may run at most one global instruction (DMA start, semaphore wait or signal,
+# barrier; halt is free) per GLOBAL_SHARE of its `max_instructions` in one launch:
+# 500,000 with the default 50,000,000. A local instruction runs in the compiled loop
+# in about 8 ns of wall time (50 M of them in 0.4 s), but every global one returns to
+# Python and the machine's event loop: 5-12 us for a semaphore signal or wait,
+# 15-18 us for a DMA start with its flow update, i.e. 1,000-2,000 local ones. Counted
+# like local ones, a loop of global instructions ran for minutes per core before the
+# guard tripped; under this share it stops after 3-9 s of wall per spinning core, at
+# the same instruction on every machine (it counts instructions, never wall time).
+# The heaviest shipped run, the k3-full megakernel on 4x2x2 (timing-only) with
+# --batch 8, issues at most 159,230 global instructions per core per launch among
+# 14.1 M instructions: a margin of 3.1x here, as against 3.5x under max_instructions
+# (K3 kernels issue about 1.1% of their instructions as global ones); without --batch
+# 62,052 among 6.9 M, the main job (k3-mini) 865 among 45,477 (docs/safety.md).
+GLOBAL_SHARE = 100
+
+
+def global_budget(max_instructions: int) -> int:
+    """The global instructions a core may run per launch under `max_instructions`."""
+    return max(1, max_instructions // GLOBAL_SHARE)
+
 
 def _one_of(choices):
     def check(instance, attribute, value):
@@ -79,7 +100,9 @@ class RunConfig:
     simulated time, by the bytes touched (emulator/safety.py, docs/safety.md);
     "semaphores" faults if any semaphore is non-zero when a kernel ends.
     max_instructions: per core and launch; a core that runs more faults (a runaway
-    loop stops within seconds of wall time, naming the loop).
+    loop stops within seconds of wall time, naming the loop), and so does one that
+    runs more than max_instructions // GLOBAL_SHARE global instructions (each costs
+    the wall time of about a thousand local ones).
     schedule: when DMAs land (emulator/dma.py): "normal"; "shuffle" (a seeded random
     delay per DMA, from `schedule_seed`); "late" (as late as synchronisation allows).
     timing_only: compute nothing, charge every cycle (docs/architecture.md): memories

@@ -25,6 +25,7 @@ import functools
 import numpy as np
 
 from mkemu.emulator import loop as lp
+from mkemu.emulator.config import GLOBAL_SHARE, global_budget
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap, anonymous
@@ -215,6 +216,7 @@ class Core:
         I[lp.H_LIMIT] = limit
         I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
         I[lp.H_IMAX] = max_instructions
+        self.globals_left = global_budget(max_instructions)   # (retire counts them down)
         I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | flags
         I[lp.H_NREGNAMES] = len(kernel.regions)
         I[lp.H_T] = t
@@ -270,6 +272,19 @@ class Core:
         I = self.I
         I[lp.H_T] = issue + (1 if occupancy else 0)
         I[lp.H_COUNT] += 1
+        self.globals_left -= 1
+        if self.globals_left < 0 and op.global_kind != "halt":
+            raise self._global_budget_trap()
+
+    def _global_budget_trap(self) -> Trap:
+        """The runaway guard for global instructions (emulator/config.py, GLOBAL_SHARE)."""
+        most = int(self.I[lp.H_IMAX])
+        return Trap("max-instructions",
+                    f"this core ran {global_budget(most):,} global instructions (DMA starts, semaphore waits "
+                    "and signals, barriers) in one launch without reaching a halt (a loop that never ends?); "
+                    f"a core may run one global instruction per {GLOBAL_SHARE} of --max-instructions "
+                    f"({most:,} here), as each costs the wall time of about a thousand local ones; raise "
+                    "--max-instructions if the kernel really needs more")
 
     def _trap(self) -> Trap:
         code, a, b, c, d = (int(v) for v in self.I[lp.H_E:lp.H_E + 5])

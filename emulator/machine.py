@@ -359,8 +359,8 @@ class Machine(DmaMixin):
                 self._push(issue, RESUME, core)
                 return
             core.pending = None
-            core.retire(op, issue)
             try:
+                core.retire(op, issue)    # (a Trap: the max-instructions guard of global instructions)
                 blocked = self._global(core, op, issue)
             except Trap as trap:
                 raise self._fault(core, trap.kind, trap.message, issue) from None

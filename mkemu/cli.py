@@ -200,8 +200,9 @@ def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of generated inputs and weights (default 0)")
     p.add_argument("--max-cycles", type=int, default=10**12, help="stop a run that passes this cycle")
     p.add_argument("--max-instructions", type=int, default=50_000_000, metavar="N",
-                   help="fault when a core runs more than N instructions in one launch (a runaway loop; "
-                        "default 50,000,000)")
+                   help="fault when a core runs more than N instructions in one launch, or more than N/100 "
+                        "global ones (DMA starts, semaphore waits and signals, barriers): a runaway loop; "
+                        "default 50,000,000")
     p.add_argument("--dma-order", default="round_robin", choices=("round_robin", "fifo"),
                    help="DMA engine order: round_robin (descriptors share the engine) or fifo")
     p.add_argument("--no-check", action="append", default=[], choices=("races", "semaphores"),

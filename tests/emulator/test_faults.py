@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mkemu.cli import main
-from mkemu.emulator.config import RunConfig
+from mkemu.emulator.config import GLOBAL_SHARE, RunConfig, global_budget
 from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import OPCODE_SHIFT
 
@@ -143,6 +143,65 @@ def test_the_default_instruction_budget_is_finite():
     assert RunConfig().max_instructions <= 10**8
 
 
+SIGNAL_WAIT_LOOP = "li s2, 1\nspin:\nsem.signal s1, s2\nsem.wait s1, s2\njmp spin"
+
+
+def test_a_loop_of_global_instructions_stops_at_its_share_of_the_budget(emu):
+    # Each global instruction returns to Python (about a thousand local ones of wall
+    # time): a core may run one per GLOBAL_SHARE of max_instructions, here 1,000.
+    fault = fault_of(emu, SIGNAL_WAIT_LOOP, config=RunConfig(max_instructions=100_000))
+    text = assert_names_everything(fault, "max-instructions", "sem.signal s1, s2")
+    assert re.search(r"source: test\.s:\d+:\d+: sem\.signal s1, s2", text)
+    assert ("this core ran 1,000 global instructions (DMA starts, semaphore waits and signals, barriers) "
+            "in one launch without reaching a halt") in text
+    assert "one global instruction per 100 of --max-instructions (100,000 here)" in text
+    assert "raise --max-instructions if the kernel really needs more" in text
+
+
+def test_the_default_budget_stops_a_signal_wait_loop_within_a_million_instructions(emu):
+    # Deterministic, not by wall clock: the 500,001st global instruction faults (with the
+    # ~1,500 local ones between, at 5-17 us of wall per global one: a few seconds).
+    assert global_budget(RunConfig().max_instructions) == 500_000 and GLOBAL_SHARE == 100
+    machine = emu.machine(emu.kernel(SIGNAL_WAIT_LOOP))
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    assert info.value.kind == "max-instructions" and info.value.instruction == "sem.signal s1, s2"
+    assert machine.cores[0].instructions == 3 + 250_000 * 3 + 1   # (solo, li, loops; the faulting one)
+
+
+def test_a_dma_loop_on_another_core_is_named_by_its_dma_start(emu):
+    body = ("rdsr s5, core\nbeq s5, s0, __end\nli s1, @src\nli s2, 4096\n"
+            "spin:\ndma.start vmem[s0], hbm[s1], s0, s0\nsem.wait s0, s2\njmp spin")
+    fault = fault_of(emu, body, solo=False, config=RunConfig(max_instructions=20_000))
+    text = assert_names_everything(fault, "max-instructions", "dma.start vmem[s0], hbm[s1], s0, s0", core=1)
+    assert "this core ran 200 global instructions" in text
+    assert fault.pc == 4, text    # (rdsr, beq, li, li, then the loop)
+
+
+@pytest.mark.parametrize("loops, faults", [(5, False), (6, True)])
+def test_a_kernel_just_inside_the_global_budget_runs(emu, loops, faults):
+    # max_instructions 1,000: 10 global instructions (halt is not counted), 2 a loop.
+    body = (f"li s2, 1\nli s3, {loops}\nspin:\nsem.signal s1, s2\nsem.wait s1, s2\n"
+            "addi s3, s3, -1\nbne s3, s0, spin")
+    machine = emu.machine(emu.kernel(body), config=RunConfig(max_instructions=1_000))
+    if not faults:
+        machine.run()
+        return
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    assert info.value.kind == "max-instructions" and "ran 10 global instructions" in info.value.message
+    assert info.value.instruction == "sem.signal s1, s2"     # the 11th: loop 6's signal
+
+
+def test_a_tiny_instruction_budget_still_allows_one_global_instruction(emu):
+    assert global_budget(1) == 1 and global_budget(199) == 1 and global_budget(200) == 2
+    machine = emu.machine(emu.kernel("li s2, 1\nsem.signal s1, s2\nsem.wait s1, s2"),
+                          config=RunConfig(max_instructions=150))
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    assert info.value.instruction == "sem.wait s1, s2" and "ran 1 global instructions" in info.value.message
+
+
 def test_max_cycle_guard_while_waiting_for_a_slow_dma(emu):
     fault = fault_of(emu, "li s1, @src\ndma.start vmem[s0], hbm[s1], s0, s0\nli s2, 4096\nsem.wait s0, s2",
                      config=RunConfig(max_cycles=1050))
@@ -224,6 +283,19 @@ def test_cli_prints_the_fault_and_exits_non_zero(emu, tmp_path, capsys, body, ki
     out, err = capsys.readouterr()
     assert f"fault [{kind}]" in err
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("body, instruction", [
+    (SIGNAL_WAIT_LOOP, "sem.signal s1, s2"),        # the issue's reproducer, on both cores
+    ("spin:\nbarrier chip\njmp spin", "barrier chip"),
+])
+def test_cli_stops_a_loop_of_global_instructions_on_every_core(emu, tmp_path, capsys, body, instruction):
+    path = tmp_path / "spin.s"
+    path.write_text(emu.kernel(body, solo=False))
+    assert main(["run", str(path), "--hw", "test", "--mesh", "1", "--max-instructions", "20000"]) == 1
+    out, err = capsys.readouterr()
+    assert "fault [max-instructions] at chip 0, core " in err and "ran 200 global instructions" in err
+    assert f"instruction: {instruction}" in err and "spin.s:" in err and "Traceback" not in out + err
 
 
 def test_cli_max_cycles_option(emu, tmp_path, capsys):
