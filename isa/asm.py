@@ -264,7 +264,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         if words[0].startswith("."):
             directive, args = words[0], words[1:]
             if directive == ".kernel" and len(args) == 1:
-                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "line": line_no}
+                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "smem_line": {}, "line": line_no}
                 kernels.append(current)
             elif directive == ".buffer" and len(args) == 4:
                 name, dtype, shape_text, kind = args
@@ -324,9 +324,15 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 elif offset + 4 * len(values) > smem_bytes:
                     error(line_no, col, f".smem words [{offset}, {offset + 4 * len(values)}) reach past "
                                         f"{smem_end}")
+                elif (again := next((offset + 4 * i for i in range(len(values))
+                                     if offset + 4 * i in current["smem"]), None)) is not None:
+                    # (two lines giving one word: the later would silently win)
+                    error(line_no, col, f".smem word at byte {again} is already set by the .smem at line "
+                                        f"{current['smem_line'][again]}")
                 else:
                     for i, w in enumerate(values):
                         current["smem"][offset + 4 * i] = w
+                        current["smem_line"][offset + 4 * i] = line_no
             else:
                 error(line_no, col, f"bad directive `{stripped}`", len(words[0]))
             continue

@@ -205,3 +205,10 @@ def test_a_byte_order_mark_starting_the_text_is_not_part_of_the_program():
     # (some editors save UTF-8 with a BOM first)
     text = ".kernel main\n    li s1, 7\n    halt\n"
     assert np.array_equal(assemble("\ufeff" + text).kernels["main"].code, assemble(text).kernels["main"].code)
+
+
+def test_two_smem_lines_may_not_set_one_word():
+    # (the later line silently won)
+    with pytest.raises(SourceError, match=r"t.s:3:\d+: error: .smem word at byte 4 is already set by the .smem at line 2"):
+        assemble(".kernel main\n    .smem 0 1 2\n    .smem 4 9\n    halt\n", "t.s")
+    assemble(".kernel main\n    .smem 0 1 2\n    .smem 8 9\n    halt\n", "t.s")
