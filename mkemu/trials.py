@@ -150,6 +150,9 @@ def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, job
         pool.shutdown(wait=True)
 
 
+STOP_WAIT_S = 10.0   # how long an interrupted run waits for the worker pool's manager thread
+
+
 def _ignore_interrupts() -> None:
     """A worker's start: Ctrl-C reaches the whole process group, but only the parent
     acts on it (it stops the workers); a worker interrupted mid-trial would otherwise
@@ -160,13 +163,19 @@ def _ignore_interrupts() -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's workers now, waiting a bounded time for its manager thread (which
+    ends once it sees them gone): the interrupt may have landed anywhere in the pool's
+    machinery, and `mkemu`'s entry ends an interrupted process without joining threads."""
     terminate = getattr(pool, "terminate_workers", None)   # (Python 3.14)
     if terminate is not None:
         terminate()
         return
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(STOP_WAIT_S)
 
 
 def _collect(done: Iterable, index_of: dict, on_done) -> None:
