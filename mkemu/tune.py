@@ -61,6 +61,11 @@ class Space:
             size *= len(self.values[name])
         return size
 
+    @property
+    def holds_default(self) -> bool:
+        """Is the default build one of the space's variants?"""
+        return all(self.default[n] in self.values[n] for n in self.names)
+
 
 def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     """The params of the default build (as `mkemu run` would compile it), and the names
@@ -193,15 +198,14 @@ class Tune:
         """The search this tune makes, `exhaustive` or `optuna-tpe`; an error, before any
         trial runs or anything is printed, when the space needs optuna and it is missing."""
         space = self.space
-        in_space = all(space.default[n] in space.values[n] for n in space.names)
-        if space.size + (not in_space) <= self.budget:
+        if space.size + (not space.holds_default) <= self.budget:
             return "exhaustive"
-        _require_optuna(space.size, self.budget, outside=not in_space)
+        _require_optuna(space.size, self.budget, outside=not space.holds_default)
         return "optuna-tpe"
 
     def run(self) -> None:
         space = self.space
-        in_space = all(space.default[n] in space.values[n] for n in space.names)
+        in_space = space.holds_default
         self.search = self.plan()
         if self.search == "exhaustive":
             variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
@@ -276,9 +280,10 @@ class Tune:
             original = self.trials[record["same_as"]]
             record.update({k: original[k] for k in ("status", "reason", "objective", "breakdown", "report")},
                           wall_s=0.0)
-            self.save(finished=False)
-            if self.progress:
-                self.progress(record)
+        if ready:
+            self.save(finished=False)   # (once for all of them: the record is rewritten whole)
+        for record in ready if self.progress else ():
+            self.progress(record)
 
     def optuna_search(self, budget: int, default_in_space: bool) -> None:
         import optuna
