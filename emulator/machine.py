@@ -331,9 +331,10 @@ class Machine(DmaMixin):
             self.idle_cycles += self.now - core.end_time
 
     def _defer_fault(self, fault: EmulatorFault) -> None:
-        """A fault found ahead of the machine's clock (a core's logged access that races
-        with a DMA issued since, at an earlier cycle): raised when simulated time reaches
-        its cycle, after whatever happens before it (another core's earlier fault)."""
+        """A fault found ahead of the machine's clock (in a core's run-ahead, or a logged
+        access that races with a DMA issued since, at an earlier cycle): raised when
+        simulated time reaches its cycle, after whatever happens before it (other cores,
+        DMAs, another core's earlier fault)."""
         self._push(max(self.now, fault.cycle), FAULT, fault)
 
     def _push(self, t: int, kind: int, payload) -> None:
@@ -350,9 +351,8 @@ class Machine(DmaMixin):
                     if trap.kind in GUARDS:
                         raise fault from None
                     # Found while the core ran ahead of the machine's clock: raised once
-                    # simulated time reaches it, so what happens before it (other cores,
-                    # DMAs, an earlier fault elsewhere) happens first. The core stops here.
-                    self._push(max(t, fault.cycle), FAULT, fault)
+                    # simulated time reaches it (`_defer_fault`). The core stops here.
+                    self._defer_fault(fault)
                     return
             op, issue = core.pending
             if issue > t:
