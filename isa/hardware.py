@@ -342,17 +342,26 @@ def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, 
 
 
 def _read_toml(resource: Any, file: str) -> dict[str, Any]:
-    if isinstance(resource, Path):      # (a user's file; a shipped one is a package resource)
-        data = read_user_file(resource, "profile")
+    raw = read_toml(resource, file, "profile")
+    _reject_huge(raw, file, "")
+    return raw
+
+
+def read_toml(resource: Any, file: str, what: str) -> dict[str, Any]:
+    """The tables of a TOML file: a user's (a Path: a regular file only) or a shipped
+    package resource. Any problem is a ConfigError naming `file` (at line:column for a
+    syntax error) and saying what it should have been (`what`: "profile", "model config")."""
+    if isinstance(resource, Path):
+        data = read_user_file(resource, what)
     else:
         try:
             data = resource.read_bytes()
         except OSError as err:
-            raise ConfigError(f"cannot read profile: {err.strerror or err}", file=file) from None
+            raise ConfigError(f"cannot read {what}: {err.strerror or err}", file=file) from None
     try:
-        raw = tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise ConfigError(f"profile is not UTF-8 text: {err}", file=file) from None
+        raise ConfigError(f"{what} is not UTF-8 text: {err}", file=file) from None
     except tomllib.TOMLDecodeError as err:
         message = str(err)
         where = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -363,10 +372,8 @@ def _read_toml(resource: Any, file: str) -> dict[str, Any]:
     except ValueError:
         # (tomllib's int() refuses a decimal integer of thousands of digits; not a TOMLDecodeError)
         raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None
-    except RecursionError:   # (arrays or tables nested thousands deep: no profile has them)
+    except RecursionError:   # (arrays or tables nested thousands deep)
         raise ConfigError("invalid TOML: nested too deeply to read", file=file) from None
-    _reject_huge(raw, file, "")
-    return raw
 
 
 # Integers wider than this are no profile value (every one is at most MAX_INT) and are

@@ -15,13 +15,13 @@ import difflib
 import importlib.resources
 import math
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mkemu.errors import ConfigError, read_user_file
+from mkemu.errors import ConfigError
+from mkemu.isa.hardware import read_toml
 
 __all__ = [
     "LayerPlan",
@@ -214,18 +214,7 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
                               " or give a path to a .toml file", key="--model")
         resource = _configs_dir().joinpath(f"{text}.toml")
         file = str(resource)
-    try:
-        data = read_user_file(resource, "model config") if isinstance(resource, Path) else resource.read_bytes()
-        raw = tomllib.loads(data.decode("utf-8"))
-    except OSError as err:
-        raise ConfigError(f"cannot read model config: {err.strerror or err}", file=file) from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"invalid TOML: {err}", file=file) from None
-    except ValueError:   # (tomllib's int() refuses a decimal integer of thousands of digits)
-        raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None
-    except RecursionError:   # (arrays or tables nested thousands deep)
-        raise ConfigError("invalid TOML: nested too deeply to read", file=file) from None
-    return config_from_dict(raw, file=file)
+    return config_from_dict(read_toml(resource, file, "model config"), file=file)
 
 
 def config_from_dict(raw: dict[str, Any], file: str | None = None) -> ModelConfig:
