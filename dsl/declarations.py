@@ -102,7 +102,7 @@ class Declarations:
                     continue
                 prev = self.globals.local(name)
                 if prev is not None:
-                    self.error(span, f"redefinition of '{name}' (first defined at {prev.span})")
+                    self.redefinition(span, name, prev)
                     continue
                 what = {ast.ParamDecl: "param", ast.ConstDecl: "const", ast.FnDecl: "fn",
                         ast.KernelDecl: "kernel", ast.StructDecl: "struct"}[type(item)]
@@ -249,8 +249,7 @@ class Declarations:
                 continue
             prev = self.globals.lookup(name)
             if prev is not None:
-                where = f" (first defined at {prev.span})" if prev.span else ""
-                self.error(span, f"redefinition of '{name}'{where}")
+                self.redefinition(span, name, prev)
 
     def define(self, scope: Scope, name: str, entity, span: SourceSpan, what: str) -> None:
         integer = what == "generic" or (isinstance(entity, (ConstVal, ir.ScalarVar)) and entity.dtype == "i32")
@@ -258,10 +257,13 @@ class Declarations:
             return
         prev = scope.lookup(name)
         if prev is not None:
-            where = f" (first defined at {prev.span})" if prev.span else ""
-            self.error(span, f"redefinition of '{name}'{where}")
+            self.redefinition(span, name, prev)
             return
         scope.names[name] = Binding(entity, span, what)
+
+    def redefinition(self, span: SourceSpan, name: str, prev: Binding) -> None:
+        where = f" (first defined at {prev.span})" if prev.span else ""
+        self.error(span, f"redefinition of '{name}'{where}")
 
     def unique(self, name: str) -> str:
         if self.inline_stack:
