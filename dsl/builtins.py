@@ -334,7 +334,16 @@ class Builtins:
         decl = c.struct_named(arg.name)
         if decl is None:
             return c.error(arg.span, f"vmem_bytes(): '{arg.name}' is not a struct")
-        inst = c.instantiate(decl, lambda m: m, "local", ("hbm", "vmem", "smem", "sem"), node.span, "")
+        # A member sized by vmem_bytes of its own struct (directly or through consts) is a
+        # cycle like a self-referential const: tracked on the same chain, or it recurses forever.
+        if decl.name in c.evaluating:
+            chain = " -> ".join(c.evaluating[c.evaluating.index(decl.name):] + [decl.name])
+            return c.error(decl.name_span, f"'{decl.name}' is defined in terms of itself: {chain}")
+        c.evaluating.append(decl.name)
+        try:
+            inst = c.instantiate(decl, lambda m: m, "local", ("hbm", "vmem", "smem", "sem"), node.span, "")
+        finally:
+            c.evaluating.pop()
         if inst is POISON:
             return POISON
         total = sum(layout.vmem_slot_bytes(b.dtype, b.shape) * (b.slots or 1)

@@ -184,12 +184,16 @@ class Elaborator(Calls):
                 return
             self.define(scope, p.name, entity, p.name_span, "parameter")
         before = dict(self.errors)
+        cycles_before = set(self.cycles_reported)
         self.block(decl.body, scope)
         self.semaphore_checks(local_only=True)
         if self.ctx.call_dependent:
             # Sizes, counts or parts that come from scalar parameters: what follows from them
-            # is only known at a call, where the body is checked with the arguments.
+            # is only known at a call, where the body is checked with the arguments. A
+            # recursion found here and dropped must be reported there (not taken as reported,
+            # which would leave the recursive call out of the program without a word).
             self.errors = before
+            self.cycles_reported = cycles_before
         self.ctx = None
 
     def fn_param_entity(self, p: ast.Param, scope: Scope):

@@ -235,9 +235,18 @@ class Statements(Expressions):
             bound = scope.lookup(s.target.name) if isinstance(s.target, ast.Name) else None
             what = (f"'{s.target.name}': it is a compile-time constant ({bound.what}); declare a var to update it"
                     if bound is not None else "a constant")
+            if self.inline_stack and self.assignment_reported(s.target.span):
+                # Constant only through this call's arguments: the fn's own check already
+                # reported this assignment (in other words), once, at the fn.
+                return
         elif isinstance(target, ir.ValueRead):
             what = f"the let-bound tile '{target.value.name}' (declare it with var to update it)"
         self.error(s.target.span, f"cannot assign to {what}")
+
+    def assignment_reported(self, span) -> bool:
+        """Whether an assignment to the name at `span` is already an error (an fn's own check)."""
+        return any(key[:5] == (span.file, span.line, span.column, span.end_line, span.end_column)
+                   and key[5].startswith("cannot assign to") for key in self.errors)
 
     def store(self, ref: ir.Ref, op_text: str, value, value_span, span, out, target_span=None) -> None:
         target_span = target_span or ref.span
