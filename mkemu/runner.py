@@ -359,9 +359,12 @@ def atomic_write(path: str, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OSError as exc:
+    except BaseException as exc:
+        # Any way out, Ctrl-C included, leaves no half-written temporary file behind.
         try:
             tmp.unlink(missing_ok=True)
         except OSError:   # never created: its folder is missing or not a folder
             pass
+        if not isinstance(exc, OSError):
+            raise
         raise ConfigError(f"cannot write output: {exc.strerror or exc}", file=str(path)) from None

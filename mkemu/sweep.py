@@ -114,7 +114,20 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return _toml_string(value)
     return repr(value)
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string. Not `json.dumps`: it writes a character beyond
+    U+FFFF (an emoji in a folder's name) as a surrogate pair, which TOML refuses;
+    here only the quote, the backslash and control characters are escaped."""
+    def escape(ch: str) -> str:
+        if ch in '"\\':
+            return "\\" + ch
+        return f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
+    return '"' + "".join(escape(ch) for ch in text) + '"'
 
 
 def _show(value) -> str:
@@ -124,8 +137,14 @@ def _show(value) -> str:
 
 def variant_toml(base: str, values: dict[str, object]) -> str:
     """A profile that extends `base` (a shipped name or an absolute path) with `values`."""
+    try:
+        base.encode("utf-8")
+    except UnicodeEncodeError:   # (a name of bytes that are not UTF-8: no TOML text can hold it)
+        raise ConfigError("a sweep point's profile (TOML text) extends the base profile by its path, and this "
+                          "path is not UTF-8 text; copy the profile to a file with a UTF-8 name", file=base,
+                          key="--hw") from None
     name = " ".join(f"{k.split('.')[1]}={_show(v)}" for k, v in values.items())
-    lines = [f"extends = {json.dumps(base)}", f"name = {json.dumps(f'{Path(base).stem} {name}')}"]
+    lines = [f"extends = {_toml_string(base)}", f"name = {_toml_string(f'{Path(base).stem} {name}')}"]
     sections: dict[str, list[str]] = {}
     for key, value in values.items():
         section, _, sub = key.partition(".")
@@ -249,6 +268,8 @@ def plot(sweep: Sweep, path: str) -> None:
 
     import matplotlib.pyplot as plt
 
+    from mkemu.tools.plot import literal
+
     first, others = sweep.axes[0], sweep.axes[1:]
     numeric = first.key != "mesh" and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                           for v in first.values)
@@ -268,7 +289,7 @@ def plot(sweep: Sweep, path: str) -> None:
     for (name, rest), pts in lines.items():
         pts.sort()
         text = name + "".join(f", {a.key.split('.')[-1]}={v}" for a, v in zip(others, rest))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=text)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=literal(text))   # (a file's name)
         for x, y, bound in pts:
             ax.annotate(bound, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     if numeric and min(first.values) > 0 and max(first.values) / min(first.values) >= 10:

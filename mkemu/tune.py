@@ -366,6 +366,13 @@ def _require_optuna(size: int, budget: int, outside: bool = False) -> None:
 
 
 _SETTING_DEFAULTS = {"max_instructions": attrs.fields(Options).max_instructions.default}
+# Driver options that name files a run writes: recorded, but where its outputs go does
+# not change a trial's result, so a tune may be resumed with another --record-routing, or none.
+_OUTPUT_OPTIONS = ("record_routing", "dump")
+
+
+def _without_outputs(setting):
+    return {k: v for k, v in setting.items() if k not in _OUTPUT_OPTIONS} if isinstance(setting, dict) else setting
 
 
 def load_resume(path: str, settings: dict) -> dict[str, dict]:
@@ -388,6 +395,8 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
     for key, mine in settings.items():
         # (records written before max_instructions was a setting ran with its default)
         recorded = theirs.get(key, _SETTING_DEFAULTS.get(key))
+        if key == "driver":
+            recorded, mine = _without_outputs(recorded), _without_outputs(mine)
         if recorded != mine:
             raise ConfigError(f"the record is of another tune: its {key} is {recorded!r}, this tune's is "
                               f"{mine!r}", file=path, key=key)

@@ -253,6 +253,12 @@ def to_html(trace: Trace, v: View | None = None, title: str | None = None) -> st
 
 # -- PNG -----------------------------------------------------------------------
 
+def literal(text: str) -> str:
+    """`text` as matplotlib draws it literally: a `$` pair would start mathtext (a region
+    named `a$b$c` drawn as a formula, one named `p$^$q` a parse error at savefig)."""
+    return text.replace("$", r"\$")
+
+
 def to_png(trace: Trace, v: View | None = None) -> bytes:
     """The timeline as PNG bytes, drawn by matplotlib; ImportError if it is not installed.
     Shaded rows are one image; regions are one bar collection per row."""
@@ -276,7 +282,7 @@ def to_png(trace: Trace, v: View | None = None) -> bytes:
                            linewidth=0.2)
             for s, e, name in row["spans"]:
                 if (e - s) / (t1 - t0) * 16 * 72 > 4.2 * len(name):   # the label fits (6 pt text)
-                    ax.text(s, k, name, fontsize=5, va="center", clip_on=True)
+                    ax.text(s, k, literal(name), fontsize=5, va="center", clip_on=True)
         else:
             image[k] = 1 - row["values"][:, None] * (1 - np.array(to_rgb(COLORS[row["kind"]])))
     ax.imshow(image, aspect="auto", interpolation="nearest", extent=(t0, t1, len(rows) - 0.5, -0.5), zorder=0)
