@@ -106,22 +106,23 @@ class ModelConfig:
 
     @property
     def kda_layers(self) -> tuple[int, ...]:
-        return tuple(l for l in range(self.n_layers) if l not in self.mla_layers)
+        mla = set(self.mla_layers)
+        return tuple(l for l in range(self.n_layers) if l not in mla)
 
     @property
     def moe_layers(self) -> tuple[int, ...]:
-        return tuple(l for l in range(self.n_layers) if l not in self.dense_layers)
+        dense = set(self.dense_layers)
+        return tuple(l for l in range(self.n_layers) if l not in dense)
 
     def layer_plan(self) -> tuple[LayerPlan, ...]:
         """For each layer: attention kind and index into its stacked weights, same for the FFN."""
-        plan = []
-        for l in range(self.n_layers):
-            attn = "mla" if l in self.mla_layers else "kda"
-            ffn = "dense" if l in self.dense_layers else "moe"
-            attn_index = (self.mla_layers if attn == "mla" else self.kda_layers).index(l)
-            ffn_index = (self.dense_layers if ffn == "dense" else self.moe_layers).index(l)
-            plan.append(LayerPlan(l, attn, attn_index, ffn, ffn_index))
-        return tuple(plan)
+        # Each layer's index among the layers of its kind, in one pass (a model file may
+        # have thousands of layers: a search per layer made this quadratic).
+        attn = {l: ("mla", i) for i, l in enumerate(self.mla_layers)}
+        attn.update({l: ("kda", i) for i, l in enumerate(self.kda_layers)})
+        ffn = {l: ("dense", i) for i, l in enumerate(self.dense_layers)}
+        ffn.update({l: ("moe", i) for i, l in enumerate(self.moe_layers)})
+        return tuple(LayerPlan(l, *attn[l], *ffn[l]) for l in range(self.n_layers))
 
 
 @attrs.frozen

@@ -198,7 +198,8 @@ def drive(session, options: dict) -> dict:
     session.write("layer_plan", _layer_plan(cfg))
     if "spec_base" in buffers:
         session.write("spec_base", np.zeros(1, np.int32))
-    record = timing.RoutingRecord(cfg.name, batch, session.info.cores) if opts.get("record_routing") else None
+    record = (timing.RoutingRecord(cfg.name, batch, session.info.cores, shape=timing.model_shape(cfg))
+              if opts.get("record_routing") else None)
 
     rng = np.random.default_rng([seed, 1])
     prompt = rng.integers(0, cfg.vocab, size=(batch, prompt_len))

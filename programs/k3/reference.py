@@ -371,7 +371,11 @@ def verify_step(cfg, weights: dict[str, np.ndarray], state: DecodeState, tokens,
     when it accepts the first a rows; a state never holds a rejected row. `trace` (a
     dict) receives each name once with the rows stacked on axis 0, as a batch's would.
     """
-    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+    given = np.asarray(tokens).reshape(-1)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        # (int() would truncate 3.7 to 3; decode_step refuses such tokens too)
+        raise ValueError(f"tokens must be integers, got {given.tolist()}")
+    tokens = [int(t) for t in given]
     n = len(tokens) if rows is None else rows
     if state.batch != 1:
         raise ValueError(f"a verify step is one sequence: the state must have batch 1, not {state.batch}")

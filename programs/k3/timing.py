@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 
+import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError, read_user_file
@@ -53,12 +54,20 @@ def synthetic_routing(cfg, batch: int, seed: int, skew: float, step: int) -> np.
     return np.array(out, np.int64)
 
 
+def model_shape(cfg) -> dict:
+    """Every key of the model config but its description, as a record keeps it: a model
+    file may reuse a shipped model's name with another shape, whose routing differs."""
+    return {k: list(v) if isinstance(v, tuple) else v      # (lists, as JSON has them)
+            for k, v in attrs.asdict(cfg).items() if k != "description"}
+
+
 class RoutingRecord:
     """The router's choices and the tokens of every step of a data run, per core."""
 
     def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None,
-                 payloads: list[list[list[bytes]]] | None = None):
+                 payloads: list[list[list[bytes]]] | None = None, shape: dict | None = None):
         self.model, self.batch, self.cores = model, batch, cores
+        self.shape = shape              # model_shape of the model, when known
         self.steps = steps or []        # per step: tokens, pos, readbacks
         # ... and the payloads' bytes, per step and core (base64 only in the file).
         self._payloads = payloads or []
@@ -83,6 +92,8 @@ class RoutingRecord:
                  for step, payloads in zip(self.steps, self._payloads)]
         doc = {"format": FORMAT, "version": VERSION, "model": self.model, "batch": self.batch,
                "cores": self.cores, "steps": steps}
+        if self.shape is not None:
+            doc["model_config"] = self.shape
         atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
     @classmethod
@@ -105,6 +116,7 @@ class RoutingRecord:
             if doc.get(key) != want:
                 raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
                                   file=path, key=key)
+        _check_shape(doc, cfg, path)
         if not isinstance(doc.get("steps"), list):
             raise ConfigError("expected a list of steps", file=path, key="steps")
         if len(doc["steps"]) < steps:
@@ -114,6 +126,21 @@ class RoutingRecord:
         payloads = [_check_step(step, f"steps[{i}]", cfg, batch, cores, path) for i, step in enumerate(used)]
         return cls(model, batch, cores, [{k: v for k, v in step.items() if k != "payloads"} for step in used],
                    payloads)
+
+
+def _check_shape(doc: dict, cfg, path: str) -> None:
+    """A record that keeps its model's config (every one --record-routing writes) must be
+    of this run's model key for key, not only by name."""
+    if "model_config" not in doc:
+        return
+    theirs, ours = doc["model_config"], model_shape(cfg)
+    if not isinstance(theirs, dict):
+        raise ConfigError("expected the recorded model's config keys", file=path, key="model_config")
+    for key in sorted(set(ours) | set(theirs)):
+        if theirs.get(key) != ours.get(key):
+            raise ConfigError(f"the routing record is for another model named {cfg.name!r}: its {key} is "
+                              f"{theirs.get(key)!r}, this run's {ours.get(key)!r}", file=path,
+                              key=f"model_config.{key}")
 
 
 def _ints(value, lo: int, hi: int) -> bool:
