@@ -62,7 +62,10 @@ class Diagnostic:
             width = max(self.span.end_column - start, 1)
         else:
             width = max(len(line) - start + 1, 1)
-        return f"{text}\n  {line}\n  {' ' * (start - 1)}{'^' * width}"
+        # (The caret's padding keeps the line's tabs, so it lands under the same column
+        # however the terminal expands them.)
+        pad = "".join(ch if ch == "\t" else " " for ch in line[:start - 1])
+        return f"{text}\n  {line}\n  {pad}{'^' * width}"
 
 
 class SourceError(MkemuError):
