@@ -288,12 +288,15 @@ class _Progress:
 
     QUIET_S = 3.0
 
-    def __init__(self):
+    def __init__(self, options):
         self.start = time.perf_counter()
+        # (A verify-step run counts the tokens it has generated: how many steps it takes
+        # depends on how many each accepts.)
+        self.unit = "tokens" if options.spec_rows else "step"
 
     def __call__(self, done: int, total: int, figures: dict) -> None:
         wall = time.perf_counter() - self.start
-        text = f"step {done}/{total}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
+        text = f"{self.unit} {done}/{total}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
         if sys.stderr.isatty():
             print(f"\r{text}", end="" if done < total else "\n", file=sys.stderr, flush=True)
         elif wall > self.QUIET_S:
@@ -314,7 +317,7 @@ def cmd_run(args) -> int:
                           "none (nor checks races): run the schedules without --timing-only", key="--schedules")
     options = _options(args)
     with _as_flags(args):
-        report, render = execute(args.file, options, progress=_Progress(), inputs=args.inputs)
+        report, render = execute(args.file, options, progress=_Progress(options), inputs=args.inputs)
     ok = report["bit_exact"] in (True, None)
     if args.schedules:
         report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
@@ -354,7 +357,7 @@ def cmd_compare(args) -> int:
     # (--record-routing: the first program's run writes it, not each in turn, the last winning)
     runs = [options] + [attrs.evolve(options, record_routing=None)] * (len(files) - 1)
     with _as_flags(args):
-        reports = [execute(file, run, progress=_Progress(), inputs=args.inputs)[0] for file, run in zip(files, runs)]
+        reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs)[0] for file, run in zip(files, runs)]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:

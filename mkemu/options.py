@@ -11,6 +11,7 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping
 
@@ -106,6 +107,14 @@ def _optional_str(instance, attribute, value):
         raise ConfigError(f"{attribute.name} must be a non-empty string, not {value!r}", key=attribute.name)
 
 
+def _real(value):
+    """A real number as a Python float (numpy's too, as the integer fields take numpy
+    integers); anything else as given, for the validator to name."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool | int):
+        return float(value)
+    return value
+
+
 def _optional_number(instance, attribute, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
         raise ConfigError(f"{attribute.name} must be a number >= 0, not {value!r}", key=attribute.name)
@@ -153,7 +162,7 @@ class Options:
     dump: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     timing_only: bool = attrs.field(default=False, validator=_bool)
     routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
-    routing_skew: float | None = attrs.field(default=None, validator=_optional_number)
+    routing_skew: float | None = attrs.field(default=None, converter=_real, validator=_optional_number)
     record_routing: str | None = attrs.field(default=None, converter=_path, validator=_optional_str)
     spec_rows: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
     accept: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))

@@ -168,6 +168,9 @@ def compare_text(*reports: dict) -> str:
     if all("us_per_step" in r for r in reports):
         lines += [row("us per step", "us_per_step"),
                   row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),
+                  *([row("accepted tokens per verify step", "accepted_tokens_per_step"),
+                     row("accepted tokens/s", "accepted_tokens_per_s", "{:.0f}")]
+                    if any("accepted_tokens_per_s" in r for r in reports) else []),
                   row("kernels launched per step", "kernels_per_step", "{}"),
                   row("HBM MB per step", "hbm_bytes_per_step", "{:.2f}", scale=1e-6),
                   row("HBM bandwidth, % of peak", "hbm_bw_fraction", "{:.1f}", scale=100),

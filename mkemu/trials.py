@@ -42,7 +42,7 @@ from mkemu.options import Options
 CONNECT_TIMEOUT_S = 30
 # Report entries left out of a trial's record: per-core copies of the totals, and
 # host-side fields that say nothing about the variant.
-_DROPPED = ("per_core", "trace", "program", "dump")
+_DROPPED = ("per_core", "trace", "program", "dump", "routing_record")
 
 
 @attrs.frozen

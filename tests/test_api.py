@@ -142,6 +142,15 @@ def test_numpy_integers_are_taken_as_the_ints_they_are():
         mkemu.Options(seed=np.int64(-1))
 
 
+def test_numpy_numbers_are_taken_as_the_floats_they_are():
+    # (as the integer fields take numpy integers; a report or tune record holds the option)
+    for value in (np.float32(1.5), np.float64(1.5), np.int64(2)):
+        skew = mkemu.Options(routing_skew=value, timing_only=True).routing_skew
+        assert type(skew) is float and skew == value
+    with pytest.raises(mkemu.ConfigError, match="routing_skew must be a number >= 0"):
+        mkemu.Options(routing_skew=np.float32(-1), timing_only=True)
+
+
 def test_compile_text_and_compile_file_share_the_profile_default():
     import inspect
 

@@ -369,3 +369,33 @@ def test_schedules_of_a_timing_only_run_are_refused(capsys):
     code, out, err = cli(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--steps", "1", "--prompt-len", "1",
                          "--timing-only", "--schedules", "2")
     assert code == 1 and out == "" and err.startswith("--schedules: error: --schedules compares each schedule's")
+
+
+def test_compare_of_verify_steps_shows_the_accepted_tokens(capsys):
+    # A verify step's own tokens/s counts steps, not tokens: what was accepted is the figure.
+    args = ["k3_per_op", "k3_megakernel", *K3_TINY[:4], "--steps", "2", "--spec-rows", "4", "--accept", "2"]
+    code, out, _ = cli(capsys, "compare", *args, "--json")
+    assert code == 0
+    reports = json.loads(out)["reports"]
+    code, out, _ = cli(capsys, "compare", *args)
+    assert code == 0
+    rows = {line[:32].strip(): line[32:].split() for line in out.splitlines()[1:]}
+    assert rows["accepted tokens per verify step"] == [f"{r['accepted_tokens_per_step']:.2f}" for r in reports]
+    assert rows["accepted tokens/s"] == [f"{r['accepted_tokens_per_s']:.0f}" for r in reports]
+    code, out, _ = cli(capsys, "compare", "k3_per_op", "k3_megakernel", *K3_TINY)
+    assert "accepted" not in out
+
+
+def test_a_verify_step_run_counts_its_progress_in_tokens(capsys, monkeypatch):
+    # How many verify steps a run takes depends on what each accepts: its progress line
+    # counts the tokens generated (2 steps of 2 accepted tokens: tokens 2/4, then 4/4).
+    import mkemu.cli
+
+    monkeypatch.setattr(mkemu.cli._Progress, "QUIET_S", -1.0)
+    code, _, err = cli(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1",
+                       "--steps", "4", "--spec-rows", "4", "--accept", "2")
+    assert code == 0
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith(("tokens", "step"))] \
+        == ["tokens 2/4", "tokens 4/4"], err
+    code, _, err = cli(capsys, "run", "k3_megakernel", *K3_TINY)
+    assert code == 0 and err.startswith("step 1/1: "), err
