@@ -764,7 +764,8 @@ def mxfp4_bits(code, scale):
     also exactly a bf16."""
     if scale == 255:
         return np.uint32(0x7FC00000)
-    value = np.float32(E2M1_VALUES[code] * _scale2(1.0, scale - 127))
+    # (int: a uint8 scale byte minus 127 would wrap around in plain Python)
+    value = np.float32(E2M1_VALUES[code] * _scale2(1.0, int(scale) - 127))
     return np.uint32(np.array([value]).view(np.uint32)[0])
 
 

@@ -314,7 +314,8 @@ def _declare() -> list[dict]:
     add(g, "vmov", [_v("vd", "w"), _v("va")], "{vd}, {va}", "valu", "valu", "elementwise",
         exec=_each("V[vd, i] = V[va, i]"), types=("u32", "u32"), doc="vd = va (raw bits).")
     add(g, "vbcast", [_v("vd", "w"), _s("sa")], "{vd}, {sa}", "valu", "valu", "broadcast",
-        exec=_each("VI[vd, i] = S[sa]"), doc="Every lane of vd = the 32 bits of sa.")
+        # (w32: a register may hold 64 bits; numba truncates on the store, plain Python raises)
+        exec="low = w32(S[sa])\n" + _each("VI[vd, i] = low"), doc="Every lane of vd = the 32 bits of sa.")
     add(g, "vli.f32", [_v("vd", "w"), _i("imm", F32)], "{vd}, {imm}", "valu", "valu", "broadcast",
         exec=_each("V[vd, i] = imm & 0xFFFFFFFF"), doc="Every lane of vd = a float32 constant.")
     add(g, "vli.i32", [_v("vd", "w"), _i("imm", IMM32)], "{vd}, {imm}", "valu", "valu", "broadcast",
@@ -390,7 +391,7 @@ def _declare() -> list[dict]:
         doc="sd = the 32 bits of element sb (= sublane*128 + lane) of va.")
     add(g, "vinsert", [_v("vd", "w"), _s("sa"), _s("sb")], "{vd}, {sa}, {sb}", "xlu",
         "vextract", "element", reads=("vd",),
-        exec="err = element_ok(S[sb], E)\nif err == 0:\n    VI[vd, S[sb]] = S[sa]",
+        exec="err = element_ok(S[sb], E)\nif err == 0:\n    VI[vd, S[sb]] = w32(S[sa])",
         doc="Element sb (= sublane*128 + lane) of vd = the 32 bits of sa.")
 
     # -- transcendentals ---------------------------------------------------------
