@@ -291,7 +291,10 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                     buffer_lines[name] = line_no
                     buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
             elif directive == ".reference" and len(args) == 1:
-                reference = args[0]
+                if reference is not None:     # (a program has one reference: the later would silently win)
+                    error(line_no, col, f".reference given twice (first at line {reference_line})", len(words[0]))
+                else:
+                    reference, reference_line = args[0], line_no
             elif directive == ".launch" and args:
                 try:
                     values = [parse_int(a) for a in args[1:]]

@@ -62,7 +62,7 @@ optional.
 | `.kernel NAME` | start a kernel: the instructions, labels and `.smem` lines that follow belong to it |
 | `.smem OFFSET WORD ...` | the kernel's initial SMEM words, from byte OFFSET (4-aligned), inside the profile's SMEM; each word set by one `.smem` line only |
 | `.launch NAME [ARG ...]` | append a launch of kernel NAME; ARG i is SMEM word i (byte 4*i) at its start, over the `.smem` image. Without any `.launch`, every kernel runs once, in file order. |
-| `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md) |
+| `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md); one per file |
 
 Numbers are decimal, `0x` hex or `0b` binary, with an optional sign; a decimal with a
 leading zero (`010`) is an error, not octal. An immediate may also be `@NAME` (the HBM

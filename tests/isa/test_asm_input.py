@@ -40,6 +40,9 @@ def error_of(source: str, **kwargs) -> str:
     (".buffer a f32 8x128 input\n.buffer a i32 4 output\n.kernel k\n  halt\n", "prog.s:2:1",
      "buffer 'a' declared twice (first at line 1)"),
     (".buffer a f32 0x128 input\n.kernel k\n  halt\n", "prog.s:1:1", "buffer 'a' has an empty dimension"),
+    # a second reference silently replaced the first
+    (".reference a.py:ref\n.kernel k\n  halt\n.reference b.py:ref\n", "prog.s:4:1",
+     ".reference given twice (first at line 1)"),
     # 1e40 became inf with a numpy RuntimeWarning
     (".kernel k\n  vli.f32 v1, 1e40\n  halt\n", "prog.s:2:3", "float32 immediate 1e40 is beyond the largest float32"),
     (".kernel k\n  vli.f32 v1, -3.4028236e38\n  halt\n", "prog.s:2:3", "is beyond the largest float32"),
