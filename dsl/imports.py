@@ -1,6 +1,7 @@
 """Loading a .mk file and everything it imports.
 
-`import "x.mk";` is resolved relative to the importing file. Each file is parsed
+`import "x.mk";` is resolved relative to the importing file; `import "mkemu:lib/x.mk";`
+relative to the installed `mkemu.programs` package (the shipped library). Each file is parsed
 once however often it is imported (diamonds are fine); an import cycle is an error
 at the import that closes it, naming the whole chain; a missing file is an error at
 its import statement. Syntax errors of all files are collected together.
@@ -17,6 +18,7 @@ from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
 from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
 
+SHIPPED = "mkemu:"   # `import "mkemu:lib/collectives.mk";`: a file of the installed mkemu.programs
 BOM = "\ufeff"   # the byte-order mark some editors write at the start of a UTF-8 file: not part of the program
 
 
@@ -60,8 +62,14 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             if "\0" in item.path:   # (resolve() would raise ValueError)
                 result.errors.append((item.span, "imported file name contains a NUL character"))
                 continue
-            target = (path.parent / item.path).resolve()
-            target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
+            if item.path.startswith(SHIPPED):
+                # The shipped library, wherever mkemu is installed: a program outside the
+                # checkout cannot reach it by a relative path.
+                target = (_shipped_root() / item.path[len(SHIPPED):]).resolve()
+                target_name = str(target)
+            else:
+                target = (path.parent / item.path).resolve()
+                target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
             if target in stack:
                 chain = stack[stack.index(target):] + [target]
                 names = " -> ".join(_display(p, loaded) for p in chain)
@@ -99,6 +107,13 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
     visit(main_path, main_name, main_text.removeprefix(BOM), [main_path])
     return result
+
+
+def _shipped_root() -> Path:
+    """The folder of the installed `mkemu.programs` package (programs/ in a checkout)."""
+    import mkemu.programs
+
+    return Path(mkemu.programs.__file__).parent
 
 
 def _display(path: Path, loaded: dict[Path, LoadedFile]) -> str:

@@ -415,6 +415,19 @@ class Run:
             raise ConfigError(f"the program has no buffer {name!r}", key=name) from None
         return self._read(chip, name)
 
+    def _check_covered(self, expected: Mapping, source) -> None:
+        """A reference that leaves out an output would let `check()` pass without looking
+        at it: every output buffer (else, if the program has none, every inout one) must
+        have an expected value, for every chip (`name`) or some (`name@chip`)."""
+        given = {str(key).partition("@")[0] for key in expected}
+        kinds = [b for b in self.kernel.program.buffers if b.kind == "output"] or [
+            b for b in self.kernel.program.buffers if b.kind == "inout"]
+        missing = [b.name for b in kinds if b.name not in given]
+        if missing:
+            names = ", ".join(repr(n) for n in missing)
+            raise ConfigError(f"the reference gives no expected value for output {names}, so it would not be "
+                              f"checked: return {missing[0]!r} (every chip) or '{missing[0]}@CHIP'", file=source)
+
     def check(self, expected: Mapping[str, np.ndarray] | None = None) -> runner.Mismatch | None:
         """Compare bit for bit with `expected` (`name@chip` or `name` for every chip;
         default: the program's reference on this run's inputs). Returns the first
@@ -428,6 +441,7 @@ class Run:
                      for b in self.kernel.program.buffers if b.kind in INPUT_KINDS
                      for chip in range(self.kernel.chips)}
             expected = self.kernel.expected({**zeros, **self.inputs})
+            self._check_covered(expected, source)
         elif not isinstance(expected, Mapping):
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
                               f"{type(expected).__name__}", key="expected")
@@ -446,8 +460,10 @@ class Run:
                                   key=key) from None
             value = runner.as_array(value, f"expected output {key!r}", file=source, key=key)
             if value.dtype.kind not in "biuf":   # (a structured array cannot even be compared)
-                raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers", file=source,
-                                  key=key)
+                # bf16 outputs are compared as float32 arrays of bf16 values (as runs return them).
+                hint = "; give bf16 values as float32 (.astype(np.float32))" if "bfloat16" in str(value.dtype) else ""
+                raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers{hint}",
+                                  file=source, key=key)
             for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
                 mismatch = runner.compare(value, self.output(buf.name, chip), name, chip)
                 if mismatch:

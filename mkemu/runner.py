@@ -10,6 +10,7 @@ Also bf16 storage conversion, the bit-exact comparison and atomic file writes.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import traceback
 from pathlib import Path
@@ -32,6 +33,9 @@ class Mismatch:
     count: int
 
     def render(self) -> str:
+        if self.count < 0:   # the shapes differ: there is no element to point at
+            return (f"FAIL: {self.buffer} on chip {self.chip}: the expected value has {self.expected}, "
+                    f"the output has {self.actual}")
         return (f"FAIL: {self.buffer} on chip {self.chip} differs at index {list(self.index)}: "
                 f"expected {self.expected}, got {self.actual} ({self.count} element(s) differ)")
 
@@ -237,12 +241,26 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
     """fn(inputs, **kwargs): a reference function that raises is the user's error,
     reported naming the function and the line of its file it failed at."""
     try:
+        inspect.signature(fn).bind(inputs, **kwargs)
+    except TypeError as exc:
+        # Not the contract's signature: say so at the function, not inside mkemu.
+        raise ConfigError(f"reference function {fn.__qualname__} cannot be called as reference(inputs, *, "
+                          f"{', '.join(kwargs)}): {exc}{_defined_at(fn)}", file=program_path) from None
+    except ValueError:   # (a builtin without a signature: just call it)
+        pass
+    try:
         return fn(inputs, **kwargs)
     except MkemuError:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
         raise ConfigError(f"reference function {fn.__qualname__} raised {type(exc).__name__}: {exc}"
                           f"{_failed_at(exc, fn)}", file=program_path) from None
+
+
+def _defined_at(fn) -> str:
+    """' (defined at FILE:LINE)' for a Python function, else ''."""
+    code = getattr(fn, "__code__", None)
+    return f" (defined at {code.co_filename}:{code.co_firstlineno})" if code else ""
 
 
 def _failed_at(exc: Exception, fn) -> str:

@@ -1,0 +1,82 @@
+"""A newcomer's reference mistakes (helper-72): each is one clear message, never a
+PASS that checked nothing, and never a pointer into mkemu's own code."""
+
+import numpy as np
+import pytest
+
+import mkemu
+
+DOUBLE = """
+reference "r.py:{fn}";
+kernel k(x: hbm f32[8, 128], y: hbm f32[8, 128]) {{
+    vmem xv: f32[8, 128];
+    sem s;
+    start copy(x, xv, s);
+    wait copy(x, xv, s);
+    xv = xv * 2.0;
+    start copy(xv, y, s);
+    wait copy(xv, y, s);
+}}
+"""
+
+REFS = """
+import numpy as np
+def empty(inputs, *, chips, cores_per_chip):
+    return {}
+def other_chip_only(inputs, *, chips, cores_per_chip):
+    return {"y@0": inputs["x@0"] * np.float32(2)}
+def small(inputs, *, chips, cores_per_chip):
+    return {"y": np.zeros((4, 4), np.float32)}
+def positional(inputs):
+    return {"y": inputs["x@0"] * 2}
+def bf16(inputs, *, chips, cores_per_chip):
+    import ml_dtypes
+    return {"y": (inputs["x@0"] * 2).astype(ml_dtypes.bfloat16)}
+"""
+
+
+def run(tmp_path, fn):
+    (tmp_path / "r.py").write_text(REFS)
+    kernel = mkemu.compile_source(DOUBLE.format(fn=fn), tmp_path / "p.mk", hw="test", mesh="1")
+    return kernel(x=np.ones((8, 128), np.float32))
+
+
+def test_a_reference_that_leaves_out_an_output_is_an_error_not_a_pass(tmp_path):
+    # It used to PASS (bit_exact True) having compared nothing.
+    with pytest.raises(mkemu.ConfigError, match="gives no expected value for output 'y', so it would not be checked"):
+        run(tmp_path, "empty").check()
+    assert run(tmp_path, "other_chip_only").check() is None     # name@chip for some chips is a choice
+
+
+def test_a_reference_of_another_shape_says_so_without_an_index(tmp_path):
+    # It said "differs at index []: ... (-1 element(s) differ)".
+    mismatch = run(tmp_path, "small").check()
+    assert mismatch.render() == ("FAIL: y on chip 0: the expected value has shape (4, 4), "
+                                 "the output has shape (8, 128)")
+
+
+def test_a_reference_without_the_contracts_keywords_names_its_own_file(tmp_path):
+    # It said "(at .../mkemu/runner.py:NNN)": mkemu's line, not the user's.
+    with pytest.raises(mkemu.ConfigError) as info:
+        run(tmp_path, "positional").check()
+    text = str(info.value)
+    assert "cannot be called as reference(inputs, *, chips, cores_per_chip)" in text
+    assert f"(defined at {tmp_path / 'r.py'}:9)" in text and "runner.py" not in text
+
+
+def test_a_bfloat16_reference_output_is_refused_with_the_fix(tmp_path):
+    pytest.importorskip("ml_dtypes")
+    with pytest.raises(mkemu.ConfigError, match=r"give bf16 values as float32 \(\.astype\(np\.float32\)\)"):
+        run(tmp_path, "bf16").check()
+
+
+def test_mkemu_run_with_an_empty_reference_fails_in_one_line(tmp_path, capsys):
+    from mkemu.cli import main
+
+    (tmp_path / "r.py").write_text(REFS)
+    (tmp_path / "p.mk").write_text(DOUBLE.format(fn="empty"))
+    code = main(["run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "PASS" not in out and "Traceback" not in err
+    assert err.strip() == ("r.py:empty: error: the reference gives no expected value for output 'y', so it would "
+                           "not be checked: return 'y' (every chip) or 'y@CHIP'")
