@@ -155,7 +155,8 @@ def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
     DMA crossed. HBM comes from the DMA's memories instead, because the emulator
     leaves HBM out of a flow where the chip's engines together cannot outrun it: a
     DMA moves its bytes through its source chip's HBM if it reads HBM and through
-    its destination chip's HBM if it writes HBM (once for a copy within one HBM).
+    its destination chip's HBM if it writes HBM. A copy within one HBM does both
+    (it reads and writes that HBM), as the run's `hbm_bytes` counts it.
 
     Rows: the flow resources' (segment, resource) pairs in order, then the HBM reads,
     then the HBM writes; each column is filled in place (no concatenated copies).
@@ -170,7 +171,7 @@ def traffic_segments(trace: Trace) -> dict[str, np.ndarray]:
     dma, rows = trace.dma, segs["row"]
     hbm = trace.meta["spaces"].index("hbm")
     reads = dma["src_space"][rows] == hbm
-    writes = (dma["dst_space"][rows] == hbm) & ~(reads & (dma["src_chip"][rows] == dma["dst_chip"][rows]))
+    writes = dma["dst_space"][rows] == hbm
     lookup = np.full(max(hbm_of, default=-1) + 2, -1, np.int64)
     for chip, rid in hbm_of.items():
         lookup[chip] = rid
