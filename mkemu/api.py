@@ -31,7 +31,7 @@ import numpy as np
 from mkemu import runner
 from mkemu.errors import ConfigError, EmulatorFault, SourceError, not_text
 from mkemu.isa.program import INPUT_KINDS
-from mkemu.options import Options
+from mkemu.options import Options, check_path
 from mkemu.session import Session
 
 _REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
@@ -66,6 +66,7 @@ def compile_source(text: str, filename: str = "<source>.mk", options: Options | 
                           key="text")
     if not isinstance(filename, (str, os.PathLike)):
         raise ConfigError(f"filename must be a str or a path, not {filename!r}", key="filename")
+    check_path(os.fspath(filename), "filename")
     return Kernel._build(os.fspath(filename), text, Options.of(options, **changes))
 
 
@@ -170,6 +171,7 @@ class Kernel:
         source = None
         if isinstance(inputs, (str, os.PathLike)):
             source = os.fspath(inputs)
+            check_path(source, "inputs")
             inputs = runner.load_inputs(source, self.program)
         elif inputs is not None and not isinstance(inputs, Mapping):
             raise ConfigError(f"inputs are a dict of arrays by buffer ('name' or 'name@chip') or the path of a "
@@ -303,8 +305,10 @@ class Kernel:
                     raise ConfigError(str(exc), file=source, key=key) from None
                 # What was written, as the reference contract hands it on: the values the
                 # buffer holds (bf16-rounded float32, float32, int32, quantised MXFP4), not
-                # the array as given (float64, int8, a list, ...).
-                written[f"{buf.name}@{chip}"] = np.asarray(
+                # the array as given (float64, int8, a list, ...). A copy: an f32 array
+                # may pass through as itself, and a caller that refills it for the next
+                # run must not change what this run's check() compares against.
+                written[f"{buf.name}@{chip}"] = np.array(
                     runner.from_storage(stored, buf.dtype, buf.shape)).reshape(buf.shape)
         return written
 

@@ -52,7 +52,9 @@ def cache_dir(sub: str = "") -> Path:
         candidate = root / sub if sub else root
         try:
             candidate.mkdir(parents=True, exist_ok=True)
-            probe = candidate / f".probe{os.getpid()}"
+            # (a probe of this thread's own: threads of one process sharing one would
+            # unlink each other's, and the cache would seem not writable)
+            probe = candidate / f".probe{os.getpid()}.{threading.get_ident()}"
             probe.write_text("")
             probe.unlink()
             return candidate
@@ -73,9 +75,28 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
     completed (a `.compiled` marker next to it)."""
     digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
     name = f"{prefix}_{digest}"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
+    # One thread imports a module while the others wait for it: a module is in
+    # sys.modules from before it runs (see below), so a second thread that looked
+    # there unguarded would take it half-imported, without its functions. A lock per
+    # module, not one for all: flows.py calls this while Python holds its own import
+    # lock, and one shared lock could then deadlock against the loop's import.
+    with _import_lock(name):
+        module = sys.modules.get(name)
+        if module is not None:
+            return module
+        return _import_module(name, prefix, source, announce)
+
+
+_import_locks: dict[str, threading.RLock] = {}
+_import_locks_guard = threading.Lock()
+
+
+def _import_lock(name: str) -> threading.RLock:
+    with _import_locks_guard:
+        return _import_locks.setdefault(name, threading.RLock())
+
+
+def _import_module(name: str, prefix: str, source: str, announce: str | None) -> ModuleType:
     path = cache_dir() / f"{name}.py"
     text = source.encode()
     if not path.is_file() or path.read_bytes() != text:
@@ -152,7 +173,7 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     try:
         directory = cache_dir("programs")
     except OSError:
-        return build(), False
+        return build()[0], False   # (no cache to keep it in: compiled, not kept)
     entry = directory / f"{key}.pkl"
     program = _load(entry, path)
     if program is not None:

@@ -54,6 +54,13 @@ def _path(value):
     return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
+def check_path(value, key: str) -> None:
+    """A path no file can have is refused up front: the OS functions would raise
+    ValueError ("embedded null byte"), not say which option held it."""
+    if isinstance(value, str) and "\0" in value:
+        raise ConfigError(f"{key} must be a path or a name, and no path holds a NUL character: {value!r}", key=key)
+
+
 def _int(low: int | None = None, optional: bool = False, high: int | None = None):
     def check(instance, attribute, value):
         if optional and value is None:
@@ -91,7 +98,8 @@ def _bool(instance, attribute, value):
 
 
 def _checks(instance, attribute, value):
-    unknown = sorted(set(value) - set(CHECKS))
+    # (as text: a check named by a number or None is named too, not a TypeError of join)
+    unknown = sorted(str(name) for name in set(value) - set(CHECKS))
     if unknown:
         raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}", key="checks")
 
@@ -105,6 +113,7 @@ def _params(instance, attribute, value):
 def _optional_str(instance, attribute, value):
     if value is not None and (not isinstance(value, str) or not value):
         raise ConfigError(f"{attribute.name} must be a non-empty string, not {value!r}", key=attribute.name)
+    check_path(value, attribute.name)
 
 
 def _real(value):
@@ -125,6 +134,7 @@ def _optional_number(instance, attribute, value):
 def _trace(instance, attribute, value):
     if value is not None and value is not True and not isinstance(value, str):
         raise ConfigError(f"trace must be a path, True (keep it in memory) or None, not {value!r}", key="trace")
+    check_path(value, "trace")
 
 
 @attrs.frozen(kw_only=True)
@@ -171,6 +181,7 @@ class Options:
     def _hw(self, attribute, value):
         if not isinstance(value, str) or not value:
             raise ConfigError(f"hw must be a profile name or a TOML path, not {value!r}", key="hw")
+        check_path(value, "hw")
 
     def __attrs_post_init__(self):
         if self.routing is not None and self.routing_skew is not None:

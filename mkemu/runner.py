@@ -322,7 +322,9 @@ def is_chip(chip, chips: int) -> bool:
 
 def is_chip_text(text: str, chips: int) -> bool:
     """The chip of a `name@chip` key: decimal (no sign, no leading zeros), 0 .. chips - 1."""
-    return text.isdecimal() and str(int(text)) == text and int(text) < chips
+    # (its length first: int() refuses a text of over 4,300 digits with a ValueError)
+    return (text.isdecimal() and len(text) <= len(str(chips)) and str(int(text)) == text
+            and int(text) < chips)
 
 
 def check_writable(path: str, key: str) -> None:

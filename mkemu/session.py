@@ -116,6 +116,9 @@ class Session:
     def feed_readbacks(self, values, core: int | None = None) -> None:
         """For the next run of a timing-only session: the values the reads of data into
         scalars take, in order, on core `core` (a global core id), or on every core."""
+        if core is not None and not is_chip(core, len(self._machine.cores)):
+            raise ConfigError(f"core must be a global core id 0..{len(self._machine.cores) - 1}, not {core!r}",
+                              key="core")
         cores = self._machine.cores if core is None else [self._machine.cores[core]]
         for c in cores:
             c.feed_readbacks(values)
