@@ -62,8 +62,10 @@ def integer(value):
     return value
 
 
-def _checks(instance, attribute, value):
-    unknown = sorted(set(value) - set(CHECKS))
+def known_checks(instance, attribute, value):
+    """attrs validator: every name a known check (`Options` validates its field with it too)."""
+    # (as text: a check named by a number or None is named too, not a TypeError of join)
+    unknown = sorted(str(name) for name in set(value) - set(CHECKS))
     if unknown:
         raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}",
                           key="checks")
@@ -115,7 +117,7 @@ class RunConfig:
     max_cycles: int = attrs.field(default=10**12, converter=integer, validator=_positive)
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
     checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=check_names,
-                                         validator=_checks)
+                                         validator=known_checks)
     max_instructions: int = attrs.field(default=50_000_000, converter=integer, validator=_positive)
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = attrs.field(default=0, converter=integer, validator=_seed)

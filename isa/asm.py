@@ -234,7 +234,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
     buffer_lines: dict[str, int] = {}
-    reference = None
+    reference, reference_line = None, 0
     current = None  # dict: name, items [(line_no, col, text)], labels, smem
 
     def error(line_no, col, message, width=None):

@@ -363,12 +363,12 @@ def read_toml(resource: Any, file: str, what: str) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} is not UTF-8 text: {err}", file=file) from None
     except tomllib.TOMLDecodeError as err:
-        message = str(err)
+        message, line, column = str(err), None, None
         where = re.search(r"\(at line (\d+), column (\d+)\)", message)
         if where:
             message = message[: where.start()].strip()
-            file = f"{file}:{where.group(1)}:{where.group(2)}"
-        raise ConfigError(f"invalid TOML: {message}", file=file) from None
+            line, column = int(where.group(1)), int(where.group(2))
+        raise ConfigError(f"invalid TOML: {message}", file=file, line=line, column=column) from None
     except ValueError:
         # (tomllib's int() refuses a decimal integer of thousands of digits; not a TOMLDecodeError)
         raise ConfigError("invalid TOML: an integer of thousands of digits", file=file) from None

@@ -20,15 +20,20 @@ class MkemuError(Exception):
 class ConfigError(MkemuError):
     """A bad hardware profile, model config, mesh or run option. Names file and key."""
 
-    def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
+                 line: int | None = None, column: int | None = None):
         self.message = message
         # (a file or key that came from the user as something else, e.g. a buffer named 3)
         self.file = None if file is None else str(file)
         self.key = None if key is None else str(key)
+        self.line, self.column = line, column      # where in the file, when known (TOML syntax)
         super().__init__(self.render())
 
     def render(self) -> str:
-        where = ": ".join(p for p in (self.file, self.key) if p)
+        place = self.file
+        if place and self.line is not None:
+            place += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
+        where = ": ".join(p for p in (place, self.key) if p)
         return f"{where}: error: {self.message}" if where else f"error: {self.message}"
 
 

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from mkemu.emulator.config import CHECKS, DMA_ORDERS, SCHEDULES, RunConfig, check_names, integer
+from mkemu.emulator.config import (CHECKS, DMA_ORDERS, SCHEDULES, RunConfig, check_names, integer,
+                                   known_checks)
 from mkemu.emulator.topology import parse_mesh
 from mkemu.errors import ConfigError
 from mkemu.isa.hardware import DEFAULT_PROFILE
@@ -97,13 +98,6 @@ def _bool(instance, attribute, value):
         raise ConfigError(f"{attribute.name} must be True or False, not {value!r}", key=attribute.name)
 
 
-def _checks(instance, attribute, value):
-    # (as text: a check named by a number or None is named too, not a TypeError of join)
-    unknown = sorted(str(name) for name in set(value) - set(CHECKS))
-    if unknown:
-        raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}", key="checks")
-
-
 def _params(instance, attribute, value):
     for name, v in value.items():
         if not isinstance(name, str) or not isinstance(v, int) or isinstance(v, bool):
@@ -158,7 +152,7 @@ class Options:
     seed: int = attrs.field(default=0, converter=integer, validator=_int(0))
     max_cycles: int = attrs.field(default=10**12, converter=integer, validator=_int(1, high=MAX_GUARD))
     dma_order: str = attrs.field(default="round_robin", validator=_one_of(DMA_ORDERS))
-    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=check_names, validator=_checks)
+    checks: frozenset[str] = attrs.field(default=frozenset(CHECKS), converter=check_names, validator=known_checks)
     max_instructions: int = attrs.field(default=50_000_000, converter=integer, validator=_int(1, high=MAX_GUARD))
     schedule: str = attrs.field(default="normal", validator=_one_of(SCHEDULES))
     schedule_seed: int = attrs.field(default=0, converter=integer, validator=_int(0))

@@ -26,6 +26,7 @@ from mkemu.errors import ConfigError
     ({"checks": ["races", "bounds"]}, "checks"),
     ({"checks": "races"}, "checks"),              # a string is not a set of names (was: "a, c, e, r, s")
     ({"checks": None}, "checks"),                 # was a TypeError
+    ({"checks": [1, None]}, "checks"),            # was a TypeError of str.join
     ({"timing_only": "yes"}, "timing_only"),
     ({"record_readbacks": 1}, "record_readbacks"),
 ])
@@ -43,3 +44,8 @@ def test_good_options_are_kept_and_numpy_integers_become_ints():
     assert all(type(v) is int for v in (c.seed, c.schedule_seed, c.max_cycles))
     assert c.checks == frozenset({"races"}) and c.timing_only is True
     assert RunConfig(checks=()).checks == frozenset()
+
+
+def test_checks_that_are_not_names_are_named_as_given():
+    with pytest.raises(ConfigError, match=r"unknown check\(s\) 1, None; known: "):
+        RunConfig(checks=[1, None])

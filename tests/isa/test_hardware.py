@@ -382,8 +382,9 @@ def test_impossible_value_names_file_and_key(tmp_path, old, new, key, words):
 def test_bad_toml_syntax_reports_line_and_column(tmp_path):
     path = write(tmp_path, 'name = "x"\n[chip]\nclock_hz = = 1e9\n')
     err = config_error(path)
-    assert err.file == f"{path}:3:12"
-    assert "invalid TOML" in str(err)
+    # (the file is the path a program can open; the place is in line and column)
+    assert (err.file, err.line, err.column) == (str(path), 3, 12)
+    assert str(err).startswith(f"{path}:3:12: error: invalid TOML")
 
 
 def test_unreadable_file(tmp_path):
