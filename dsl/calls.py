@@ -29,14 +29,17 @@ class Calls(Pipelines):
                 self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)")
             return
         if len(self.inline_stack) >= MAX_INLINE_DEPTH:   # (inlined recursively: Python's stack would overflow)
-            self.error(call.span, f"fn calls nested more than {MAX_INLINE_DEPTH} deep (fns are inlined): "
-                                  f"{' -> '.join(names[:3] + ['...'] + [decl.name])}")
+            self.limit_error("inline depth", call.span,
+                             f"fn calls nested more than {MAX_INLINE_DEPTH} deep (fns are inlined): "
+                             f"{' -> '.join(names[:3] + ['...'] + [decl.name])}")
+            self.skipped()
             return
         if self.inlined_calls >= MAX_INLINED_CALLS:
-            if self.inline_overflow is None:   # (kept even if an fn's own check drops its errors)
-                self.error(call.span, f"more than {MAX_INLINED_CALLS:,} fn calls to inline in this program (a fn "
-                                      "is inlined at every call, so calls nested in calls multiply)")
-                self.inline_overflow = list(self.errors.items())[-1]
+            self.limit_error("inline count", call.span,
+                             f"more than {MAX_INLINED_CALLS:,} fn calls to inline in this program (a fn "
+                             "is inlined at every call, so calls nested in calls multiply)",
+                             earliest=False)   # (past the budget every call breaches it: keep where it ran out)
+            self.skipped()
             return
         self.inlined_calls += 1
         if call.keywords:

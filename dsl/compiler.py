@@ -69,8 +69,11 @@ def compile_text(text: str, filename: str = "<text>.mk", profile: HardwareProfil
 def compile_program(program: ir.Program, profile: HardwareProfile | str) -> Program:
     if isinstance(profile, str):
         profile = load_profile(profile)
+    # Every kernel's listing shows lines of the same sources: split them once and share the
+    # lists (per kernel, a program of many kernels took time and memory quadratic in its size).
+    source_text = {f: source_lines(t) for f, t in program.sources.items()}
     try:
-        kernels = {name: KernelCompiler(program, k, profile).compile()
+        kernels = {name: KernelCompiler(program, k, profile, source_text).compile()
                    for name, k in program.kernels.items()}
         buffers, launches = _host(program)
     except CompileError as exc:
@@ -184,8 +187,10 @@ class Arena:
 
 
 class KernelCompiler(TileLowering):
-    def __init__(self, program: ir.Program, kernel: ir.Kernel, profile: HardwareProfile):
+    def __init__(self, program: ir.Program, kernel: ir.Kernel, profile: HardwareProfile,
+                 source_text: dict[str, list[str]] | None = None):
         self.program = program
+        self.source_text = source_text
         self.kernel = kernel
         self.profile = profile
         self.code: list[tuple[str, dict, SourceSpan]] = []
@@ -1020,7 +1025,8 @@ class KernelCompiler(TileLowering):
                          f"({self.smem_top - self.smem_alloc_end()} bytes)")
         return Kernel(
             name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
-            source_text={f: source_lines(t) for f, t in self.program.sources.items()},
+            source_text=(self.source_text if self.source_text is not None
+                         else {f: source_lines(t) for f, t in self.program.sources.items()}),
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
             vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges)
 

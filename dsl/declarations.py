@@ -53,7 +53,10 @@ class Declarations:
         self.instance_site: tuple[str, SourceSpan] | None = None   # a generic kernel's instance and its launch
         self.inline_counter = itertools.count(1)
         self.inlined_calls = 0
-        self.inline_overflow = None   # the error item of too many of them
+        self.copied_stmts = 0   # statements of inlined fn bodies and generic kernel instances
+        self.stmt_depth = 0   # statements nested around the one being checked, inlined fns' included
+        # Per compile-time limit (see limit_error), the error item of its first breach.
+        self.limits_hit: dict[str, tuple] = {}
         self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
         self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
@@ -71,6 +74,21 @@ class Declarations:
             self.errors[key] = (span, message, self.error_context() if context is None else context)
         return POISON
 
+    def limit_error(self, limit: str, span: SourceSpan, message: str, earliest: bool = True) -> None:
+        """Report one breach of a compile-time limit (named `limit`): the first in the
+        text (`earliest`) or the first found. Every fn is also checked on its own, so a
+        chain of fns too deep breaches a depth limit again in each fn's check, each time at
+        another place: hundreds of errors saying one thing. The one kept stays even if an
+        fn's own check drops its errors."""
+        key = (span.file, span.line, span.column, span.end_line, span.end_column, _INLINED_NAME.sub("'", message))
+        first = self.limits_hit.get(limit)
+        if first is not None:
+            if not earliest or key[:3] >= first[0][:3]:
+                return
+            self.errors.pop(first[0], None)
+        self.error(span, message)
+        self.limits_hit[limit] = (key, self.errors[key])
+
     def error_context(self) -> str:
         """Where an error in inlined code comes from: the fn call it is inlined at (the
         innermost), and the launch of a generic kernel's instance, whose values (the
@@ -86,8 +104,8 @@ class Declarations:
 
     def diagnostics(self) -> list[tuple[SourceSpan, str]]:
         errors = dict(self.errors)
-        if self.inline_overflow is not None:
-            errors.setdefault(*self.inline_overflow)
+        for item in self.limits_hit.values():
+            errors.setdefault(*item)
         return [(span, msg + ctx) for span, msg, ctx in errors.values()]
 
     # ---------------------------------------------------------------- globals
@@ -117,8 +135,9 @@ class Declarations:
             self.error(decl.name_span, f"'{name}' is defined in terms of itself: {chain}")
             return None
         if len(self.evaluating) >= MAX_CONST_CHAIN:   # (evaluated recursively: Python's stack would overflow)
-            self.error(decl.name_span, f"'{name}' is defined through a chain of more than {MAX_CONST_CHAIN} "
-                                       f"consts and params (from '{self.evaluating[0]}')")
+            self.limit_error("const chain", decl.name_span,
+                             f"'{name}' is defined through a chain of more than {MAX_CONST_CHAIN} "
+                             f"consts and params (from '{self.evaluating[0]}')")
             return None
         self.evaluating.append(name)
         saved_ctx, saved_stack, saved_site = self.ctx, self.inline_stack, self.instance_site

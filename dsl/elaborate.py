@@ -249,6 +249,9 @@ class Elaborator(Calls):
             kernel = self.generic_kernel(decl, values, s, kernels)
         args = []
         ok = True
+        # (by name, once per launch: a search of the list for each argument was quadratic
+        # in the parameters, at every trip of a host loop)
+        kernel_params = {q.name: q for q in reversed(kernel.params)} if kernel else {}
         for p, a, v in zip(decl.params, s.args, values):
             if v is POISON:
                 ok = False
@@ -262,7 +265,7 @@ class Elaborator(Calls):
                     continue
                 args.extend(self.whole(buf, a.span) for buf in v.members.values())
                 continue
-            param = next((q for q in kernel.params if q.name == p.name), None) if kernel else None
+            param = kernel_params.get(p.name)
             if isinstance(p.type, ast.ScalarType):
                 want = "bool" if p.type.name == "bool" else "integer"
                 if not isinstance(v, ir.Const) or v.dtype != ("bool" if want == "bool" else "i32"):

@@ -140,6 +140,11 @@ class Expressions(Declarations):
             case ir.ScalarVar():
                 return ir.ScalarRead(e, node.span)
             case ir.Buffer():
+                if self.ctx is not None and self.ctx.mode == "host":   # (a Ref is immutable: share it)
+                    view = self.ctx.whole_views.get((e, node.span))
+                    if view is None:
+                        view = self.ctx.whole_views[(e, node.span)] = self.whole(e, node.span)
+                    return view
                 return self.whole(e, node.span)
             case ir.Ref():
                 return attrs.evolve(e, span=node.span)

@@ -44,7 +44,8 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
     main_name = str(main)
     loaded: dict[Path, LoadedFile] = {}
 
-    def visit(path: Path, name: str, text: str, stack: list[Path]) -> None:
+    def open_file(path: Path, name: str, text: str) -> tuple[LoadedFile, list]:
+        """Parse a file; its entry and the imports it names, still to visit."""
         result.sources[name] = text
         try:
             module = parse(text, name)
@@ -53,12 +54,24 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             module = None
         entry = LoadedFile(name, path, text, module)
         loaded[path] = entry
-        if module is None:
-            result.files.append(entry)
-            return
-        for item in module.items:
-            if not isinstance(item, ast.Import):
+        imports = [] if module is None else [item for item in module.items if isinstance(item, ast.Import)]
+        return entry, imports[::-1]   # (popped from the end: in the order written)
+
+    def visit(main_path: Path, main_name: str, main_text: str) -> None:
+        # Depth first with a stack of its own, not by recursion: a chain of imports
+        # thousands of files long would overflow Python's stack. A frame is a file being
+        # visited and its imports not visited yet; `stack` holds the chain of paths to it.
+        frames = [open_file(main_path, main_name, main_text)]
+        stack, on_stack = [main_path], {main_path}
+        while frames:
+            entry, imports = frames[-1]
+            if not imports:
+                frames.pop()
+                on_stack.discard(stack.pop())
+                result.files.append(entry)  # after its imports: definitions in import order
                 continue
+            item = imports.pop()
+            path, name = entry.path, entry.name
             if "\0" in item.path:   # (resolve() would raise ValueError)
                 result.errors.append((item.span, "imported file name contains a NUL character"))
                 continue
@@ -70,12 +83,17 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             else:
                 target = (path.parent / item.path).resolve()
                 target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
-            if target in stack:
+            if target in on_stack:
                 chain = stack[stack.index(target):] + [target]
                 names = " -> ".join(_display(p, loaded) for p in chain)
                 result.errors.append((item.span, f"import cycle: {names}"))
                 continue
             if target in loaded:
+                continue
+            if target.exists() and not target.is_file():
+                # (a device or a pipe may never end: /dev/zero would fill memory)
+                result.errors.append((item.span, f"cannot read imported file '{item.path}': it is not a regular "
+                                                 "file (a directory, a device or a pipe)"))
                 continue
             try:
                 target_text = target.read_text()
@@ -90,8 +108,9 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             except UnicodeDecodeError as e:
                 result.errors.append((item.span, f"imported file '{item.path}' is {not_text(e)}"))
                 continue
-            visit(target, target_name, target_text.removeprefix(BOM), stack + [target])
-        result.files.append(entry)  # after its imports: definitions in import order
+            frames.append(open_file(target, target_name, target_text.removeprefix(BOM)))
+            stack.append(target)
+            on_stack.add(target)
 
     main_path = Path(main).resolve()
     if main_text is not None:
@@ -105,7 +124,7 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: {e.strerror}", file=main_name) from None
         except UnicodeDecodeError as e:
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
-    visit(main_path, main_name, main_text.removeprefix(BOM), [main_path])
+    visit(main_path, main_name, main_text.removeprefix(BOM))
     return result
 
 

@@ -18,6 +18,8 @@ from mkemu.dsl.folding import broadcast, linear
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 
 MAX_HOST_TRIPS = 1_000_000
+MAX_STMT_DEPTH = 100
+MAX_COPIED_STMTS = 100_000   # per program: 15 s of compiling at most (the shipped ones copy 2,000)
 
 
 def _mutable(e) -> bool:
@@ -52,6 +54,39 @@ class Statements(Expressions):
             self.stmt(s, scope, out)
 
     def stmt(self, s, scope: Scope, out: list) -> None:
+        # The checker and the back end recurse on nested statements (about 5 Python frames
+        # a level), through inlined fns too: past this depth Python's stack would overflow.
+        if self.stmt_depth >= MAX_STMT_DEPTH:
+            self.limit_error("statement depth", s.span,
+                             f"statements nested more than {MAX_STMT_DEPTH} deep (blocks of loops, ifs, "
+                             f"pipelines and regions, and fn calls, which inline their bodies there)")
+            self.skipped()
+            return
+        if self.inline_stack or self.instance_site is not None:
+            # The count of calls alone does not bound the work: a few thousand calls of an fn
+            # of a few hundred statements took minutes and gigabytes (and made a kernel of
+            # millions of instructions).
+            if self.copied_stmts >= MAX_COPIED_STMTS:
+                self.limit_error("copied statements", s.span,
+                                 f"more than {MAX_COPIED_STMTS:,} statements to copy in this program (every fn call "
+                                 f"copies the fn's body, every generic kernel instance the kernel's)", earliest=False)
+                self.skipped()
+                return
+            self.copied_stmts += 1
+        self.stmt_depth += 1
+        try:
+            self.stmt_at_depth(s, scope, out)
+        finally:
+            self.stmt_depth -= 1
+
+    def skipped(self) -> None:
+        """Statements past a limit are left out: a DMA started (or waited) in them may be the
+        one a wait (start) outside them pairs with, so the checks after the body do not
+        report unpaired ones."""
+        if self.ctx is not None:
+            self.ctx.unknown_post = self.ctx.unknown_wait = True
+
+    def stmt_at_depth(self, s, scope: Scope, out: list) -> None:
         host = self.ctx.mode == "host"
         if host and not isinstance(s, (ast.Launch, ast.IoDecl, ast.For, ast.If, ast.Assert, ast.Let, ast.BufferDecl)):
             self.error(s.span, "only input/output/hbm declarations, launch, for, if, let and assert are allowed in the host block")

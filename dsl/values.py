@@ -195,3 +195,6 @@ class KernelCtx:
     call_dependent: bool = False   # an fn checked alone needed a parameter's value at compile time   # host array name -> the declaration that made it
     launches: list = attrs.Factory(list)
     kernels: dict = attrs.Factory(dict)
+    # (buffer, span) -> the view of all of it there, made once: a host loop's launches at
+    # every trip name the same arrays, and a million copies of the views took memory and time
+    whole_views: dict = attrs.Factory(dict)

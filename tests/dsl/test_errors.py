@@ -222,6 +222,14 @@ def test_missing_import(tmp_path, monkeypatch):
     assert carets == "  " + "^" * len('import "lib/missing.mk";')
 
 
+@pytest.mark.parametrize("target", ["/dev/zero", "folder"])
+def test_an_import_of_what_is_not_a_file_is_refused_unread(tmp_path, monkeypatch, target):
+    # /dev/zero was read until memory ran out
+    (tmp_path / "folder").mkdir()
+    out = errors(f'import "{target}";\n', tmp_path, monkeypatch)
+    assert out.startswith(f"prog.mk:1:1: error: cannot read imported file '{target}': it is not a regular file")
+
+
 def test_syntax_error_in_imported_file(tmp_path, monkeypatch):
     out = errors('import "lib.mk";\n', tmp_path, monkeypatch, {"lib.mk": "param D = ;\n"})
     assert out.startswith("lib.mk:1:11: error: unexpected ';'; expected an expression")
