@@ -78,8 +78,14 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             if item.path.startswith(SHIPPED):
                 # The shipped library, wherever mkemu is installed: a program outside the
                 # checkout cannot reach it by a relative path.
-                target = (_shipped_root() / item.path[len(SHIPPED):]).resolve()
+                root = _shipped_root().resolve()
+                target = (root / item.path[len(SHIPPED):]).resolve()
                 target_name = str(target)
+                if not target.is_relative_to(root):   # (an absolute path, or one climbing out with ..)
+                    result.errors.append((item.span, f"'{SHIPPED}' names a file of the shipped programs, "
+                                                     f"relative to them (e.g. '{SHIPPED}lib/collectives.mk'); "
+                                                     f"'{item.path}' is outside them"))
+                    continue
             else:
                 target = (path.parent / item.path).resolve()
                 target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))

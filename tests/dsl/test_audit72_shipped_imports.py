@@ -37,3 +37,12 @@ def test_a_missing_shipped_file_names_where_it_looked(tmp_path):
     text = str(info.value)
     assert "p.mk:1:1: error: cannot find imported file 'mkemu:lib/nope.mk'" in text
     assert "lib/nope.mk)" in text and str(tmp_path) not in text.split("looked for")[1]
+
+
+@pytest.mark.parametrize("path", ["mkemu:/etc/hostname", "mkemu:../../x.mk", "mkemu:lib/../../x.mk"])
+def test_a_shipped_import_stays_among_the_shipped_programs(tmp_path, path):
+    # (an absolute path after the prefix replaced the shipped folder; '..' climbed out of it)
+    with pytest.raises(mkemu.MkemuError) as info:
+        mkemu.compile_source(f'import "{path}";\n', tmp_path / "p.mk", hw="test")
+    assert "p.mk:1:1: error: 'mkemu:' names a file of the shipped programs, relative to them" in str(info.value)
+    assert f"'{path}' is outside them" in str(info.value)
