@@ -329,7 +329,6 @@ class Core:
     def clear_in_flight(self) -> None:
         self.in_flight: list = []  # (safety.Entry, space), or None: a dropped entry's row not yet compacted
         self.dead_in_flight = 0    # ... how many are None
-        self.in_flight_rows: dict[int, list[int]] = {}   # DMA seq -> its live rows (source and destination)
         self.I[lp.H_NRACE] = 0
 
     def add_in_flight(self, entry, space: str) -> None:
@@ -341,50 +340,31 @@ class Core:
             self.races = np.concatenate([self.races, np.zeros_like(self.races)])
         self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, 0 if space == "vmem" else 1,
                          *entry.block)
-        self.in_flight_rows.setdefault(entry.dma.seq, []).append(n)
         self.I[lp.H_NRACE] = n + 1
 
-    def drop_in_flight(self, new: int, base: int, dropped) -> None:
-        """Drop the entries of the DMAs in mask `new` (bit seq - base: this core just
-        learnt they landed), calling dropped(entry) for each, in list order.
+    def drop_in_flight(self, known: int, base: int, dropped) -> None:
+        """Drop the entries of the DMAs in mask `known` (bit seq - base: this core knows
+        they landed), calling dropped(entry) for each, in list order.
 
-        The rows are found by DMA (`in_flight_rows`), not by scanning the list: a core
-        learns of one or two DMAs at a time and may have dozens in flight. A dropped
-        entry leaves a dead row (space -1: no scan matches it) in place, so the rows
-        need not move at every drop; once dead rows are at least 16 and as many as the
-        live ones, the live rows move up, in order."""
-        in_flight, races, rows_of = self.in_flight, self.races, self.in_flight_rows
-        gone: list[int] = []
-        if new.bit_count() > len(rows_of):
-            # (Learning many DMAs at once, by a barrier: walk the DMAs listed instead.)
-            for seq in [seq for seq in rows_of if new >> (seq - base) & 1]:
-                gone += rows_of.pop(seq)
-        else:
-            while new:
-                low = new & -new
-                new ^= low
-                rows = rows_of.pop(base + low.bit_length() - 1, None)
-                if rows:
-                    gone += rows
-        if not gone:
-            return
-        gone.sort()
-        for k in gone:
-            dropped(in_flight[k][0])
-            in_flight[k] = None
-            races[k, 3] = -1
-        dead = self.dead_in_flight + len(gone)
+        A dropped entry leaves a dead row (space -1: no scan matches it) in place, so
+        the rows need not move at every drop; once dead rows are at least 16 and as
+        many as the live ones, the live rows move up, in order."""
+        in_flight, races = self.in_flight, self.races
+        dead = self.dead_in_flight
+        for k, item in enumerate(in_flight):
+            if item is not None and known >> (item[0].dma.seq - base) & 1:
+                dropped(item[0])
+                in_flight[k] = None
+                races[k, 3] = -1
+                dead += 1
         if dead == len(in_flight):
             self.clear_in_flight()
             return
         if dead >= 16 and 2 * dead >= len(in_flight):
-            live = [k for k, item in enumerate(in_flight) if item is not None]
-            self.in_flight = [in_flight[k] for k in live]
-            races[:len(live)] = races[live]
-            self.I[lp.H_NRACE] = len(live)
-            rows_of.clear()
-            for k, (entry, _) in enumerate(self.in_flight):
-                rows_of.setdefault(entry.dma.seq, []).append(k)
+            rows = [k for k, item in enumerate(in_flight) if item is not None]
+            self.in_flight = [in_flight[k] for k in rows]
+            races[:len(rows)] = races[rows]
+            self.I[lp.H_NRACE] = len(rows)
             dead = 0
         self.dead_in_flight = dead
 

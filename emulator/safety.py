@@ -210,7 +210,7 @@ class Safety:
         mine |= new
         self.known[core.gid] = mine
         if core.in_flight:
-            core.drop_in_flight(new, self.base, self._unlisted)
+            core.drop_in_flight(mine, self.base, self._unlisted)
         issued = self.hbm_issued.get(core.gid)
         if issued:
             base, kept = self.base, []
