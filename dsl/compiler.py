@@ -188,7 +188,7 @@ class Arena:
 
 class KernelCompiler(TileLowering):
     def __init__(self, program: ir.Program, kernel: ir.Kernel, profile: HardwareProfile,
-                 source_text: dict[str, list[str]] | None = None):
+                 source_text: dict[str, list[str]]):
         self.program = program
         self.source_text = source_text
         self.kernel = kernel
@@ -1025,8 +1025,7 @@ class KernelCompiler(TileLowering):
                          f"({self.smem_top - self.smem_alloc_end()} bytes)")
         return Kernel(
             name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
-            source_text=(self.source_text if self.source_text is not None
-                         else {f: source_lines(t) for f, t in self.program.sources.items()}),
+            source_text=self.source_text,
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
             vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges)
 

@@ -17,6 +17,7 @@ import attrs
 from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
 from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
+from mkemu.shipped import programs_root
 
 SHIPPED = "mkemu:"   # `import "mkemu:lib/collectives.mk";`: a file of the installed mkemu.programs
 BOM = "\ufeff"   # the byte-order mark some editors write at the start of a UTF-8 file: not part of the program
@@ -78,7 +79,7 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             if item.path.startswith(SHIPPED):
                 # The shipped library, wherever mkemu is installed: a program outside the
                 # checkout cannot reach it by a relative path.
-                root = _shipped_root().resolve()
+                root = programs_root().resolve()
                 target = (root / item.path[len(SHIPPED):]).resolve()
                 target_name = str(target)
                 if not target.is_relative_to(root):   # (an absolute path, or one climbing out with ..)
@@ -132,13 +133,6 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
     visit(main_path, main_name, main_text.removeprefix(BOM))
     return result
-
-
-def _shipped_root() -> Path:
-    """The folder of the installed `mkemu.programs` package (programs/ in a checkout)."""
-    import mkemu.programs
-
-    return Path(mkemu.programs.__file__).parent
 
 
 def _display(path: Path, loaded: dict[Path, LoadedFile]) -> str:

@@ -190,9 +190,9 @@ class KernelCtx:
     unknown_wait: bool = False
     inline_id: int = 0
     host_arrays: list = attrs.Factory(list)
-    host_sites: dict = attrs.Factory(dict)
+    host_sites: dict = attrs.Factory(dict)       # host array name -> the declaration that made it
     host_members: set = attrs.Factory(set)      # host array names that are struct members
-    call_dependent: bool = False   # an fn checked alone needed a parameter's value at compile time   # host array name -> the declaration that made it
+    call_dependent: bool = False   # an fn checked alone needed a parameter's value at compile time
     launches: list = attrs.Factory(list)
     kernels: dict = attrs.Factory(dict)
     # (buffer, span) -> the view of all of it there, made once: a host loop's launches at
