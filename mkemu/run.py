@@ -114,8 +114,11 @@ def render_schedules(entries: list[dict]) -> str:
              if len(entries) > 1 else "schedules: 1 adversarial (late)"]
     for e in entries:
         name = e["schedule"] + (f" seed {e['seed']}" if e["schedule"] == "shuffle" else "")
-        detail = f": {e['detail']}" if e.get("detail") else ""
-        lines.append(f"  {name}: {e['outcome']}{detail}")
+        if e["outcome"] in ("fault", "deadlock") and e.get("detail"):
+            lines.append(f"  {name}: {e['detail']}")     # (it starts "fault [kind]": no need to say fault twice)
+        else:
+            detail = f": {e['detail']}" if e.get("detail") else ""
+            lines.append(f"  {name}: {e['outcome']}{detail}")
     return "\n".join(lines)
 
 

@@ -421,7 +421,7 @@ def test_schedules_report_every_run_that_faults_or_changes_bits(tmp_path, capsys
     assert code == 1
     lines = out.splitlines()
     i = lines.index("schedules: 3 adversarial (late, then shuffled with seeds 1..2)")
-    assert lines[i + 1].startswith("  late: fault: fault [race]")
+    assert lines[i + 1].startswith("  late: fault [race] at chip 0")     # (not "fault: fault [race]")
     assert "  shuffle seed 1: same" in lines and "  shuffle seed 2: same" in lines
     assert "source: " in out and "b = b + 1.0;" in out
     code, out, _ = _run_cli(capsys, fixed, "--schedules", "3")
