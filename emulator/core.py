@@ -329,6 +329,7 @@ class Core:
     def clear_in_flight(self) -> None:
         self.in_flight: list = []  # (safety.Entry, space), or None: a dropped entry's row not yet compacted
         self.dead_in_flight = 0    # ... how many are None
+        self.live_from = 0         # ... rows before this one are all None (DMAs mostly land oldest first)
         self.I[lp.H_NRACE] = 0
 
     def add_in_flight(self, entry, space: str) -> None:
@@ -348,10 +349,13 @@ class Core:
 
         A dropped entry leaves a dead row (space -1: no scan matches it) in place, so
         the rows need not move at every drop; once dead rows are at least 16 and as
-        many as the live ones, the live rows move up, in order."""
+        many as the live ones, the live rows move up, in order. The scan starts at the
+        first live row (DMAs mostly land oldest first, leaving dead rows in front)."""
         in_flight, races = self.in_flight, self.races
         dead = self.dead_in_flight
-        for k, item in enumerate(in_flight):
+        start = self.live_from
+        for k in range(start, len(in_flight)):
+            item = in_flight[k]
             if item is not None and known >> (item[0].dma.seq - base) & 1:
                 dropped(item[0])
                 in_flight[k] = None
@@ -361,12 +365,16 @@ class Core:
             self.clear_in_flight()
             return
         if dead >= 16 and 2 * dead >= len(in_flight):
-            rows = [k for k, item in enumerate(in_flight) if item is not None]
+            rows = [k for k in range(start, len(in_flight)) if in_flight[k] is not None]
             self.in_flight = [in_flight[k] for k in rows]
             races[:len(rows)] = races[rows]
             self.I[lp.H_NRACE] = len(rows)
-            dead = 0
+            dead = start = 0
+        else:
+            while in_flight[start] is None:     # (a live row remains: dead < len)
+                start += 1
         self.dead_in_flight = dead
+        self.live_from = start
 
     def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to") -> Trap:
         entry, space = self.in_flight[k]

@@ -100,9 +100,10 @@ class DmaMixin:
                                          "(every count must be positive)")
         src_space, dst_space = SPACES[ssp], SPACES[dsp]
         src_addr, dst_addr = s[src], s[dst]
-        src_range = block_span(src_addr, inner, n1, ss1, n2, ss2)
-        dst_range = block_span(dst_addr, inner, n1, ds1, n2, ds2)
-        extents = self.kernel.extents.get(core.pc)
+        src_range = _span(src_addr, inner, n1, ss1, n2, ss2)
+        dst_range = _span(dst_addr, inner, n1, ds1, n2, ds2)
+        pc = core.pc
+        extents = self.kernel.extents.get(pc)
         if extents:
             for extent, (lo, hi) in zip(extents, (src_range, dst_range)):
                 if extent is not None:
@@ -155,7 +156,7 @@ class DmaMixin:
         dma = Dma(seq=self.dma_count, src_core=core, dst_core=target, src_space=src_space,
                   dst_space=dst_space, dst_addr=dst_addr, shape=(inner, n1, ds1, n2, ds2), data=data,
                   size_bytes=size, sem=sem_id, rsem=rsem_id, resources=resources,
-                  latency_cycles=latency, issued_at=t, pc=core.pc, text=op.text,
+                  latency_cycles=latency, issued_at=t, pc=pc, text=op.text,
                   kernel=self.kernel, dst_range=dst_range,
                   src_range=src_range, cap=cap)
         if src_space == "hbm":
@@ -353,6 +354,13 @@ class DmaMixin:
 
     # -- faults and results --------------------------------------------------
 
+
+
+def _span(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[int, int]:
+    """`block_span`, with the common block (one plane of rows going up) done inline."""
+    if n2 == 1 and s1 >= 0:
+        return addr, addr + (n1 - 1) * s1 + inner
+    return block_span(addr, inner, n1, s1, n2, s2)
 
 
 def _check_extent(core: Core, extent, lo: int, hi: int) -> None:

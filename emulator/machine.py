@@ -356,8 +356,14 @@ class Machine(DmaMixin):
                     return
             op, issue = core.pending
             if issue > t:
-                self._push(issue, RESUME, core)
-                return
+                events = self.events
+                if (events and events[0][0] <= issue) or issue > self.config.max_cycles:
+                    self._push(issue, RESUME, core)
+                    return
+                # Nothing happens before the core's next global instruction: go on at
+                # once, as the event loop would after popping its resume next.
+                t = issue
+                self.now = max(self.now, issue)
             core.pending = None
             try:
                 core.retire(op, issue)    # (a Trap: the max-instructions guard of global instructions)

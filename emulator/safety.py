@@ -96,7 +96,8 @@ class Safety:
         in flight for the issuing core still writes those bytes (the descriptor read
         would be stale in one schedule and fresh in another)."""
         n = len(core.in_flight)
-        k = self.dma_conflict(core.races, n, 0, SPACE_CODES["smem"], False, addr, size, 1, 0, 1, 0) if n else -1
+        k = self.dma_conflict(core.races, n, core.live_from, SPACE_CODES["smem"], False, addr, size, 1, 0, 1,
+                              0) if n else -1
         if k >= 0:
             raise core.race_trap(k, addr, addr + size, "this DMA's descriptor at")
 
@@ -121,7 +122,7 @@ class Safety:
                 continue
             # A core's VMEM and SMEM lists are its `races` rows (compiled scan).
             n, code = len(owner.in_flight), SPACE_CODES[space]
-            k = self.dma_conflict(owner.races, n, 0, code, write, *block) if n else -1
+            k = self.dma_conflict(owner.races, n, owner.live_from, code, write, *block) if n else -1
             while k >= 0:
                 entry = owner.in_flight[k][0]
                 if not known >> (entry.dma.seq - base) & 1:
