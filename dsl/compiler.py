@@ -186,6 +186,22 @@ class Arena:
     masks: dict = attrs.Factory(dict)      # (rows, cols) key -> mask register (insertion = age)
 
 
+@attrs.frozen
+class Crossing:
+    """The first declaration (or statement, for temporaries and spills) that takes a
+    kernel past a capacity of its profile, for the error at it: `what` it is ("this sem
+    array of 8"), the kernel's `total` with it, and its `context` (an inlined fn's call)."""
+
+    span: SourceSpan
+    what: str
+    total: int
+    context: str = ""
+
+    def describe(self, unit: str, cap: int, profile: HardwareProfile) -> str:
+        return f"{self.what} brings the kernel to {self.total:,} {unit}; the profile '{profile.name}' has {cap:,}" \
+               f"{self.context}"
+
+
 class KernelCompiler(TileLowering):
     def __init__(self, program: ir.Program, kernel: ir.Kernel, profile: HardwareProfile,
                  source_text: dict[str, list[str]]):
@@ -223,6 +239,10 @@ class KernelCompiler(TileLowering):
         # VMEM: every vmem buffer and var tile, statically; then a stack of temporaries.
         self.vmem_addr: dict = {}
         self.alloc_lines: list[tuple[int, str, int]] = []
+        # (the first buffer, temporary or spill past the profile's VMEM / SMEM, for the
+        # capacity error: a kernel author fixes that declaration, not the kernel)
+        self.vmem_crossing: Crossing | None = None
+        self.smem_crossing: Crossing | None = None
         top = 0
         for buf in k.buffers:
             if buf.space in ("vmem", "var"):
@@ -232,6 +252,8 @@ class KernelCompiler(TileLowering):
                 self.alloc_lines.append((size, f"VMEM {top:#08x} {buf.name} {buf.dtype}[{rows},{cols}] "
                                                f"x {buf.slots or 1} ({size:,} bytes)", top))
                 top += layout.round_up(size, layout.ALIGN_BYTES)
+                if top > p.vmem_bytes and self.vmem_crossing is None:
+                    self.vmem_crossing = Crossing(buf.span, _declared(buf), top, buf.context)
         self.vmem_static = top
         self.vmem_top = top
         self.vmem_peak = top
@@ -257,6 +279,7 @@ class KernelCompiler(TileLowering):
         self.descs = descs
         self.desc_base = 4 * self.arg_words
         self.smem_addr: dict = {}
+        over_before = smem > p.smem_bytes         # (the argument block and descriptors: no declaration)
         for buf in k.buffers:
             if buf.space == "smem":
                 self.smem_addr[buf] = smem
@@ -264,21 +287,30 @@ class KernelCompiler(TileLowering):
                 self.alloc_lines.append((size, f"SMEM {smem:#08x} {buf.name} i32{list(buf.shape)} "
                                                f"x {buf.slots or 1} ({size:,} bytes)", 1 << 40))
                 smem += size
+                if smem > p.smem_bytes and not over_before and self.smem_crossing is None:
+                    self.smem_crossing = Crossing(buf.span, _declared(buf), smem, buf.context)
         self.smem_top = smem
         self.free_spills: list[int] = []
         # Semaphores: static ids, arrays contiguous.
         self.sem_base: dict = {}
         n = 0
+        crossing = None
         for sem in k.sems:
             self.sem_base[sem] = n
             n += sem.count or 1
-        if n > p.semaphores:
-            raise CompileError(k.span, f"kernel '{k.name}' uses {n} semaphores; the profile has {p.semaphores}")
+            if n > p.semaphores and crossing is None:
+                crossing = Crossing(sem.span, _declared(sem), n, sem.context)
+        if crossing is not None:
+            # At the declaration that crosses the limit; the first line is the kernel's total.
+            raise CompileError(crossing.span, f"kernel '{k.name}' uses {n} semaphores; the profile has "
+                                              f"{p.semaphores}\n" + crossing.describe("semaphores", p.semaphores, p))
 
     def vmem_push(self, size: int) -> int:
         addr = self.vmem_top
         self.vmem_top += layout.round_up(size, layout.ALIGN_BYTES)
         self.vmem_peak = max(self.vmem_peak, self.vmem_top)
+        if self.vmem_top > self.profile.vmem_bytes and self.vmem_crossing is None:
+            self.vmem_crossing = Crossing(self.span, "a temporary computed here", self.vmem_top)
         return addr
 
     def spill_slot(self) -> int:
@@ -286,6 +318,8 @@ class KernelCompiler(TileLowering):
             return self.free_spills.pop()
         addr = self.smem_top
         self.smem_top += 4
+        if self.smem_top > self.profile.smem_bytes and self.smem_crossing is None:
+            self.smem_crossing = Crossing(self.span, "a scalar spilled here", self.smem_top)
         return addr
 
     # -- emission ------------------------------------------------------------
@@ -900,20 +934,20 @@ class KernelCompiler(TileLowering):
 
     def stmt_For(self, s: ir.For) -> None:
         var = s.var
-        # The loop variable is an int32: a compile-time bound must fit, and stepping past
-        # the last value must not wrap (it would never reach the bound).
-        for bound in (s.start, s.stop):
-            if isinstance(bound, ir.Const) and not INT32_MIN <= bound.value <= INT32_MAX:
-                self.error(f"the loop bound {bound.value:,} does not fit in 32 bits (a loop variable is an "
-                           f"int32, {INT32_MIN:,}..{INT32_MAX:,})", bound.span)
-        if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const) and s.start.value < s.stop.value \
-                and s.stop.value - 1 - (s.stop.value - 1 - s.start.value) % s.step + s.step > INT32_MAX:
-            self.error(f"with step {s.step:,} the loop variable would pass {INT32_MAX:,} and wrap before it "
-                       f"reaches {s.stop.value:,}", s.stop.span)
+        self.check_loop_bounds(s)
+        # Stepping past the last value must not wrap around: the exit test `var + step <
+        # stop` is done as `var < stop` after the step, which a step of 1 cannot carry
+        # past int32 (var < stop), and neither can a larger one that stops well below it.
+        # A compile-time stop within a step of the limit is tested against stop - step
+        # before stepping instead (`guarded`); a run-time stop keeps the cheap test and
+        # the step checks, free of cycles, that it does not wrap (docs/language.md).
+        const_stop = isinstance(s.stop, ir.Const)
+        guarded = const_stop and not isinstance(s.start, ir.Const) and s.stop.value - 1 + s.step > INT32_MAX
+        checked = not const_stop and s.step > 1
         self.scopes.append([])
         kind, where = self.home(var)
         stop_home = None
-        if not isinstance(s.stop, ir.Const):
+        if not const_stop:
             # The bound is evaluated once, at loop entry.
             if len(self.free_sregs) > RESERVED_TEMPS:
                 stop_home = ("r", self.free_sregs.pop())
@@ -928,21 +962,28 @@ class KernelCompiler(TileLowering):
         self.assign(var, s.start)
         body_l, end_l = self.label("for_" + var.name), self.label("endfor_" + var.name)
         self.loop_test(var, s.stop, stop_home, "bge", end_l)
+        if guarded:
+            step_l = self.label("step_" + var.name)
+            self.emit("jmp", target=body_l)
+            self.place(step_l)
+            self.push_arena()
+            try:
+                self.loop_step(s, kind, where, None)
+            finally:
+                self.pop_arena()
         self.place(body_l)
         self.block(s.body)
         self.span = s.span
-        self.push_arena()
-        try:
-            if kind == "r":
-                self.emit("addi", sd=where, sa=where, imm=self.int32(s.step))
-            else:
-                t = self.tmp()
-                self.emit("lds", sd=t, off=where, sa=0)
-                self.emit("addi", sd=t, sa=t, imm=self.int32(s.step))
-                self.emit("sts", sb=t, off=where, sa=0)
-            self.loop_test(var, s.stop, stop_home, "blt", body_l)
-        finally:
-            self.pop_arena()
+        if guarded:
+            limit = ir.Const(s.stop.value - s.step, s.stop.span)
+            self.loop_test(var, limit, None, "blt", step_l)
+        else:
+            self.push_arena()
+            try:
+                self.loop_step(s, kind, where, self.wrap_check(s) if checked else None)
+                self.loop_test(var, s.stop, stop_home, "blt", body_l)
+            finally:
+                self.pop_arena()
         self.place(end_l)
         for v in self.scopes.pop():
             k, w = self.homes.pop(v)
@@ -950,17 +991,66 @@ class KernelCompiler(TileLowering):
         if stop_home is not None:
             (self.free_sregs if stop_home[0] == "r" else self.free_spills).append(stop_home[1])
 
+    def check_loop_bounds(self, s: ir.For) -> None:
+        """The loop variable is an int32: a compile-time bound must fit, and with both
+        bounds known, stepping past the last value must not pass the int32 limit."""
+        for bound in (s.start, s.stop):
+            if isinstance(bound, ir.Const) and not INT32_MIN <= bound.value <= INT32_MAX:
+                self.error(f"the loop bound {bound.value:,} does not fit in 32 bits (a loop variable is an "
+                           f"int32, {INT32_MIN:,}..{INT32_MAX:,})", bound.span)
+        if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const) and s.start.value < s.stop.value \
+                and s.stop.value - 1 - (s.stop.value - 1 - s.start.value) % s.step + s.step > INT32_MAX:
+            self.error(f"with step {s.step:,} the loop variable would pass {INT32_MAX:,} and wrap before it "
+                       f"reaches {s.stop.value:,}", s.stop.span)
+
+    def loop_step(self, s: ir.For, kind: str, where: int, check: RangeCheck | None) -> None:
+        """var += step, in the caller's arena (`check`: a RangeCheck of the value stepped
+        from; its register is filled in here)."""
+        if kind == "r":
+            self.emit("addi", sd=where, sa=where, imm=self.int32(s.step),
+                      check=None if check is None else attrs.evolve(check, reg=where))
+        else:
+            t = self.tmp()
+            self.emit("lds", sd=t, off=where, sa=0)
+            self.emit("addi", sd=t, sa=t, imm=self.int32(s.step),
+                      check=None if check is None else attrs.evolve(check, reg=t))
+            self.emit("sts", sb=t, off=where, sa=0)
+
+    def wrap_check(self, s: ir.For) -> RangeCheck:
+        """The step of a loop with a run-time stop must not carry the variable past int32:
+        it would wrap around below the stop and the loop would run on. A value the step
+        cannot pass without wrapping is one the loop ends at, so it faults there."""
+        name = s.var.name.rsplit(".", 1)[-1]
+        top = INT32_MAX - s.step + 1                      # the values that step without wrapping: < top
+        return RangeCheck(0, INT32_MIN, top,
+                          f"the loop variable '{name}' = {{value:,}} plus its step {s.step:,} passes "
+                          f"{INT32_MAX:,}, the largest int32, so the loop's exit test would see it wrap around "
+                          f"instead of reaching its run-time stop (with step {s.step:,}, keep the stop at most "
+                          f"{top:,})")
+
     def check_capacity(self, lines: list) -> None:
+        """One error for VMEM and SMEM past the profile: at the first declaration (or
+        statement) that crosses, the kernel's totals first (both memories named when both
+        are over), then what crossed."""
         k, p = self.kernel, self.profile
-        over = []       # (both memories named when both are over)
-        for space, used, cap in (("VMEM", self.vmem_peak, p.vmem_bytes), ("SMEM", self.smem_top, p.smem_bytes)):
+        over, crossed = [], []
+        for space, used, cap, crossing in (("VMEM", self.vmem_peak, p.vmem_bytes, self.vmem_crossing),
+                                           ("SMEM", self.smem_top, p.smem_bytes, self.smem_crossing)):
             if used > cap:
                 biggest = sorted(lines, key=lambda x: -x[0])
                 biggest = [l for _, l, _ in biggest if l.startswith(space)][:5]
                 over.append(f"{used:,} bytes of {space}, {used - cap:,} bytes more than the {cap:,} of profile "
                             f"'{p.name}'; largest buffers: " + "; ".join(biggest))
-        if over:
-            raise CompileError(k.span, f"kernel '{k.name}' needs " + ", and ".join(over))
+                if crossing is not None:
+                    crossed.append((crossing, crossing.describe(f"bytes of {space}", cap, p)))
+        if not over:
+            return
+        message = f"kernel '{k.name}' needs " + ", and ".join(over)
+        if not crossed:
+            raise CompileError(k.span, message)
+        (first, text), *rest = crossed
+        message += "\n" + text + "".join(f"\nand at {c.span}: {t}" for c, t in rest)
+        raise CompileError(first.span, message)
 
     def loop_test(self, var, stop, stop_home, mnem: str, target: Label) -> None:
         self.push_arena()
@@ -1034,6 +1124,16 @@ class KernelCompiler(TileLowering):
         for buf, addr in self.smem_addr.items():
             end = max(end, addr + layout.slot_stride(buf) * (buf.slots or 1))
         return end
+
+
+def _declared(entity: ir.Buffer | ir.Semaphore) -> str:
+    """A buffer or semaphore as its declaration makes it, for an error at that declaration."""
+    if isinstance(entity, ir.Semaphore):
+        return "this sem" if entity.count is None else f"this sem array of {entity.count:,}"
+    if entity.space == "var":
+        return "this var"
+    kind = f"{entity.space} buffer"
+    return f"this {kind}" if entity.slots is None else f"this {kind} array of {entity.slots:,}"
 
 
 def dma_parts(dma: ir.Dma) -> tuple[tuple[ir.Ref, ir.Ref, str | None], ...]:

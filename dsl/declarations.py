@@ -89,11 +89,12 @@ class Declarations:
         self.error(span, message)
         self.limits_hit[limit] = (key, self.errors[key])
 
-    def error_context(self) -> str:
+    def error_context(self, *notes: str) -> str:
         """Where an error in inlined code comes from: the fn call it is inlined at (the
         innermost), and the launch of a generic kernel's instance, whose values (the
-        generics) the error may depend on."""
-        frames = []
+        generics) the error may depend on; after `notes` (what made the thing, for the
+        `context` of a buffer or semaphore)."""
+        frames = list(notes)
         if self.inline_stack:
             fn, site = self.inline_stack[-1]
             frames.append(f"in fn '{fn}' inlined at {site}")
@@ -398,7 +399,7 @@ class Declarations:
         self.const_value(node.name, b.entity)
         return self.dtype_consts.get(node.name)
 
-    def mem_type(self, t: ast.MemType, scope, name: str, role: str) -> ir.Buffer | None:
+    def mem_type(self, t: ast.MemType, scope, name: str, role: str, context: str = "") -> ir.Buffer | None:
         dtype = self.resolve_dtype(t.dtype, scope)
         if dtype is None:
             return None
@@ -423,5 +424,5 @@ class Declarations:
                 return None
         if shape is None:
             return None
-        return ir.Buffer(name, t.space, dtype, shape, slots, t.span, role)
+        return ir.Buffer(name, t.space, dtype, shape, slots, t.span, role, context)
 

@@ -41,6 +41,9 @@ class Buffer:
     `slots` is None for a single buffer, N for an array of N equal buffers (`w[2]`).
     role: "param" (kernel HBM parameter), "local" (kernel/fn local),
     "input" / "output" / "scratch" (host-level HBM arrays).
+    `context`: what made a local one whose `span` alone does not say, as the front end's
+    errors put it (" (in fn 'f' inlined at t.mk:9:5)", a pipeline's slots, a struct
+    instance's member), for the back end's errors at its declaration.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Buffer:
     slots: int | None
     span: SourceSpan
     role: str = "local"
+    context: str = ""
 
     @property
     def slot_bytes(self) -> int:
@@ -62,11 +66,13 @@ class Buffer:
 
 @attrs.frozen(eq=False)
 class Semaphore:
-    """A semaphore, or an array of `count` semaphores (count None: a single one)."""
+    """A semaphore, or an array of `count` semaphores (count None: a single one).
+    `context`: as for a `Buffer`."""
 
     name: str
     count: int | None
     span: SourceSpan
+    context: str = ""
 
 
 @attrs.frozen(eq=False)

@@ -182,11 +182,13 @@ class Pipe:
         if st.via is None:
             depth = depth or 2
             space = (tile.first if isinstance(tile, ViewChoice) else tile).buffer.space
+            made = c.error_context(f"the slots of pipeline stream '{st.name}'")
             buf = ir.Buffer(c.unique(st.name), "vmem" if space == "hbm" else space,
-                            tile.dtype, tile.shape, depth, st.span, "local")
+                            tile.dtype, tile.shape, depth, st.span, "local", made)
             if buf.space == "smem" and buf.dtype != "i32":
-                buf = ir.Buffer(buf.name, "vmem", buf.dtype, buf.shape, depth, st.span, "local")
-            sems = ir.Semaphore(c.unique(f"{st.name}.sem"), depth, st.span)
+                buf = ir.Buffer(buf.name, "vmem", buf.dtype, buf.shape, depth, st.span, "local", made)
+            sems = ir.Semaphore(c.unique(f"{st.name}.sem"), depth, st.span,
+                                c.error_context(f"the semaphores of pipeline stream '{st.name}'"))
             c.ctx.buffers.append(buf)
             c.ctx.sems.append(sems)
             return buf, sems

@@ -109,7 +109,8 @@ class Statements(Expressions):
             self.error(s.span, "kernels cannot allocate HBM; pass an HBM array as a parameter")
             return
         t = ast.MemType(s.space, s.dtype, s.dims, s.slots, s.span)
-        buf = self.mem_type(t, scope, self.unique(s.name), "scratch" if host else "local")
+        buf = self.mem_type(t, scope, self.unique(s.name), "scratch" if host else "local",
+                            "" if host else self.error_context())
         self.define(scope, s.name, buf if buf is not None else POISON, s.name_span, "buffer")
         if buf is not None:
             (self.ctx.host_arrays if host else self.ctx.buffers).append(buf)
@@ -121,7 +122,7 @@ class Statements(Expressions):
             if count is None:
                 self.define(scope, s.name, POISON, s.name_span, "semaphore")
                 return
-        sem = ir.Semaphore(self.unique(s.name), count, s.span)
+        sem = ir.Semaphore(self.unique(s.name), count, s.span, self.error_context())
         self.ctx.sems.append(sem)
         self.define(scope, s.name, sem, s.name_span, "semaphore")
 
@@ -153,7 +154,7 @@ class Statements(Expressions):
         if shape is None:
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
-        buf = ir.Buffer(self.unique(s.name), "var", dtype, shape, None, t.span, "local")
+        buf = ir.Buffer(self.unique(s.name), "var", dtype, shape, None, t.span, "local", self.error_context())
         self.ctx.buffers.append(buf)
         self.define(scope, s.name, buf, s.name_span, "variable")
         if s.init is not None:

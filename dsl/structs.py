@@ -40,9 +40,10 @@ class Structs(Statements):
         return b.entity if b is not None and isinstance(b.entity, ast.StructDecl) else None
 
     def instantiate(self, decl: ast.StructDecl, naming, role: str, spaces: tuple[str, ...], site,
-                    where: str):
-        """A StructVal with a fresh entity per member (`naming(member)` names them), or
-        POISON; a member whose space is not in `spaces` is an error at `site`."""
+                    where: str, made=lambda member: ""):
+        """A StructVal with a fresh entity per member (`naming(member)` names them, and
+        `made(member)` is its `context`), or POISON; a member whose space is not in `spaces`
+        is an error at `site`."""
         members: dict[str, object] = {}
         ok = True
         for m in decl.members:
@@ -70,9 +71,9 @@ class Structs(Statements):
                     if count is None:
                         ok = False
                         continue
-                members[m.name] = ir.Semaphore(naming(m.name), count, m.span)
+                members[m.name] = ir.Semaphore(naming(m.name), count, m.span, made(m.name))
             else:
-                buf = self.mem_type(m.type, self.globals, naming(m.name), role)
+                buf = self.mem_type(m.type, self.globals, naming(m.name), role, made(m.name))
                 if buf is None:
                     ok = False
                     continue
@@ -106,8 +107,11 @@ class Structs(Statements):
                                f"`hbm {s.name}: {decl.name};`")
             self.define(scope, s.name, POISON, s.name_span, "let binding")
             return
+        # (a member's span is in the struct: its context names the instance)
         inst = self.instantiate(decl, lambda m: self.unique(f"{s.name}.{m}"), "local", KERNEL_SPACES, call.span,
-                                "kernels cannot allocate HBM; make the instance in the host and pass it")
+                                "kernels cannot allocate HBM; make the instance in the host and pass it",
+                                lambda m: self.error_context(f"member '{m}' of '{s.name}', the instance of struct "
+                                                             f"'{decl.name}' made at {call.span}"))
         if inst is not POISON:
             for entity in inst.members.values():
                 (self.ctx.sems if isinstance(entity, ir.Semaphore) else self.ctx.buffers).append(entity)

@@ -494,7 +494,10 @@ kernel k(x: hbm f32[8, 128]) {
     text = info.value.render()
     assert "needs 8,392,704 bytes of VMEM, 4,198,400 bytes more than the 4,194,304" in text
     assert "largest buffers: " in text and "VMEM 0x400000 huge bf16[1024,1024] x 2" in text
-    assert text.startswith("t.mk:2:1: error:")
+    # (at the first buffer past the profile: `big` fills VMEM exactly, `huge` goes over)
+    assert text.startswith("t.mk:4:5: error:")
+    assert "\nthis vmem buffer array of 2 brings the kernel to 8,388,608 bytes of VMEM; the profile 'test' " \
+           "has 4,194,304\n" in text
 
 
 def test_vmem_and_smem_both_over_capacity_are_named_in_one_error():
