@@ -474,7 +474,7 @@ fn cl_rows(x: vmem f32[xrows, cols], y: vmem f32[yrows, cols], xrows: i32, yrows
 // participant p sends rows [d*cap, d*cap + cnt[d]) of x to participant d, where they
 // land at rows [p*cap, p*cap + cnt[d]) of d's y; rcnt[s] becomes the number of rows
 // participant s sent. Rows of y past the received counts and entries of rcnt from P
-// on are not written. Needs 0 <= cnt[d] <= cap.
+// on are not written. Needs 0 <= cnt[d] <= cap, unchecked (all_to_all_checked checks).
 // Order: every participant first tells all others that its y and rcnt may be
 // written; then it sends count and rows to p+1, p+2, ... (staggered, so at any moment
 // the participants send to different destinations), one DMA per power of two in the
@@ -522,4 +522,26 @@ fn all_to_all(x: vmem f32[maxp * cap, cols], y: vmem f32[maxp * cap, cols],
     wait(rows_arrived, rows_in * cols * 4);
     wait(count_sent, 4 * (parts - 1));
     wait(rows_sent, rows_out * cols * 4);
+}
+
+// all_to_all after a check of this participant's counts: stop here, with a deadlock
+// report naming every core (those with a bad count at this line, the others waiting
+// for their "ready" in all_to_all), unless 0 <= cnt[d] <= cap for every participant d.
+// all_to_all itself does not check: a count out of range ends in a fault far from
+// its cause, or in none (docs/collectives.md, All-to-all). One more semaphore (7) and
+// a few instructions per participant.
+fn all_to_all_checked(x: vmem f32[maxp * cap, cols], y: vmem f32[maxp * cap, cols],
+                      cnt: smem i32[maxp], rcnt: smem i32[maxp], maxp: i32, cap: i32, cols: i32) {
+    sem counts_ok;
+    var counts_bad: i32 = 0;
+    for peer_no in 0..min(num_chips() * num_cores(), maxp) {
+        if cnt[peer_no] < 0 || cnt[peer_no] > cap {
+            counts_bad = 1;
+        }
+    }
+    if counts_bad == 0 {
+        signal(counts_ok, 1);
+    }
+    wait(counts_ok, 1);     // stuck here? a count cnt[d] is outside 0 .. cap
+    all_to_all(x, y, cnt, rcnt, maxp, cap, cols);
 }
