@@ -673,9 +673,12 @@ class KernelCompiler(TileLowering):
             if live and dim is not None and length > n:
                 self.error(f"a window of {length} is longer than dimension {dim} of '{buf.name}' (size {n}): "
                            "no start fits", ref.span)
-            check = (self.index_check(buf, part, dim, live[0][1], k, length, n)
-                     if len(live) == 1 and not self.in_select else None)
-            terms += [(e, c * stride, check) for e, c in live]
+            if len(live) == 1 and not self.in_select:
+                terms.append((live[0][0], live[0][1] * stride, self.index_check(buf, part, dim, live[0][1], k,
+                                                                                length, n)))
+            else:
+                terms += [(e, c * stride, None if wide or self.in_select else self.term_check(buf, dim, c * stride))
+                          for e, c in live]
         d = ".d" if wide else ""
         for expr, stride, check in terms:
             r = self.sval(expr)
@@ -741,6 +744,26 @@ class KernelCompiler(TileLowering):
             if length > 1:
                 what += f": a window of {length} from it would leave the dimension"
         return RangeCheck(0, lo, hi, what, kind="out-of-bounds", scale=coeff, offset=k)
+
+    def term_check(self, buf: ir.Buffer, dim: int | None, scale: int) -> RangeCheck | None:
+        """The check of one term of a VMEM or SMEM view's start of several run-time terms
+        (`x[i + j, :]`), which is checked only against the whole buffer: scaled to bytes,
+        in 32 bits, the term must not wrap around, or the terms' sum could land back inside
+        the buffer though the index leaves it. (HBM addresses are 64-bit.) As a range of
+        the term's value; None where no int32 value can wrap."""
+        a = abs(scale)
+        if a <= 1:
+            return None
+        lo, hi = (-(2**31 // a), INT32_MAX // a + 1) if scale > 0 else (-(INT32_MAX // a), 2**31 // a + 1)
+        where = "the slot" if dim is None else f"dimension {dim}"
+        shape = ", ".join(map(str, buf.shape))
+        slots = f"[{buf.slots}]" if buf.slots else ""
+        name = f"'{buf.name}' ({buf.dtype}{slots}[{shape}])"
+        return RangeCheck(0, lo, hi, f"the start in {where} of {name} has a run-time term "
+                                     f"{{value:,}} that, times its step of {scale:,} bytes, does not fit in 32 "
+                                     "bits: the address would wrap around (a start of several run-time terms is "
+                                     "checked against the whole buffer, and a wrapped address may land inside "
+                                     f"it); such a term must lie in {lo:,}..{hi - 1:,}", kind="out-of-bounds")
 
     def stride_imm(self, stride: int, buf: ir.Buffer) -> int:
         if not INT32_MIN <= stride <= INT32_MAX:
