@@ -665,6 +665,7 @@ class KernelCompiler(TileLowering):
         indices += [(expr, stride, n, size or 1, dim)
                     for dim, (expr, stride, n, size) in enumerate(zip(ref.offsets, strides, shape, ref.sizes))]
         terms: list = []
+        several: list = []    # (term, dimension) of the VMEM and SMEM starts of several run-time terms
         for expr, stride, n, length, dim in indices:
             index_terms: list = []
             k = _affine(expr, 1, index_terms)
@@ -677,8 +678,12 @@ class KernelCompiler(TileLowering):
                 terms.append((live[0][0], live[0][1] * stride, self.index_check(buf, part, dim, live[0][1], k,
                                                                                 length, n)))
             else:
-                terms += [(e, c * stride, None if wide or self.in_select else self.term_check(buf, dim, c * stride))
-                          for e, c in live]
+                if not wide and not self.in_select:
+                    several += [(len(terms) + i, dim) for i in range(len(live))]
+                terms += [(e, c * stride, None) for e, c in live]
+        for i, dim in several:
+            e, scale, _ = terms[i]
+            terms[i] = (e, scale, self.term_check(buf, dim, scale, len(several)))
         d = ".d" if wide else ""
         for expr, stride, check in terms:
             r = self.sval(expr)
@@ -745,25 +750,30 @@ class KernelCompiler(TileLowering):
                 what += f": a window of {length} from it would leave the dimension"
         return RangeCheck(0, lo, hi, what, kind="out-of-bounds", scale=coeff, offset=k)
 
-    def term_check(self, buf: ir.Buffer, dim: int | None, scale: int) -> RangeCheck | None:
-        """The check of one term of a VMEM or SMEM view's start of several run-time terms
-        (`x[i + j, :]`), which is checked only against the whole buffer: scaled to bytes,
-        in 32 bits, the term must not wrap around, or the terms' sum could land back inside
-        the buffer though the index leaves it. (HBM addresses are 64-bit.) As a range of
-        the term's value; None where no int32 value can wrap."""
+    def term_check(self, buf: ir.Buffer, dim: int | None, scale: int, count: int) -> RangeCheck | None:
+        """The check of one of the `count` terms of a VMEM or SMEM view's starts of several
+        run-time terms (`x[i + j, :]`), which are checked against the whole buffer only:
+        the address is summed in 32 bits, and a sum that wraps around may land back inside
+        the buffer. So each such term, in bytes, stays within an equal share of what the
+        address may add to a memory's bytes without wrapping (HBM addresses are 64-bit;
+        the other terms are in their dimensions). As a range of the term's value; None
+        where no int32 value can go past it."""
+        memory = self.profile.vmem_bytes if _space(buf) == "vmem" else self.profile.smem_bytes
+        share = (INT32_MAX - 2 * memory) // count           # bytes, each way
         a = abs(scale)
-        if a <= 1:
+        lo, hi = -(share // a), share // a + 1
+        if lo <= INT32_MIN and hi > INT32_MAX:
             return None
-        lo, hi = (-(2**31 // a), INT32_MAX // a + 1) if scale > 0 else (-(INT32_MAX // a), 2**31 // a + 1)
         where = "the slot" if dim is None else f"dimension {dim}"
         shape = ", ".join(map(str, buf.shape))
         slots = f"[{buf.slots}]" if buf.slots else ""
         name = f"'{buf.name}' ({buf.dtype}{slots}[{shape}])"
-        return RangeCheck(0, lo, hi, f"the start in {where} of {name} has a run-time term "
-                                     f"{{value:,}} that, times its step of {scale:,} bytes, does not fit in 32 "
-                                     "bits: the address would wrap around (a start of several run-time terms is "
-                                     "checked against the whole buffer, and a wrapped address may land inside "
-                                     f"it); such a term must lie in {lo:,}..{hi - 1:,}", kind="out-of-bounds")
+        return RangeCheck(0, lo, hi, f"the start in {where} of {name} has a run-time term {{value:,}} that, "
+                                     f"times its step of {scale:,} bytes, is past the {share:,} bytes each of the "
+                                     f"view's {count} run-time terms may add: the 32-bit address could wrap "
+                                     "around (a start of several run-time terms is checked against the whole "
+                                     "buffer, and a wrapped address may land inside it); such a term must lie "
+                                     f"in {lo:,}..{hi - 1:,}", kind="out-of-bounds")
 
     def stride_imm(self, stride: int, buf: ir.Buffer) -> int:
         if not INT32_MIN <= stride <= INT32_MAX:

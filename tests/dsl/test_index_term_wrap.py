@@ -2,7 +2,8 @@
 whole buffer only (docs/safety.md, `out-of-bounds` (buffer)). Each term is scaled to bytes
 in 32-bit arithmetic, so a term past 2^31 bytes wrapped around and the sum could land back
 inside the buffer: i = 2^23, j = 2^23 + 3 over rows of 512 bytes read row 3, silently.
-Each such term of a VMEM or SMEM view is now checked, free of cycles, not to wrap."""
+Each such term of a VMEM or SMEM view is now checked, free of cycles, to stay within an
+equal share of what the 32-bit address can add without wrapping."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 import mkemu
 from mkemu.errors import EmulatorFault
+from mkemu.isa.hardware import load_profile
 
 SOURCE = """
 kernel k(n: hbm i32[1, 8], x: hbm f32[8, 128], out: hbm f32[8, 128]) {
@@ -52,15 +54,26 @@ def test_an_index_past_the_buffer_faults_as_before():
     assert "is outside buffer 'a' (f32[8, 128]" in info.value.message and "index [9, 0]" in info.value.message
 
 
-@pytest.mark.parametrize("i, j", [(2**23, 2**23 + 3), (2**23 + 3, 2**23), (-(2**23) - 1, 3)])
-def test_a_term_whose_byte_offset_wraps_faults_at_its_scaling(i, j):
+@pytest.mark.parametrize("i, j", [
+    (2**23, 2**23 + 3),            # each term wraps: 2^32 + 3 * 512 bytes
+    (2**23 + 3, 2**23),
+    (-(2**23) - 1, 3),
+    (-(2**22), -(2**22) + 3),      # each term fits in 32 bits, their sum -2^32 + 3 * 512 wraps
+])
+def test_a_term_whose_byte_offset_could_wrap_faults_at_its_scaling(i, j):
     with pytest.raises(EmulatorFault) as info:
         run(i, j)
     fault = info.value
     assert fault.kind == "out-of-bounds"
-    wrapping = i if not -(2**22) <= i < 2**22 else j
-    assert (f"the start in dimension 0 of 'a' (f32[8, 128]) has a run-time term {wrapping:,} that, times its "
-            "step of 512 bytes, does not fit in 32 bits") in fault.message
-    assert "must lie in -4,194,304..4,194,303" in fault.message
+    # each of the 2 terms may add (2^31 - 1 - 2 * VMEM) // 2 bytes, VMEM of the test profile
+    share = (2**31 - 1 - 2 * load_profile("test").vmem_bytes) // 2
+    assert (f"the start in dimension 0 of 'a' (f32[8, 128]) has a run-time term {i:,} that, times its step of "
+            f"512 bytes, is past the {share:,} bytes each of the view's 2 run-time terms may add") in fault.message
+    assert f"must lie in {-(share // 512):,}..{share // 512:,}" in fault.message
     assert fault.instruction.startswith("shli") and "a[i + j +: 1, :]" in fault.source
 
+
+def test_large_terms_that_stay_in_their_share_run():
+    # 2^20 and -(2^20) + 3 rows: large, within the share, summing to row 3
+    out = run(2**20, -(2**20) + 3).output("out")
+    assert out[0].tobytes() == X[3].tobytes()

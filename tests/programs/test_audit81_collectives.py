@@ -225,7 +225,7 @@ def test_a_count_whose_row_address_wraps_faults_out_of_bounds(tmp_path):
     with pytest.raises(mkemu.errors.EmulatorFault) as info:
         kernel(**a2a_inputs(kernel, with_count(1, 0, 0, 2 ** 24 + 1)))
     fault = info.value
-    assert fault.kind == "out-of-bounds" and "does not fit in 32 bits" in fault.message
+    assert fault.kind == "out-of-bounds" and "the 32-bit address could wrap around" in fault.message
     assert "collectives.mk" in fault.source and "start copy(x[src + off +: piece, :]" in fault.source
     assert "would wrap faults `out-of-bounds` at the copy (2^24 + 1 rows" in " ".join(DOC.split())
 
