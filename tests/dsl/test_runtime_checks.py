@@ -258,7 +258,9 @@ def test_the_checks_cost_no_cycles(program, access, r):
     checked = kernel(**inputs)
     compiled = kernel.program
     assert any(k.extents for k in compiled.kernels.values())
-    assert any(k.ranges for k in compiled.kernels.values()) == (program is DIMS)
+    # (range checks: the per-dimension ones of DIMS, and in PROGRAM those of the terms of
+    # `r + q`, which may not add enough to wrap the address around)
+    assert any(k.ranges for k in compiled.kernels.values())
     kernel.program = attrs.evolve(compiled, kernels={
         name: attrs.evolve(k, extents={}, ranges={}) for name, k in compiled.kernels.items()})
     unchecked = kernel(**inputs)
