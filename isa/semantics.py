@@ -106,49 +106,50 @@ def irem(a, b):
 
 # --- float32 elements -----------------------------------------------------------
 
+# The element helpers below are branch-free (each side computed, then one picked):
+# an early return stops LLVM vectorising the loop over a register that calls them.
+
 @jitable
 def f32_max(a, b):
     """`numerics.f32_max` for one element: max(+0, -0) = +0; a NaN operand gives a's
-    NaN if a is NaN, else b's."""
-    if a != a:
-        return a
-    if b != b:
-        return b
-    if a > b or (a == b and math.copysign(1.0, a) > 0):
-        return a
-    return b
+    NaN if a is NaN, else b's (its bits unchanged). (A NaN compares false: b is taken
+    unless a is NaN; of equal values a is taken unless its sign bit is set.)"""
+    take_a = (a > b) | ((a == b) & (np.float32(a).view(np.int32) >= 0)) | (a != a)
+    return a if take_a else b
 
 
 @jitable
 def f32_min(a, b):
     """`numerics.f32_min` for one element: min(+0, -0) = -0, NaN as in f32_max."""
-    if a != a:
-        return a
-    if b != b:
-        return b
-    if a < b or (a == b and math.copysign(1.0, a) < 0):
-        return a
-    return b
+    take_a = (a < b) | ((a == b) & (np.float32(a).view(np.int32) < 0)) | (a != a)
+    return a if take_a else b
 
 
 @jitable
 def bf16_round_bits(bits):
-    """`numerics.bf16_round` on float32 bits (uint32 in, uint32 out)."""
+    """`numerics.bf16_round` on float32 bits (uint32 in, uint32 out): a NaN becomes the
+    quiet NaN of its sign, anything else rounds to nearest even (the magnitude is
+    rounded, so no sum wraps around 32 bits, even for the NaNs whose rounding is thrown
+    away)."""
     bits = np.uint32(bits)
-    if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-        return np.uint32(((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16))
-    rounded = ((bits >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF) + bits
-    return np.uint32(rounded & np.uint32(0xFFFF0000))
+    mag = bits & np.uint32(0x7FFFFFFF)
+    nan = ((bits >> np.uint32(16)) & np.uint32(0x8000) | np.uint32(0x7FC0)) << np.uint32(16)
+    lsb = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded = ((mag + lsb + np.uint32(0x7FFF)) & np.uint32(0x7FFF0000)) | (bits & np.uint32(0x80000000))
+    return nan if mag > np.uint32(0x7F800000) else rounded
 
 
 @jitable
 def f32_to_i32(x):
-    """float32 -> int32 truncating toward zero, saturating; NaN -> 0."""
-    x64 = np.float64(x)
-    if x64 != x64:
-        return 0
-    x64 = min(max(x64, -2147483648.0), 2147483647.0)
-    return int(x64)
+    """float32 -> int32 truncating toward zero, saturating; NaN -> 0. In float32:
+    every float32 below 2^31 truncates to an int32 exactly, 2147483520 is the largest
+    of them, -2^31 the smallest int32."""
+    x = np.float32(x)
+    xs = x if x == x else np.float32(0.0)
+    xs = xs if xs > np.float32(-2147483648.0) else np.float32(-2147483648.0)
+    xs = xs if xs < np.float32(2147483520.0) else np.float32(2147483520.0)
+    r = np.int32(xs)
+    return np.int32(2147483647) if x >= np.float32(2147483648.0) else r
 
 
 @jitable
@@ -167,20 +168,22 @@ _LN2_LO = float(Fraction(6931471805599453094172321214581765680755, 10**40) - Fra
 _LOG2E = float(1 / Fraction(6931471805599453094172321214581765680755, 10**40))
 _SQRT_HALF = math.sqrt(0.5)
 _INF = math.inf
-_POW2 = np.array([math.ldexp(1.0, k) for k in range(-1021, 201)])   # exact powers of two
 
+
+# Like the element helpers above, these compute every case and pick one at the end
+# (no early return), so that the loops over a register calling them vectorise.
 
 @jitable
 def _scale2(m, k):
     """m * 2^k for m in [0.7, 1.42] (1 + expm1 of a reduced argument), as `math.ldexp`
     gives it wherever a float32 result can tell: exact while m * 2^k is a normal float64;
     below that the value rounds to float32 zero, above 2^200 to infinity, either way.
-    A table instead of libm's ldexp, which costs more than the rest of exp."""
-    if k < -1021:
-        return 0.0
-    if k > 200:
-        return _INF
-    return m * _POW2[k + 1021]
+    The power of two, exact, is built from its bits: libm's ldexp costs more than the
+    rest of exp, and a table of them needs a gather in a vectorised loop."""
+    kc = min(max(k, -1021), 200)
+    v = m * np.int64((kc + 1023) << 52).view(np.float64)
+    v = 0.0 if k < -1021 else v
+    return _INF if k > 200 else v
 
 
 @jitable
@@ -193,28 +196,40 @@ def _expm1_small(r):
 
 @jitable
 def _exp_f64(t):
-    if t != t:
-        return t
-    tc = min(max(t, -1500.0), 1500.0)
+    nan = t != t
+    tc = min(max(0.0 if nan else t, -1500.0), 1500.0)
     k = np.rint(tc * _LOG2E)
     r = (tc - k * _LN2_HI) - k * _LN2_LO
-    return _scale2(1.0 + _expm1_small(r), int(k))
+    v = _scale2(1.0 + _expm1_small(r), int(k))
+    return t if nan else v
 
 
 @jitable
 def _expm1_f64(t):
-    if abs(t) <= 0.34:
-        return _expm1_small(t)
-    return _exp_f64(t) - 1.0
+    """expm1: the series itself for |t| <= 0.34, else exp(t) - 1. (One series, on t or
+    on exp's reduced argument: evaluating both and picking one does not vectorise.)"""
+    nan = t != t
+    small = abs(t) <= 0.34
+    tc = min(max(0.0 if nan else t, -1500.0), 1500.0)
+    k = np.rint(tc * _LOG2E)
+    r = (tc - k * _LN2_HI) - k * _LN2_LO
+    p = _expm1_small(t if small else r)
+    big = _scale2(1.0 + p, int(k))
+    big = t if nan else big
+    return p if small else big - 1.0
 
 
 @jitable
 def _log_m(x):
-    """(e, log(m)) for finite x > 0 with x = m 2^e, m in [sqrt(1/2), sqrt(2))."""
-    m, e = math.frexp(x)
-    if m < _SQRT_HALF:
-        m = m * 2.0
-        e = e - 1
+    """(e, log(m)) for finite x > 0 with x = m 2^e, m in [sqrt(1/2), sqrt(2)). (m and e
+    from x's bits, as `math.frexp` gives them for a normal float64, which any float32
+    is: frexp is a call to libm, which stops the loop over a register vectorising.)"""
+    bits = np.float64(x).view(np.int64)
+    e = ((bits >> 52) & 0x7FF) - 1022
+    m = np.int64((bits & 0x000FFFFFFFFFFFFF) | (1022 << 52)).view(np.float64)
+    low = m < _SQRT_HALF
+    m = m * 2.0 if low else m
+    e = e - 1 if low else e
     f = m - 1.0
     s = f / (2.0 + f)
     z = s * s
@@ -228,13 +243,9 @@ def _log_m(x):
 def _log_special(x):
     """log's value where it is fixed: NaN and x < 0 -> NaN, 0 -> -inf, +inf -> +inf;
     0.5 (not a possible log value) marks "finite x > 0: compute it"."""
-    if x != x or x < 0.0:
-        return math.nan
-    if x == 0.0:
-        return -_INF
-    if x == _INF:
-        return _INF
-    return 0.5
+    r = _INF if x == _INF else 0.5
+    r = -_INF if x == 0.0 else r
+    return math.nan if (x != x) | (x < 0.0) else r
 
 
 @jitable
@@ -250,39 +261,37 @@ def _sigmoid_f64(x):
 
 @jitable
 def exp_f32(x):
-    if x != x:
-        return x + x
-    return np.float32(_exp_f64(np.float64(x)))
+    y = np.float32(_exp_f64(np.float64(x)))
+    return x + x if x != x else y
 
 
 @jitable
 def exp2_f32(x):
-    if x != x:
-        return x + x
     x64 = np.float64(x)
-    xc = min(max(x64, -1500.0), 1500.0)
+    xc = min(max(0.0 if x != x else x64, -1500.0), 1500.0)
     k = np.rint(xc)
-    return np.float32(_scale2(1.0 + _expm1_small((xc - k) * _LN2), int(k)))
+    y = np.float32(_scale2(1.0 + _expm1_small((xc - k) * _LN2), int(k)))
+    return x + x if x != x else y
 
+
+# (log of 1.0 stands in for the special values, whose log is not computed but fixed)
 
 @jitable
 def log_f32(x):
     x64 = np.float64(x)
     special = _log_special(x64)
-    if special != 0.5:
-        return np.float32(special)
-    e, lm = _log_m(x64)
-    return np.float32(e * _LN2 + lm)
+    e, lm = _log_m(x64 if special == 0.5 else 1.0)
+    y = np.float32(e * _LN2 + lm)
+    return np.float32(special) if special != 0.5 else y
 
 
 @jitable
 def log2_f32(x):
     x64 = np.float64(x)
     special = _log_special(x64)
-    if special != 0.5:
-        return np.float32(special)
-    e, lm = _log_m(x64)
-    return np.float32(e + lm * _LOG2E)
+    e, lm = _log_m(x64 if special == 0.5 else 1.0)
+    y = np.float32(e + lm * _LOG2E)
+    return np.float32(special) if special != 0.5 else y
 
 
 @jitable
@@ -310,11 +319,8 @@ def sigmoid_f32(x):
 def silu_f32(x):
     x64 = np.float64(x)
     y = np.float32(x64 * _sigmoid_f64(x64))
-    if x64 == -_INF:
-        y = np.float32(-0.0)
-    if x != x:
-        y = x + x
-    return y
+    y = np.float32(-0.0) if x64 == -_INF else y
+    return x + x if x != x else y
 
 
 @jitable
@@ -325,10 +331,11 @@ def tanh_f32(x):
 
 
 def _row_of(fn):
-    """A compiled loop applying fn to every element of a vector register."""
+    """A compiled loop applying fn to every element of a vector register (from a copy
+    when vd == va: LLVM vectorises the loop only for rows that do not overlap)."""
     @compiled
     def row(VF, vd, va):
-        src = VF[va].copy()
+        src = VF[va].copy() if vd == va else VF[va]
         dst = VF[vd]
         for i in range(TILE):
             dst[i] = fn(src[i])
@@ -344,120 +351,174 @@ sigmoid_row, tanh_row, silu_row = (_row_of(f) for f in (sigmoid_f32, tanh_f32, s
 # Reductions in the contract's halving order (numerics.tree_sum_f32): while n > 1,
 # x[i] = combine(x[i], x[i + n/2]) for i < n/2. `kind` 0 sum, 1 max, 2 min.
 
+@jitable
+def _add_f32(a, b):
+    """a + b; where both are NaN, a's (quieted) in every pass and lane. x86 gives its
+    first operand's NaN, but LLVM orders the operands of `+` as it likes (a payload is
+    not part of the numeric contract, but the same program should give the same bits)."""
+    total = a + b
+    return a + a if a != a else total
+
+
 @compiled
 def reduce_f32(VF, vd, va, axis, kind):
-    tmp = np.empty(LANES, np.float32)
+    """Each pass combines a run of elements (a loop that vectorises); each element is
+    combined with the same others, in the same order, as one lane at a time."""
+    tmp = VF[va].copy()
     if axis == 1:
-        for r in range(ROWS):
-            for i in range(LANES):
-                tmp[i] = VF[va, r * LANES + i]
-            n = LANES
-            while n > 1:
-                n //= 2
-                for i in range(n):
-                    tmp[i] = _combine_f32(tmp[i], tmp[i + n], kind)
-            for i in range(LANES):
-                VF[vd, r * LANES + i] = tmp[0]
+        n = LANES
+        while n > 1:
+            n //= 2
+            for r in range(ROWS):
+                row = tmp[r * LANES:(r + 1) * LANES]
+                if kind == 0:
+                    for i in range(n):
+                        row[i] = _add_f32(row[i], row[i + n])
+                elif kind == 1:
+                    for i in range(n):
+                        row[i] = f32_max(row[i], row[i + n])
+                else:
+                    for i in range(n):
+                        row[i] = f32_min(row[i], row[i + n])
+        _spread_lanes(VF, vd, tmp)
     else:
-        for lane in range(LANES):
-            for r in range(ROWS):
-                tmp[r] = VF[va, r * LANES + lane]
-            n = ROWS
-            while n > 1:
-                n //= 2
-                for i in range(n):
-                    tmp[i] = _combine_f32(tmp[i], tmp[i + n], kind)
-            for r in range(ROWS):
-                VF[vd, r * LANES + lane] = tmp[0]
-
-
-@jitable
-def _combine_f32(a, b, kind):
-    if kind == 0:
-        return a + b
-    if kind == 1:
-        return f32_max(a, b)
-    return f32_min(a, b)
+        n = ROWS
+        while n > 1:
+            n //= 2
+            for r in range(n):
+                lo = tmp[r * LANES:(r + 1) * LANES]
+                hi = tmp[(r + n) * LANES:(r + n + 1) * LANES]
+                if kind == 0:
+                    for i in range(LANES):
+                        lo[i] = _add_f32(lo[i], hi[i])
+                elif kind == 1:
+                    for i in range(LANES):
+                        lo[i] = f32_max(lo[i], hi[i])
+                else:
+                    for i in range(LANES):
+                        lo[i] = f32_min(lo[i], hi[i])
+        _spread_rows(VF, vd, tmp)
 
 
 @compiled
 def reduce_i32(VI, vd, va, axis, kind):
-    tmp = np.empty(LANES, np.int32)
+    tmp = VI[va].copy()
     if axis == 1:
-        for r in range(ROWS):
-            for i in range(LANES):
-                tmp[i] = VI[va, r * LANES + i]
-            n = LANES
-            while n > 1:
-                n //= 2
-                for i in range(n):
-                    tmp[i] = _combine_i32(tmp[i], tmp[i + n], kind)
-            for i in range(LANES):
-                VI[vd, r * LANES + i] = tmp[0]
+        n = LANES
+        while n > 1:
+            n //= 2
+            for r in range(ROWS):
+                row = tmp[r * LANES:(r + 1) * LANES]
+                if kind == 0:
+                    for i in range(n):
+                        row[i] = row[i] + row[i + n]
+                elif kind == 1:
+                    for i in range(n):
+                        row[i] = max(row[i], row[i + n])
+                else:
+                    for i in range(n):
+                        row[i] = min(row[i], row[i + n])
+        _spread_lanes(VI, vd, tmp)
     else:
-        for lane in range(LANES):
-            for r in range(ROWS):
-                tmp[r] = VI[va, r * LANES + lane]
-            n = ROWS
-            while n > 1:
-                n //= 2
-                for i in range(n):
-                    tmp[i] = _combine_i32(tmp[i], tmp[i + n], kind)
-            for r in range(ROWS):
-                VI[vd, r * LANES + lane] = tmp[0]
+        n = ROWS
+        while n > 1:
+            n //= 2
+            for r in range(n):
+                lo = tmp[r * LANES:(r + 1) * LANES]
+                hi = tmp[(r + n) * LANES:(r + n + 1) * LANES]
+                if kind == 0:
+                    for i in range(LANES):
+                        lo[i] = lo[i] + hi[i]
+                elif kind == 1:
+                    for i in range(LANES):
+                        lo[i] = max(lo[i], hi[i])
+                else:
+                    for i in range(LANES):
+                        lo[i] = min(lo[i], hi[i])
+        _spread_rows(VI, vd, tmp)
 
 
 @jitable
-def _combine_i32(a, b, kind):
-    if kind == 0:
-        return a + b
-    if kind == 1:
-        return max(a, b)
-    return min(a, b)
+def _spread_lanes(V, vd, tmp):
+    """Every lane of row r of V[vd] = tmp[r * LANES] (a lane reduction's result)."""
+    dst = V[vd]
+    for r in range(ROWS):
+        value = tmp[r * LANES]
+        row = dst[r * LANES:(r + 1) * LANES]
+        for i in range(LANES):
+            row[i] = value
 
+
+@jitable
+def _spread_rows(V, vd, tmp):
+    """Every row of V[vd] = tmp[:LANES] (a sublane reduction's result)."""
+    dst = V[vd]
+    for r in range(ROWS):
+        row = dst[r * LANES:(r + 1) * LANES]
+        for i in range(LANES):
+            row[i] = tmp[i]
+
+
+# The permutes read each source element before anything can overwrite it when vd ==
+# va, and copy whole rows (loops that vectorise).
 
 @compiled
 def bcast_index(V, vd, va, idx, axis, E):
-    tmp = np.empty(TILE, np.uint32)
     if axis == 1:
         if idx >= LANES:
             return fault(E, E_LANE, idx, 0, 0, 0)
         for r in range(ROWS):
+            value = V[va, r * LANES + idx]
+            row = V[vd, r * LANES:(r + 1) * LANES]
             for i in range(LANES):
-                tmp[r * LANES + i] = V[va, r * LANES + idx]
+                row[i] = value
     else:
         if idx >= ROWS:
             return fault(E, E_SUBLANE, idx, 0, 0, 0)
+        src = V[va, idx * LANES:(idx + 1) * LANES]
         for r in range(ROWS):
+            if vd == va and r == idx:
+                continue        # (that row stays as it is)
+            row = V[vd, r * LANES:(r + 1) * LANES]
             for i in range(LANES):
-                tmp[r * LANES + i] = V[va, idx * LANES + i]
-    V[vd, :] = tmp
+                row[i] = src[i]
     return 0
 
 
 @compiled
 def rotate(V, vd, va, amount, axis):
     """np.roll(va, amount, axis): vd[s, l] = va[s, (l - amount) mod 128] (lanes)."""
-    tmp = np.empty(TILE, np.uint32)
-    for r in range(ROWS):
-        for i in range(LANES):
-            if axis == 1:
-                tmp[r * LANES + i] = V[va, r * LANES + (i - amount) % LANES]
-            else:
-                tmp[r * LANES + i] = V[va, ((r - amount) % ROWS) * LANES + i]
-    V[vd, :] = tmp
+    src = V[va].copy() if vd == va else V[va]
+    dst = V[vd]
+    if axis == 1:
+        k = amount % LANES
+        for r in range(ROWS):
+            s = src[r * LANES:(r + 1) * LANES]
+            d = dst[r * LANES:(r + 1) * LANES]
+            for i in range(LANES - k):
+                d[k + i] = s[i]
+            for i in range(k):
+                d[i] = s[LANES - k + i]
+    else:
+        k = amount % ROWS
+        for r in range(ROWS):
+            f = (r - k) % ROWS
+            s = src[f * LANES:(f + 1) * LANES]
+            d = dst[r * LANES:(r + 1) * LANES]
+            for i in range(LANES):
+                d[i] = s[i]
 
 
 @compiled
 def column(V, vd, va, block, E):
     if block * ROWS >= LANES:
         return fault(E, E_VCOL, block, 0, 0, 0)
-    tmp = np.empty(ROWS, np.uint32)
-    for r in range(ROWS):
-        tmp[r] = V[va, block * ROWS + r]
-    for r in range(ROWS):
+    # The values are row 0 of va: rows 7 .. 1 of vd first, then row 0 (read just before).
+    for r in range(ROWS - 1, -1, -1):
+        value = V[va, block * ROWS + r]
+        row = V[vd, r * LANES:(r + 1) * LANES]
         for i in range(LANES):
-            V[vd, r * LANES + i] = tmp[r]
+            row[i] = value
     return 0
 
 
@@ -566,22 +627,6 @@ def rows_span(addr, stride, rows, row_bytes):
 
 
 @jitable
-def _read(mem16, mem32, addr, size):
-    """The element at aligned byte address addr: a word, or bf16 widened to f32 bits."""
-    if size == 4:
-        return mem32[addr >> 2]
-    return np.uint32(mem16[addr >> 1]) << np.uint32(16)
-
-
-@jitable
-def _write(mem16, mem32, addr, size, bits):
-    if size == 4:
-        mem32[addr >> 2] = bits
-    else:
-        mem16[addr >> 1] = bf16_round_bits(bits) >> np.uint32(16)
-
-
-@jitable
 def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
     """vld: V[vd] = 8 rows at addr (words, or bf16 widened); masked-off elements load 0.
     mem16 and mem32 are the same bytes as mem, as 16- and 32-bit words."""
@@ -619,25 +664,41 @@ def vload(mem, mem16, mem32, V, M, MR, vd, addr, stride, mask, size, E):
         err = _check(mem.size, lo, hi, E)
         if err:
             return err
-    tmp = np.zeros(TILE, np.uint32)
-    for e in range(TILE):
-        if M[mask, e]:
-            tmp[e] = _read(mem16, mem32, addr + (e // LANES) * stride + (e % LANES) * size, size)
-    V[vd, :] = tmp
+    # (the checks passed: only now is V[vd] written; a masked-off element's address,
+    # which may be anywhere, is never read)
+    for r in range(ROWS):
+        row = V[vd, r * LANES:(r + 1) * LANES]
+        on = M[mask, r * LANES:(r + 1) * LANES]
+        base = addr + r * stride
+        if size == 4:
+            for i in range(LANES):
+                row[i] = mem32[(base >> 2) + i] if on[i] else np.uint32(0)
+        else:
+            for i in range(LANES):
+                row[i] = np.uint32(mem16[(base >> 1) + i]) << np.uint32(16) if on[i] else np.uint32(0)
     return 0
 
 
 @jitable
 def _masked_span(M, mask, addr, stride, size):
+    """[lo, hi) of the bytes of the elements `mask` selects. Within a row an element's
+    address grows with its lane, so a row's first and last selected lanes bound it."""
     lo, hi = 1 << 62, -(1 << 62)
     near = _near(addr, stride)
-    for e in range(TILE):
-        if M[mask, e]:
+    for r in range(ROWS):
+        on = M[mask, r * LANES:(r + 1) * LANES]
+        first, last = LANES, -1
+        for i in range(LANES):      # (without branches: the loop vectorises)
+            first = min(first, i if on[i] else LANES)
+            last = max(last, i if on[i] else -1)
+        if last < 0:
+            continue
+        for i in (first, last):
             if near:
-                start = addr + (e // LANES) * stride + (e % LANES) * size
+                start = addr + r * stride + i * size
             else:
                 # (far outside memory: the estimate, clamped, not the int64 wraparound)
-                start = _saturate(float(addr) + float(e // LANES) * float(stride) + float((e % LANES) * size))
+                start = _saturate(float(addr) + float(r) * float(stride) + float(i * size))
             lo = min(lo, start)
             hi = max(hi, start + size)
     return lo, hi
@@ -677,9 +738,18 @@ def vstore(mem, mem16, mem32, V, M, MR, va, addr, stride, mask, size, E):
     err = _check(mem.size, lo, hi, E)
     if err:
         return err
-    for e in range(TILE):
-        if M[mask, e]:
-            _write(mem16, mem32, addr + (e // LANES) * stride + (e % LANES) * size, size, V[va, e])
+    for r in range(ROWS):        # (in order: where rows overlap, later rows win)
+        src = V[va, r * LANES:(r + 1) * LANES]
+        on = M[mask, r * LANES:(r + 1) * LANES]
+        base = addr + r * stride
+        if size == 4:
+            for i in range(LANES):
+                if on[i]:
+                    mem32[(base >> 2) + i] = src[i]
+        else:
+            for i in range(LANES):
+                if on[i]:
+                    mem16[(base >> 1) + i] = bf16_round_bits(src[i]) >> np.uint32(16)
     return 0
 
 
@@ -727,22 +797,34 @@ def load_weights(VMEM, VMEM16, MXWU, MXR, x, addr, step, rows, cols, transposed,
     if err:
         return err
     W = MXWU[x]
-    for k in range(rows):
-        src = VMEM16[(addr + k * step) >> 1:((addr + k * step) >> 1) + cols]
-        if transposed:
-            for n in range(cols):
-                W[n, k] = src[n]
-        else:
-            dst = W[k]
-            for n in range(cols):     # (not `dst[:cols] = src`: numba copies a source that
-                dst[n] = src[n]       # may overlap the destination into a temporary first)
-            dst[cols:] = 0     # (a slice assignment: a per-element loop here does not vectorise)
     if transposed:
+        # Memory row k becomes weight column k. Sixteen memory rows at a time are copied
+        # into a block, then every weight row takes its 16 values from the block: one
+        # value per weight row and memory row at a time (a cache line apiece) is 3x slower.
+        block = np.empty((16, cols), np.uint16)
+        for k0 in range(0, rows, 16):
+            kn = min(16, rows - k0)
+            for j in range(kn):
+                at = (addr + (k0 + j) * step) >> 1
+                src = VMEM16[at:at + cols]
+                b = block[j]
+                for n in range(cols):
+                    b[n] = src[n]
+            for n in range(cols):
+                dst = W[n, k0:k0 + kn]
+                for j in range(kn):
+                    dst[j] = block[j, n]
         for n in range(cols):
             W[n, rows:] = 0
         MXR[x] = cols
         MXR[MXR.size // 2 + x] = rows
     else:
+        for k in range(rows):
+            src = VMEM16[(addr + k * step) >> 1:((addr + k * step) >> 1) + cols]
+            dst = W[k]
+            for n in range(cols):     # (not `dst[:cols] = src`: numba copies a source that
+                dst[n] = src[n]       # may overlap the destination into a temporary first)
+            dst[cols:] = 0     # (a slice assignment: a per-element loop here does not vectorise)
         MXR[x] = rows
         MXR[MXR.size // 2 + x] = cols
     return 0
@@ -766,7 +848,7 @@ def mxfp4_bits(code, scale):
         return np.uint32(0x7FC00000)
     # (int: a uint8 scale byte minus 127 would wrap around in plain Python)
     value = np.float32(E2M1_VALUES[code] * _scale2(1.0, int(scale) - 127))
-    return np.uint32(np.array([value]).view(np.uint32)[0])
+    return np.uint32(value.view(np.uint32))
 
 
 @compiled
@@ -785,18 +867,22 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
     table = np.empty((256, 16), np.uint16)   # scale byte -> the 16 codes' weights (bf16 bits)
     seen = np.zeros(256, np.bool_)
     for k in range(rows):
-        src = addr + k * step
+        src = VMEM[addr + k * step:addr + k * step + half]
         srow = sc + (k // MX_BLOCK) * 2 * step
+        scales = VMEM[srow:srow + cols]
+        if k % MX_BLOCK == 0:      # a new row of scales: their table rows first
+            for n in range(cols):
+                e = scales[n]
+                if not seen[e]:
+                    for c in range(16):
+                        # (every MXFP4 weight is exactly a bf16: its low 16 bits are zero)
+                        table[e, c] = np.uint16(mxfp4_bits(c, e) >> np.uint32(16))
+                    seen[e] = True
         dst = MXWU[x, k]
-        for n in range(cols):
-            e = VMEM[srow + n]
-            if not seen[e]:
-                for c in range(16):
-                    # (every MXFP4 weight is exactly a bf16: its low 16 bits are zero)
-                    table[e, c] = np.uint16(mxfp4_bits(c, e) >> np.uint32(16))
-                seen[e] = True
-            byte = VMEM[src + (n >> 1)]
-            dst[n] = table[e, (byte >> 4) & 15 if n & 1 else byte & 15]
+        for h in range(half):      # (byte h: column 2h in its low half, 2h + 1 in its high)
+            byte = src[h]
+            dst[2 * h] = table[scales[2 * h], byte & 15]
+            dst[2 * h + 1] = table[scales[2 * h + 1], byte >> 4]
         dst[cols:] = 0
     MXR[x] = rows
     MXR[MXR.size // 2 + x] = cols
@@ -807,8 +893,10 @@ def load_weights_mx(VMEM, MXWU, MXR, x, addr, step, sc, rows, cols, E):
 def push_lhs(V, MXLU, x, va, chunk):
     """mxu.push: stage va, rounded to bf16, as LHS columns chunk*128 ... (MXLU: bits)."""
     for r in range(ROWS):
+        src = V[va, r * LANES:(r + 1) * LANES]
+        dst = MXLU[x, r, chunk * LANES:(chunk + 1) * LANES]
         for i in range(LANES):
-            MXLU[x, r, chunk * LANES + i] = bf16_round_bits(V[va, r * LANES + i])
+            dst[i] = bf16_round_bits(src[i])
 
 
 @compiled
@@ -902,5 +990,7 @@ def mac(MXWU, MXL, MXA, MXR, x, acc, zero, E):
 def pop_acc(V, MXAU, vd, x, acc, chunk):
     """mxu.pop: V[vd] = accumulator columns chunk*128 ... (MXAU: accumulator bits)."""
     for r in range(ROWS):
+        src = MXAU[x, acc, r, chunk * LANES:(chunk + 1) * LANES]
+        dst = V[vd, r * LANES:(r + 1) * LANES]
         for i in range(LANES):
-            V[vd, r * LANES + i] = MXAU[x, acc, r, chunk * LANES + i]
+            dst[i] = src[i]
