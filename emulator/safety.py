@@ -286,6 +286,8 @@ class Listed:
         """The entries whose outer span may meet [lo, hi), oldest first."""
         end = bisect.bisect_left(self.los, hi)
         start = bisect.bisect_right(self.los, lo - self.longest, 0, end)
+        if start == end:
+            return []
         found = [e for e in self.entries[start:end] if e.hi > lo]
         found.sort(key=lambda e: e.dma.seq)
         return found
