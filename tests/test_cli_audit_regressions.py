@@ -11,6 +11,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -199,14 +200,24 @@ def test_an_interrupted_tune_stops_its_workers_at_once(tmp_path):
             "--param", f"N=1,{2**30}", "--max-instructions", str(2**60), "--jobs", "2", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             start_new_session=True)
+    rest: list[str] = []
     try:
         for line in proc.stderr:        # the default build (N=1) finishes; N=2^30 spins
             if line.startswith("[1] N=1: "):
                 break
+        # The rest of stderr is read on the side: a tune blocked writing into a full pipe
+        # would look like one that does not stop (and is shown if it does not).
+        drain = threading.Thread(target=lambda: rest.extend(proc.stderr), daemon=True)
+        drain.start()
         started = time.perf_counter()
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the interrupted tune did not stop within 60 s; its stderr after the first trial:\n"
+                        + "".join(rest[-50:]))
         assert time.perf_counter() - started < 30
+        drain.join(10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
