@@ -730,12 +730,10 @@ class KernelCompiler(TileLowering):
         lo, hi = max(lo, INT32_MIN), min(hi, INT32_MAX + 1)
         if lo == INT32_MIN and hi == INT32_MAX + 1:
             return None
-        shape = ", ".join(map(str, buf.shape))
-        slots = f"[{buf.slots}]" if buf.slots else ""
-        name = f"'{buf.name}' ({buf.dtype}{slots}[{shape}])"
+        name = f"'{buf.name}' ({_declared_type(buf)})"
         if part is not None:
             bytes_shape = ", ".join(map(str, layout.part_shape(buf.shape, part)))
-            name = f"the {part} of '{buf.name}' ({buf.dtype}{slots}[{shape}], {part} as bytes [{bytes_shape}])"
+            name = f"the {part} of '{buf.name}' ({_declared_type(buf)}, {part} as bytes [{bytes_shape}])"
         if coeff == 1 and k == 0:
             value = "{value}"
         else:
@@ -765,9 +763,7 @@ class KernelCompiler(TileLowering):
         if lo <= INT32_MIN and hi > INT32_MAX:
             return None
         where = "the slot" if dim is None else f"dimension {dim}"
-        shape = ", ".join(map(str, buf.shape))
-        slots = f"[{buf.slots}]" if buf.slots else ""
-        name = f"'{buf.name}' ({buf.dtype}{slots}[{shape}])"
+        name = f"'{buf.name}' ({_declared_type(buf)})"
         return RangeCheck(0, lo, hi, f"the start in {where} of {name} has a run-time term {{value:,}} that, "
                                      f"times its step of {scale:,} bytes, is past the {share:,} bytes each of the "
                                      f"view's {count} run-time terms may add: the 32-bit address could wrap "
@@ -1157,6 +1153,12 @@ class KernelCompiler(TileLowering):
         for buf, addr in self.smem_addr.items():
             end = max(end, addr + layout.slot_stride(buf) * (buf.slots or 1))
         return end
+
+
+def _declared_type(buf: ir.Buffer) -> str:
+    """A buffer's type as declared, for messages: `f32[2][8, 128]` (slots first)."""
+    slots = f"[{buf.slots}]" if buf.slots else ""
+    return f"{buf.dtype}{slots}[{', '.join(map(str, buf.shape))}]"
 
 
 def _declared(entity: ir.Buffer | ir.Semaphore) -> str:
