@@ -29,7 +29,7 @@ from mkemu.emulator.config import GLOBAL_SHARE, global_budget
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
 from mkemu.emulator.memory import Trap, anonymous
-from mkemu.emulator.safety import describe_dma
+from mkemu.emulator.safety import describe_dma, listed_in
 from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import SPECIAL_REGS
 from mkemu.isa.hardware import HardwareProfile
@@ -95,6 +95,7 @@ class Core:
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
         self.special: dict[str, int] = {}   # the special registers' values (set by the machine)
+        self._spec_of: dict | None = None   # ... the dict `spec` holds the values of
         self.kernel: Kernel | None = None
         self.decoded: DecodedKernel | None = None
         self.code = np.zeros((0, C_ARG + 8), np.int64)
@@ -165,7 +166,8 @@ class Core:
         """region id -> (cycles spent inside, times left, cycles inside but not in a
         region nested in it) in this launch."""
         # (Only the rows of regions left: a kernel may name region ids up to 2^24 - 1.)
-        return {int(rid): tuple(int(v) for v in self.rstat[rid]) for rid in np.flatnonzero(self.rstat[:, 1])}
+        rids = np.flatnonzero(self.rstat[:, 1])
+        return dict(zip(rids.tolist(), map(tuple, self.rstat[rids].tolist())))
 
     # -- launches ------------------------------------------------------------
 
@@ -196,12 +198,13 @@ class Core:
             # run never writes them: vector-side rows compute nothing).
             if self.v_dirty.size:
                 self.V[self.v_dirty] = 0
+            # (A weight tile needs no clearing: `mxu.mac` faults before the launch loads
+            # one, and a load writes every column of the rows it loads, the only rows a
+            # product reads.)
             for which, x, acc in self.mx_dirty:
-                if which == "mxu.w":
-                    self.mx_w[x] = 0
-                elif which == "mxu.lhs":
+                if which == "mxu.lhs":
                     self.mx_lhs[x] = 0
-                else:
+                elif which == "mxu.acc":
                     self.mx_acc[x, acc] = 0
             self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
         smem_init = kernel.smem_init
@@ -212,7 +215,9 @@ class Core:
         if args:
             self.smem[:4 * len(args)] = _argument_block(args)
             I[lp.H_SDIRTY + 1] = max(I[lp.H_SDIRTY + 1], 4 * len(args))
-        self.spec[:len(SPECIAL_REGS)] = [self.special[name] for name in SPECIAL_REGS]
+        if self._spec_of is not self.special:    # (no instruction writes them: set once)
+            self.spec[:len(SPECIAL_REGS)] = [self.special[name] for name in SPECIAL_REGS]
+            self._spec_of = self.special
         I[lp.H_LIMIT] = limit
         I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
         I[lp.H_IMAX] = max_instructions
@@ -328,46 +333,58 @@ class Core:
 
     def clear_in_flight(self) -> None:
         self.in_flight: list = []  # (safety.Entry, space), or None: a dropped entry's row not yet compacted
+        self.rows_of: dict[int, list[int]] = {}   # ... DMA seq -> the rows of its live entries
         self.dead_in_flight = 0    # ... how many are None
         self.live_from = 0         # ... rows before this one are all None (DMAs mostly land oldest first)
+        self.smem_writes = 0       # ... live entries of DMAs writing SMEM (a descriptor read checks them)
         self.I[lp.H_NRACE] = 0
+        self.I[lp.H_RACE_FROM] = 0    # (the loop's scans start at live_from too)
 
     def add_in_flight(self, entry, space: str) -> None:
         """A DMA in flight for this core touches its `space` ("vmem" or "smem"): the
         loop checks each access against it (any access if it writes, a write if it reads)."""
         n = len(self.in_flight)
         self.in_flight.append((entry, space))
+        self.rows_of.setdefault(entry.dma.seq, []).append(n)
         if n >= self.races.shape[0]:
             self.races = np.concatenate([self.races, np.zeros_like(self.races)])
-        self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, 0 if space == "vmem" else 1,
-                         *entry.block)
+        smem = space != "vmem"
+        self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, smem, *entry.block)
+        self.smem_writes += smem and entry.write
         self.I[lp.H_NRACE] = n + 1
 
-    def drop_in_flight(self, known: int, base: int, dropped) -> None:
-        """Drop the entries of the DMAs in mask `known` (bit seq - base: this core knows
-        they landed), calling dropped(entry) for each, in list order.
+    def drop_in_flight(self, landed: int, base: int, dropped) -> None:
+        """Drop the entries of the DMAs in mask `landed` (bit seq - base: this core now
+        knows they landed), calling dropped(entry) for each.
 
         A dropped entry leaves a dead row (space -1: no scan matches it) in place, so
         the rows need not move at every drop; once dead rows are at least 16 and as
-        many as the live ones, the live rows move up, in order. The scan starts at the
+        many as the live ones, the live rows move up, in order. Scans start at the
         first live row (DMAs mostly land oldest first, leaving dead rows in front)."""
-        in_flight, races = self.in_flight, self.races
+        in_flight, races, rows_of = self.in_flight, self.races, self.rows_of
+        seqs = listed_in(landed, base, rows_of)
+        if not seqs:
+            return
         dead = self.dead_in_flight
-        start = self.live_from
-        for k in range(start, len(in_flight)):
-            item = in_flight[k]
-            if item is not None and known >> (item[0].dma.seq - base) & 1:
-                dropped(item[0])
+        for seq in seqs:
+            for k in rows_of.pop(seq):
+                entry, space = in_flight[k]
+                dropped(entry)
+                self.smem_writes -= space != "vmem" and entry.write
                 in_flight[k] = None
                 races[k, 3] = -1
                 dead += 1
         if dead == len(in_flight):
             self.clear_in_flight()
             return
+        start = self.live_from
         if dead >= 16 and 2 * dead >= len(in_flight):
             rows = [k for k in range(start, len(in_flight)) if in_flight[k] is not None]
             self.in_flight = [in_flight[k] for k in rows]
             races[:len(rows)] = races[rows]
+            self.rows_of = {}
+            for k, (entry, _) in enumerate(self.in_flight):
+                self.rows_of.setdefault(entry.dma.seq, []).append(k)
             self.I[lp.H_NRACE] = len(rows)
             dead = start = 0
         else:
@@ -375,6 +392,7 @@ class Core:
                 start += 1
         self.dead_in_flight = dead
         self.live_from = start
+        self.I[lp.H_RACE_FROM] = start
 
     def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to") -> Trap:
         entry, space = self.in_flight[k]

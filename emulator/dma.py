@@ -88,7 +88,8 @@ class DmaMixin:
             dsp, dst, ssp, src, desc, sem = op.args
             target, rsem_id = core, None
         sem_id = s[sem]
-        self._check_sem(core, sem_id)
+        if not 0 <= sem_id < len(core.sems):
+            self._check_sem(core, sem_id)
         daddr = s[desc]
         if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
             raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
@@ -368,8 +369,8 @@ def _check_extent(core: Core, extent, lo: int, hi: int) -> None:
     (an HBM parameter's address comes from the launch arguments in SMEM)."""
     base = 0
     if extent.param is not None:
-        low, high = core.smem32[extent.param:extent.param + 2].tolist()
-        base = (low & 0xFFFFFFFF) | (high & 0xFFFFFFFF) << 32
+        words = core.smem32
+        base = (words.item(extent.param) & 0xFFFFFFFF) | (words.item(extent.param + 1) & 0xFFFFFFFF) << 32
     start = base + extent.lo
     if lo < start or hi > start + extent.size:
         raise Trap("out-of-bounds", extent.describe(lo, hi, base))

@@ -51,6 +51,7 @@ H_NLOG = 37           # accesses logged in this run-ahead
 H_ILIMIT = 38         # the instruction count at which this launch faults
 H_IMAX = 39           # the instructions a core may run per launch
 H_RB_N, H_RB_I = 40, 41   # readback queue: values in it, next to take (recording: values kept)
+H_RACE_FROM = 42      # the first live row of RACES (the rows before it are dropped DMAs')
 HEADER = 48
 
 EXIT_GLOBAL, EXIT_FAULT, EXIT_TRACE_FULL, EXIT_LOG_FULL, EXIT_READBACK = 1, 2, 3, 4, 5
@@ -168,11 +169,12 @@ def first_conflict_in_flight(RACES, n, start, space, write, addr, inner, n1, s1,
 
 
 @jitable
-def access_race(RACES, n, space, addr, stride, rows, lo_off, hi_off, write, E):
-    """Fault if this access shares a byte with a DMA in flight where either writes it."""
+def access_race(RACES, n, start, space, addr, stride, rows, lo_off, hi_off, write, E):
+    """Fault if this access shares a byte with a DMA in flight where either writes it
+    (rows from `start`: those before it are dropped)."""
     if rows <= 0 or hi_off <= lo_off:
         return 0
-    k = first_conflict_in_flight(RACES, n, 0, space, write, addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
+    k = first_conflict_in_flight(RACES, n, start, space, write, addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
     if k < 0:
         return 0
     lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
@@ -267,7 +269,7 @@ def _footprint_check(instr) -> str:
                  f"        err = fault(E, E_BUFFER, blo, bhi, {k}, 0)")
         race = (f"if races and err == 0:\n"
                 f"    if I[H_NRACE] > 0:\n"
-                f"        err = access_race(RACES, I[H_NRACE], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
+                f"        err = access_race(RACES, I[H_NRACE], I[H_RACE_FROM], {code}, fa, fs, fn, flo, fhi, {write}, E)\n"
                 f"    log_access(LOG, I, issue, pc, {code}, fa, fs, fn, flo, fhi, {write})")
         check = "\n".join([_footprint_where(instr, shape), bound, race])
         if checks:

@@ -255,15 +255,17 @@ class Machine(DmaMixin):
             core.end_time = None
             self._push(start, RESUME, core)
         self.now = start
-        while self.events or self.held:
-            if not self.events:
+        events, max_cycles, pop = self.events, self.config.max_cycles, heapq.heappop
+        while events or self.held:
+            if not events:
                 # Every core halted or blocks, and DMAs are held back: now they land.
                 self.release_all(self.now)
                 continue
-            t, _, kind, payload = heapq.heappop(self.events)
-            if t > self.config.max_cycles and kind != FAULT:
+            t, _, kind, payload = pop(events)
+            if t > max_cycles and kind != FAULT:
                 raise self._max_cycles(kind, payload, t)
-            self.now = max(self.now, t)
+            if t > self.now:
+                self.now = t
             if kind == RESUME:
                 self._resume(payload, t)
             elif kind == DMA_BEGIN:
@@ -289,8 +291,8 @@ class Machine(DmaMixin):
             self.trace.on_launch_end(self)
         if "semaphores" in self.config.checks:
             for core in self.cores:
-                left = [(i, v) for i, v in enumerate(core.sems) if v]
-                if left:
+                if any(core.sems):
+                    left = [(i, v) for i, v in enumerate(core.sems) if v]
                     raise self._nonzero_semaphores(kernel, core, left)
 
     def _nonzero_semaphores(self, kernel, core: Core, left: list[tuple[int, int]]) -> EmulatorFault:
@@ -319,15 +321,18 @@ class Machine(DmaMixin):
                 return "(outside regions)"
             return kernel.regions[rid] if rid < len(kernel.regions) else f"region{rid}"
 
+        totals, own_totals, entries = self.region_cycles, self.region_own_cycles, self.region_entries
         for core in self.cores:
             mine = self.core_region_entries[core.gid]
             for rid, (cycles, count, own) in core.region_stats().items():
-                self.region_cycles[name(rid)] = self.region_cycles.get(name(rid), 0) + cycles
-                self.region_own_cycles[name(rid)] = self.region_own_cycles.get(name(rid), 0) + own
-                self.region_entries[name(rid)] = self.region_entries.get(name(rid), 0) + count
-                mine[name(rid)] = mine.get(name(rid), 0) + count
+                key = name(rid)
+                totals[key] = totals.get(key, 0) + cycles
+                own_totals[key] = own_totals.get(key, 0) + own
+                entries[key] = entries.get(key, 0) + count
+                mine[key] = mine.get(key, 0) + count
             for rid, cycles in core.dma_wait_cycles.items():
-                self.dma_wait_cycles[name(rid)] = self.dma_wait_cycles.get(name(rid), 0) + cycles
+                key = name(rid)
+                self.dma_wait_cycles[key] = self.dma_wait_cycles.get(key, 0) + cycles
             self.idle_cycles += self.now - core.end_time
 
     def _defer_fault(self, fault: EmulatorFault) -> None:

@@ -75,7 +75,7 @@ class Safety:
         self.known = [0 for _ in self.cores]              # per core: the DMAs it knows landed
         self.sem_known: dict[tuple[int, int], int] = {}   # (core, semaphore) -> DMAs it carries
         self.hbm_reads: dict[int, list[Entry]] = {}       # chip -> DMAs reading its HBM
-        self.hbm_issued: dict[int, list[tuple[int, Entry]]] = {}   # issuer -> (chip, entry) of those
+        self.hbm_issued: dict[int, dict[int, tuple[int, Entry]]] = {}   # issuer -> seq -> (chip, entry) of those
         # A read leaves its list when its issuer knows it landed; a write only when every
         # core of the written chip knows (any of them may read those bytes next).
         self.hbm_writes: dict[int, Listed] = {}           # chip -> DMAs writing its HBM
@@ -95,9 +95,10 @@ class Safety:
         """A DMA's issue reads its descriptor, SMEM [addr, addr + size): a race if a DMA
         in flight for the issuing core still writes those bytes (the descriptor read
         would be stale in one schedule and fresh in another)."""
-        n = len(core.in_flight)
-        k = self.dma_conflict(core.races, n, core.live_from, SPACE_CODES["smem"], False, addr, size, 1, 0, 1,
-                              0) if n else -1
+        if not core.smem_writes:
+            return
+        k = self.dma_conflict(core.races, len(core.in_flight), core.live_from, SPACE_CODES["smem"], False, addr,
+                              size, 1, 0, 1, 0)
         if k >= 0:
             raise core.race_trap(k, addr, addr + size, "this DMA's descriptor at")
 
@@ -122,7 +123,7 @@ class Safety:
                 continue
             # A core's VMEM and SMEM lists are its `races` rows (compiled scan).
             n, code = len(owner.in_flight), SPACE_CODES[space]
-            k = self.dma_conflict(owner.races, n, owner.live_from, code, write, *block) if n else -1
+            k = self.dma_conflict(owner.races, n, owner.live_from, code, write, *block) if owner.rows_of else -1
             while k >= 0:
                 entry = owner.in_flight[k][0]
                 if not known >> (entry.dma.seq - base) & 1:
@@ -139,7 +140,7 @@ class Safety:
                     self.hbm_write_bits[owner.chip] = self.hbm_write_bits.get(owner.chip, 0) | 1 << (dma.seq - base)
                 else:
                     self.hbm_reads.setdefault(owner.chip, []).append(entry)
-                    self.hbm_issued.setdefault(issuer.gid, []).append((owner.chip, entry))
+                    self.hbm_issued.setdefault(issuer.gid, {})[dma.seq] = (owner.chip, entry)
             else:
                 if owner is not issuer:
                     self._check_run_ahead(owner, entry, space)
@@ -210,19 +211,14 @@ class Safety:
             return
         mine |= new
         self.known[core.gid] = mine
-        if core.in_flight:
-            core.drop_in_flight(mine, self.base, self._unlisted)
+        if core.rows_of:
+            core.drop_in_flight(new, self.base, self._unlisted)
         issued = self.hbm_issued.get(core.gid)
         if issued:
-            base, kept = self.base, []
-            for chip, e in issued:
-                if mine >> (e.dma.seq - base) & 1:
-                    self.hbm_reads[chip].remove(e)
-                    self._unlisted(e)
-                else:
-                    kept.append((chip, e))
-            if len(kept) < len(issued):
-                self.hbm_issued[core.gid] = kept
+            for seq in listed_in(new, self.base, issued):
+                chip, e = issued.pop(seq)
+                self.hbm_reads[chip].remove(e)
+                self._unlisted(e)
         bits = self.hbm_write_bits.get(core.chip)
         if bits and new & bits:
             all_know = -1
@@ -301,6 +297,21 @@ class Listed:
             self.entries = kept
             self.los = [e.lo for e in kept]
         return gone
+
+
+def listed_in(mask: int, base: int, listed: dict) -> list[int]:
+    """The keys of `listed` (DMA seqs) whose bit (seq - base) is set in `mask`, found by
+    walking the shorter of the two: the mask's set bits or the keys."""
+    if mask.bit_count() < len(listed):
+        seqs = []
+        while mask:
+            low = mask & -mask
+            seq = base + low.bit_length() - 1
+            if seq in listed:
+                seqs.append(seq)
+            mask ^= low
+        return seqs
+    return [seq for seq in listed if mask >> (seq - base) & 1]
 
 
 SPACE_CODES = {"vmem": 0, "smem": 1}

@@ -547,3 +547,16 @@ def test_a_second_push_races_only_while_the_first_is_in_flight_for_the_receiver(
     for schedule in ("normal", "late", "shuffle"):
         ran = run(TWO_PUSHES, mesh="2x1x1", schedule=schedule, D=3000)
         assert np.array_equal(ran.output("y", 0), X + 1)
+
+
+@given(st.integers(0, 2**200), st.integers(0, 1000),
+       st.lists(st.integers(0, 210), max_size=40, unique=True))
+def test_listed_in_finds_the_listed_dmas_of_a_mask_either_way(mask, base, offsets):
+    """The DMAs a core lists that a mask of landed ones names: the same set whether the
+    mask's bits or the listed keys are the shorter to walk."""
+    from mkemu.emulator.safety import listed_in
+
+    listed = {base + o: None for o in offsets}
+    expected = {seq for seq in listed if mask >> (seq - base) & 1}
+    assert set(listed_in(mask, base, listed)) == expected
+    assert len(listed_in(mask, base, listed)) == len(expected)
