@@ -19,6 +19,8 @@ import numpy as np
 
 from mkemu.errors import ConfigError
 
+from .weights import Bf16Tensor
+
 __all__ = ["EXPERT_TENSORS", "HEAD_COLUMN_TENSORS", "HEAD_ROW_TENSORS", "chip_shards", "home_of", "local_slots"]
 
 # Routed-expert tensors, [layers, n_experts, a, b]: sharded over axis 1.
@@ -50,9 +52,13 @@ def _things(chip: int, slots: int, count: int, n_cores: int, cores_per_chip: int
 
 
 def chip_shards(name: str, tensor, declared: tuple[int, ...], n_chips: int,
-                cores_per_chip: int) -> list[np.ndarray] | None:
-    """Each chip's array for weight `name` (float32 values), or None when the program
-    declares the whole tensor (the same array on every chip)."""
+                cores_per_chip: int) -> list | None:
+    """Each chip's array for weight `name`, or None when the program declares the whole
+    tensor (the same array on every chip). A tensor of bf16 bit patterns (one with
+    `bf16_bits`, as `weights.Bf16Tensor`) gives shards of the same kind, cut from its
+    bits (bit pattern 0 is +0.0: the padding); any other gives float32 arrays."""
+    bits = getattr(tensor, "bf16_bits", None)
+    source = np.asarray(bits) if bits is not None else tensor
     full = tuple(tensor.shape)
     if int(np.prod(declared)) == int(np.prod(full)):
         return None
@@ -75,7 +81,7 @@ def chip_shards(name: str, tensor, declared: tuple[int, ...], n_chips: int,
                           f"{n_cores} cores)", key=name)
     shards = []
     for chip in range(n_chips):
-        out = np.zeros(shape, np.float32)
+        out = np.zeros(shape, np.uint16 if bits is not None else np.float32)
         for slot, x in enumerate(_things(chip, slots, count, n_cores, cores_per_chip)):
             if x is None:
                 continue
@@ -83,6 +89,7 @@ def chip_shards(name: str, tensor, declared: tuple[int, ...], n_chips: int,
             dst = [slice(None)] * len(full)
             src[axis] = slice(x * block, (x + 1) * block)
             dst[axis] = slice(slot * block, (slot + 1) * block)
-            out[tuple(dst)] = tensor[tuple(src)]
-        shards.append(out)
+            out[tuple(dst)] = source[tuple(src)]
+        shards.append(Bf16Tensor(out) if bits is not None else out)
     return shards
+
