@@ -88,8 +88,7 @@ class DmaMixin:
             dsp, dst, ssp, src, desc, sem = op.args
             target, rsem_id = core, None
         sem_id = s[sem]
-        if not 0 <= sem_id < len(core.sems):
-            self._check_sem(core, sem_id)
+        self._check_sem(core, sem_id)
         daddr = s[desc]
         if daddr % 4 or not 0 <= daddr <= core.smem.size - 4 * DESC_WORDS:
             raise Trap("out-of-bounds", f"DMA descriptor at SMEM {daddr} is outside SMEM or misaligned")
