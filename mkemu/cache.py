@@ -4,10 +4,15 @@ Compiling a large program (the K3 megakernel and its imports) takes about half a
 second, and the same program is compiled with the same parameters over and over
 (every `mkemu run`, every test). A compiled program is therefore kept, pickled, under
 a key that hashes everything its output depends on: the compiler's own sources, the
-main file's name and text, the parameters and the hardware profile. The entry also
-records every file the compile read (imports included) with a hash of its text; an
-entry whose files changed is compiled afresh. At most `MAX_PROGRAMS` entries are
-kept; the least recently used are dropped.
+main file's name and text, the parameters, the hardware profile and where the shipped
+library is. The entry also records every file the compile read (imports included)
+with a hash of its text; an entry whose files changed is compiled afresh. A relative
+name is read relative to the current directory, so two checkouts at different places
+share the entries of the files they hold alike. About `MAX_PROGRAMS` entries and
+`MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are dropped (looked
+for at every `EVICT_EVERY`-th store of a process: a test suite stores a thousand
+programs, most of them written once to temporary files, and a scan of the directory
+at each store would cost more than the compiles it saves).
 
 Modules compiled by numba (the issue loop, the flow model's kernels) are written into
 the same directory under a name that hashes their source (`module_in_cache`), so
@@ -38,7 +43,11 @@ from types import ModuleType
 
 import numpy as np
 
-MAX_PROGRAMS = 256
+from mkemu.shipped import programs_root
+
+MAX_PROGRAMS = 4096
+MAX_PROGRAM_BYTES = 256 << 20
+EVICT_EVERY = 16     # program stores per process between looks for entries to drop
 MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
 
@@ -165,10 +174,10 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     """The result of `build()`, which compiles `text` (named `path`) and returns the
     program and the text of every file it read by name, or the kept result of an
     earlier identical compile. Returns (program, whether it came from the cache)."""
-    # The path as given (the program's source spans name files so), and where it is
-    # relative from: imports are found relative to it.
-    where = "" if os.path.isabs(path) else os.getcwd()
-    key = hashlib.sha256(repr((compiler_fingerprint(), path, where, text,
+    # The path as given (the program's source spans name files so). Files it imports
+    # relatively are named relative to it, and checked by their text when the entry is
+    # used; the shipped library's are named by absolute path, so its place is keyed.
+    key = hashlib.sha256(repr((compiler_fingerprint(), path, str(programs_root().resolve()), text,
                                sorted(params.items()), repr(profile))).encode()).hexdigest()
     try:
         directory = cache_dir("programs")
@@ -182,8 +191,14 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     # The main file's text is part of the key; every other file read is checked on use.
     hashes = {name: _digest(body.encode()) for name, body in sources.items() if name != path}
     _store(entry, hashes, program)
-    _evict(directory)
+    global _stores
+    if _stores % EVICT_EVERY == 0:
+        _evict(directory, max_entries=MAX_PROGRAMS, max_bytes=MAX_PROGRAM_BYTES)
+    _stores += 1
     return program, False
+
+
+_stores = 0   # programs this process stored (`cached_program`)
 
 
 def _digest(data: bytes) -> str:

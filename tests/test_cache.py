@@ -180,3 +180,32 @@ def test_the_first_compile_of_a_module_version_is_announced_on_a_terminal(cache_
     monkeypatch.setattr(sys, "stderr", piped)
     cache.module_in_cache("mkemu_announcetest", "VALUE = 2\n", announce=what)
     assert piped.getvalue() == ""
+
+
+def test_two_checkouts_share_an_entry_while_their_files_agree(cache_home, monkeypatch):
+    """Relative names are read relative to the current directory: the same files at
+    another place are the same program; a different imported file there is not."""
+    profile = load_profile("test")
+    other = cache_home / "elsewhere"
+    other.mkdir()
+    (other / "lib.mk").write_text("const N = 128;\n")
+    compile_counted("main.mk", MAIN, profile)
+    monkeypatch.chdir(other)
+    program, hit = compile_counted("main.mk", MAIN, profile)
+    assert hit and program.kernels["k"].source_map[0].file == "main.mk"
+    (other / "lib.mk").write_text("const N = 256;\n")
+    assert not compile_counted("main.mk", MAIN, profile)[1]
+
+
+def test_the_program_cache_keeps_its_entry_and_byte_budget(cache_home, monkeypatch):
+    import mkemu.cache as cache
+
+    monkeypatch.setattr(cache, "MAX_PROGRAMS", 3)
+    monkeypatch.setattr(cache, "EVICT_EVERY", 1)
+    profile = load_profile("test")
+    for n in range(6):
+        compile_counted("main.mk", MAIN.replace("v + v", f"v + v + {n}.0"), profile)
+    assert len(list((cache_home / "cache" / "mkemu" / "programs").glob("*.pkl"))) == 3
+    monkeypatch.setattr(cache, "MAX_PROGRAM_BYTES", 1)
+    compile_counted("main.mk", MAIN, profile)
+    assert len(list((cache_home / "cache" / "mkemu" / "programs").glob("*.pkl"))) == 1
