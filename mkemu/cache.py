@@ -4,11 +4,12 @@ Compiling a large program (the K3 megakernel and its imports) takes about half a
 second, and the same program is compiled with the same parameters over and over
 (every `mkemu run`, every test). A compiled program is therefore kept, pickled, under
 a key that hashes everything its output depends on: the compiler's own sources, the
-main file's name and text, the parameters, the hardware profile and where the shipped
-library is. The entry also records every file the compile read (imports included)
-with a hash of its text; an entry whose files changed is compiled afresh. A relative
-name is read relative to the current directory, so two checkouts at different places
-share the entries of the files they hold alike. About `MAX_PROGRAMS` entries and
+main file's name and text, the parameters and the hardware profile. The entry also
+records every file the compile read (imports included) with a hash of its text; an
+entry whose files changed is compiled afresh. A relative name is read relative to the
+current directory, so two checkouts at different places share the entries of the
+files they hold alike (a program that read the shipped library's files, named by
+absolute path, only with the library at the same place). About `MAX_PROGRAMS` entries and
 `MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are dropped (looked
 for at every `EVICT_EVERY`-th store of a process: a test suite stores a thousand
 programs, most of them written once to temporary files, and a scan of the directory
@@ -175,9 +176,8 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     program and the text of every file it read by name, or the kept result of an
     earlier identical compile. Returns (program, whether it came from the cache)."""
     # The path as given (the program's source spans name files so). Files it imports
-    # relatively are named relative to it, and checked by their text when the entry is
-    # used; the shipped library's are named by absolute path, so its place is keyed.
-    key = hashlib.sha256(repr((compiler_fingerprint(), path, str(programs_root().resolve()), text,
+    # are checked by their text when the entry is used (`_load`).
+    key = hashlib.sha256(repr((compiler_fingerprint(), path, text,
                                sorted(params.items()), repr(profile))).encode()).hexdigest()
     try:
         directory = cache_dir("programs")
@@ -206,10 +206,17 @@ def _digest(data: bytes) -> str:
 
 
 def _load(entry: Path, main_path: str):
+    """The kept program, unless a file it read changed. Relative names are read relative
+    to the current directory; the shipped library's files are named by absolute path,
+    so a program that read them is kept only for the library at the same place (its
+    spans name those files)."""
     try:
         with open(entry, "rb") as fh:
-            hashes, program = pickle.load(fh)
-    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, ValueError):
+            hashes, program, root = pickle.load(fh)
+    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, ValueError, TypeError):
+        return None
+    here = _shipped_root()
+    if root != here and any(name.startswith(root + os.sep) for name in hashes):
         return None
     for name, digest in hashes.items():
         try:
@@ -237,9 +244,14 @@ def _replace(path: Path, write: Callable) -> None:
         raise
 
 
+def _shipped_root() -> str:
+    return str(programs_root().resolve())
+
+
 def _store(entry: Path, hashes: dict[str, str], program) -> None:
+    record = (hashes, program, _shipped_root())
     try:
-        _replace(entry, lambda fh: pickle.dump((hashes, program), fh, protocol=pickle.HIGHEST_PROTOCOL))
+        _replace(entry, lambda fh: pickle.dump(record, fh, protocol=pickle.HIGHEST_PROTOCOL))
     except (OSError, pickle.PickleError, TypeError, AttributeError):
         pass
 

@@ -209,3 +209,18 @@ def test_the_program_cache_keeps_its_entry_and_byte_budget(cache_home, monkeypat
     monkeypatch.setattr(cache, "MAX_PROGRAM_BYTES", 1)
     compile_counted("main.mk", MAIN, profile)
     assert len(list((cache_home / "cache" / "mkemu" / "programs").glob("*.pkl"))) == 1
+
+
+def test_a_program_reading_the_shipped_library_is_kept_for_that_library_only(cache_home, monkeypatch):
+    """Its spans name the library's files by absolute path: a library elsewhere (another
+    install or checkout) compiles it afresh."""
+    import mkemu.cache as cache
+
+    text = 'import "mkemu:lib/collectives.mk";\n' + MAIN
+    profile = load_profile("test")
+    compile_counted("main.mk", text, profile)
+    compile_counted("main.mk", MAIN, profile)
+    assert compile_counted("main.mk", text, profile)[1]
+    monkeypatch.setattr(cache, "_shipped_root", lambda: str(cache_home / "another-install"))
+    assert not compile_counted("main.mk", text, profile)[1]
+    assert compile_counted("main.mk", MAIN, profile)[1]     # it read no shipped file: still kept
