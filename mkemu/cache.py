@@ -9,11 +9,11 @@ records every file the compile read (imports included) with a hash of its text; 
 entry whose files changed is compiled afresh. A relative name is read relative to the
 current directory, so two checkouts at different places share the entries of the
 files they hold alike (a program that read the shipped library's files, named by
-absolute path, only with the library at the same place). About `MAX_PROGRAMS` entries and
-`MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are dropped (looked
-for at every `EVICT_EVERY`-th store of a process: a test suite stores a thousand
-programs, most of them written once to temporary files, and a scan of the directory
-at each store would cost more than the compiles it saves).
+absolute path, only with the library at the same place). About `MAX_PROGRAMS`
+entries and `MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are
+dropped (looked for at every `EVICT_EVERY`-th store of a process: a test suite
+stores a thousand programs, most of them written once to temporary files, and a scan
+of the directory at each store would cost more than the compiles it saves).
 
 Modules compiled by numba (the issue loop, the flow model's kernels) are written into
 the same directory under a name that hashes their source (`module_in_cache`), so
@@ -30,6 +30,7 @@ seed: a second or more for 67 M parameters) are kept the same way by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import math
@@ -244,7 +245,9 @@ def _replace(path: Path, write: Callable) -> None:
         raise
 
 
+@functools.cache
 def _shipped_root() -> str:
+    """Where the shipped library is (resolved once per process)."""
     return str(programs_root().resolve())
 
 

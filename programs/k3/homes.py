@@ -92,4 +92,3 @@ def chip_shards(name: str, tensor, declared: tuple[int, ...], n_chips: int,
             out[tuple(dst)] = source[tuple(src)]
         shards.append(Bf16Tensor(out) if bits is not None else out)
     return shards
-
