@@ -29,10 +29,11 @@ checkout gets written to.
 from __future__ import annotations
 
 import inspect
+import subprocess
 import sys
 import time
 
-from mkemu.cache import module_in_cache
+from mkemu.cache import module_compiled, module_in_cache
 from mkemu.emulator import decode as dec
 from mkemu.emulator import footprint
 from mkemu.isa import semantics
@@ -496,21 +497,40 @@ _compiled = None
 compile_seconds = 0.0   # wall time the last `compiled_loop()` spent loading or compiling
 
 
+def _module() -> tuple[str, ...]:
+    """The loop module's source and what its compiled code depends on besides."""
+    import numba
+
+    return (generate_source(), inspect.getsource(semantics), inspect.getsource(sys.modules[__name__]),
+            inspect.getsource(footprint), numba.__version__, sys.version)
+
+
 def compiled_loop():
     """The loop function, generated, written and compiled (or loaded from cache) once
     per process."""
     global _compiled, compile_seconds
     if _compiled is None:
-        import numba
-
         t0 = time.perf_counter()
-        source = generate_source()
-        _compiled = module_in_cache("mkemu_loop", source, inspect.getsource(semantics),
-                                    inspect.getsource(sys.modules[__name__]), inspect.getsource(footprint),
-                                    numba.__version__, sys.version,
+        _compiled = module_in_cache("mkemu_loop", *_module(),
                                     announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
+
+
+def compile_in_background() -> subprocess.Popen | None:
+    """Where this machine has no compiled loop of this version yet, start compiling it
+    in another process and return that process (else None). The caller goes on with
+    what it does before its first run (the flow model's kernels, the program); its
+    `compiled_loop` then waits for the other process and loads the loop from the
+    cache. A first `mkemu run` so keeps both cores of a laptop busy."""
+    if _compiled is not None or module_compiled("mkemu_loop", *_module()):
+        return None
+    code = f"import sys; sys.path[:] = {sys.path!r}; from mkemu.emulator import loop; loop.compiled_loop()"
+    try:
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None    # (compiled here instead, when first needed)
 
 
 def compiled(name: str):

@@ -18,9 +18,11 @@ of the directory at each store would cost more than the compiles it saves).
 Modules compiled by numba (the issue loop, the flow model's kernels) are written into
 the same directory under a name that hashes their source (`module_in_cache`), so
 numba's on-disk cache next to them is keyed by content: compiled once per machine and
-version whether mkemu runs from a checkout, a read-only one or a fresh install. Of
-each kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled
-code is 3 MB a version); older ones go, with numba's cache of them.
+version whether mkemu runs from a checkout, a read-only one or a fresh install. A
+process compiling a version holds a lock file next to it, so others that import it
+meanwhile wait and then load the compiled code rather than compile it too. Of each
+kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled code is
+3 MB a version); older ones go, with numba's cache of them.
 
 Arrays that take longer to make than to read back (the K3 weights of a model and
 seed: a second or more for 67 M parameters) are kept the same way by
@@ -30,6 +32,7 @@ seed: a second or more for 67 M parameters) are kept the same way by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -44,6 +47,11 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:     # (not on Windows)
+    fcntl = None
 
 from mkemu.shipped import programs_root
 
@@ -84,8 +92,7 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
     version with no compiled code yet is imported, so a first run does not look hung
     (`mkemu: <announce> ...`). A version counts as compiled once an import of it has
     completed (a `.compiled` marker next to it)."""
-    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
-    name = f"{prefix}_{digest}"
+    name = _module_name(prefix, source, depends)
     # One thread imports a module while the others wait for it: a module is in
     # sys.modules from before it runs (see below), so a second thread that looked
     # there unguarded would take it half-imported, without its functions. A lock per
@@ -96,6 +103,20 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
         if module is not None:
             return module
         return _import_module(name, prefix, source, announce)
+
+
+def _module_name(prefix: str, source: str, depends: Sequence[str]) -> str:
+    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
+    return f"{prefix}_{digest}"
+
+
+def module_compiled(prefix: str, source: str, *depends: str) -> bool:
+    """Has a process completed an import of this version of the module (numba's code
+    for it is in the cache)?"""
+    try:
+        return (cache_dir() / f"{_module_name(prefix, source, depends)}.compiled").exists()
+    except OSError:
+        return False
 
 
 _import_locks: dict[str, threading.RLock] = {}
@@ -117,17 +138,40 @@ def _import_module(name: str, prefix: str, source: str, announce: str | None) ->
     compiled = path.with_suffix(".compiled")
     if announce and not compiled.exists() and sys.stderr is not None and sys.stderr.isatty():
         print(f"mkemu: {announce} ...", file=sys.stderr, flush=True)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs: numba's cache finds the module again by name.
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    _touch(compiled)
+    with _compiling(path.with_suffix(".lock"), compiled):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        # Registered before it runs: numba's cache finds the module again by name.
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        _touch(compiled)
     return module
+
+
+@contextlib.contextmanager
+def _compiling(lock: Path, compiled: Path):
+    """Held while a version with no compiled code yet is imported: one process compiles
+    it, and any other that imports it meanwhile (a test worker, a tuning worker, the
+    background compile `mkemu run` starts) waits, then loads numba's code from the
+    cache instead of compiling it too. (No lock where the OS offers none.)"""
+    if compiled.exists() or fcntl is None:
+        yield
+        return
+    try:
+        fh = open(lock, "a")
+    except OSError:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _touch(path: Path) -> None:
@@ -148,7 +192,7 @@ def _module_used(path: Path) -> Path:
 
 def _module_files(path: Path) -> list[Path]:
     """Module `path`, its markers and its compiled files (Python's and numba's)."""
-    return [path, path.with_suffix(".used"), path.with_suffix(".compiled"),
+    return [path, path.with_suffix(".used"), path.with_suffix(".compiled"), path.with_suffix(".lock"),
             *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
 
 

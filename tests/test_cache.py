@@ -224,3 +224,36 @@ def test_a_program_reading_the_shipped_library_is_kept_for_that_library_only(cac
     monkeypatch.setattr(cache, "_shipped_root", lambda: str(cache_home / "another-install"))
     assert not compile_counted("main.mk", text, profile)[1]
     assert compile_counted("main.mk", MAIN, profile)[1]     # it read no shipped file: still kept
+
+
+SLOW_MODULE = """
+import time
+with open(LOG, "a") as fh:
+    fh.write(f"start {time.monotonic()}\\n")
+time.sleep(0.4)
+with open(LOG, "a") as fh:
+    fh.write(f"end {time.monotonic()}\\n")
+"""
+
+
+def test_processes_importing_a_version_not_yet_compiled_take_turns(tmp_path):
+    """The first import of a generated module (numba compiling it) runs in one process
+    at a time: the others wait, then load what it compiled."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "log"
+    source = f"LOG = {str(log)!r}\n" + SLOW_MODULE
+    code = ("import sys; from mkemu.cache import module_in_cache; "
+            f"module_in_cache('mkemu_slowtest', {source!r}); print('ok')")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
+    events = [line.split() for line in log.read_text().splitlines()]
+    assert [kind for kind, _ in events] == ["start", "end"] * 3     # never two at once
+    assert all(float(events[i][1]) <= float(events[i + 1][1]) for i in range(len(events) - 1))
+    marked = list((tmp_path / "cache" / "mkemu").glob("mkemu_slowtest_*.compiled"))
+    assert len(marked) == 1
