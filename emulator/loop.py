@@ -523,7 +523,7 @@ def compile_in_background() -> subprocess.Popen | None:
     what it does before its first run (the flow model's kernels, the program); its
     `compiled_loop` then waits for the other process and loads the loop from the
     cache. A first `mkemu run` so keeps both cores of a laptop busy."""
-    if _compiled is not None or module_compiled("mkemu_loop", *_module()):
+    if _compiled is not None or not sys.executable or module_compiled("mkemu_loop", *_module()):
         return None
     code = f"import sys; sys.path[:] = {sys.path!r}; from mkemu.emulator import loop; loop.compiled_loop()"
     try:
