@@ -161,17 +161,19 @@ def _compiling(lock: Path, compiled: Path):
     if compiled.exists() or fcntl is None:
         yield
         return
+    fh = None
     try:
         fh = open(lock, "a")
-    except OSError:
-        yield
-        return
-    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:     # (a file system without locks: each process compiles its own)
+        if fh is not None:
+            fh.close()
+            fh = None
+    try:
+        yield
+    finally:
+        if fh is not None:
+            fh.close()      # (which releases the lock)
 
 
 def _touch(path: Path) -> None:
