@@ -230,9 +230,18 @@ SLOW_MODULE = """
 import time
 with open(LOG, "a") as fh:
     fh.write(f"start {time.monotonic()}\\n")
-time.sleep(0.4)
+time.sleep(1.0)
 with open(LOG, "a") as fh:
     fh.write(f"end {time.monotonic()}\\n")
+"""
+
+GATED_IMPORT = """
+import os, sys, time
+from mkemu.cache import module_in_cache
+open(sys.argv[1] + ".ready", "w").close()
+while not os.path.exists(sys.argv[2]):     # (all three import at once)
+    time.sleep(0.005)
+module_in_cache("mkemu_slowtest", sys.argv[3])
 """
 
 
@@ -242,14 +251,17 @@ def test_processes_importing_a_version_not_yet_compiled_take_turns(tmp_path):
     import os
     import subprocess
     import sys
+    import time
 
-    log = tmp_path / "log"
+    log, go = tmp_path / "log", tmp_path / "go"
     source = f"LOG = {str(log)!r}\n" + SLOW_MODULE
-    code = ("import sys; from mkemu.cache import module_in_cache; "
-            f"module_in_cache('mkemu_slowtest', {source!r}); print('ok')")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", GATED_IMPORT, str(tmp_path / str(n)), str(go), source],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(3)]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"{n}.ready").exists() for n in range(3)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.write_text("")
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
     events = [line.split() for line in log.read_text().splitlines()]

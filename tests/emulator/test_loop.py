@@ -27,7 +27,6 @@ def test_the_loop_is_compiled_outside_the_source_tree():
     assert any(p.read_text() == generate_source() for p in cached)
 
 
-
 def test_a_background_compile_starts_only_where_the_loop_is_not_compiled(monkeypatch):
     """`mkemu run` on a machine with no compiled loop has another process compile it; the
     process imports the same mkemu and ends once the loop is in the cache (here it is
