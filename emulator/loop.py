@@ -29,11 +29,10 @@ checkout gets written to.
 from __future__ import annotations
 
 import inspect
-import subprocess
 import sys
 import time
 
-from mkemu.cache import module_compiled, module_in_cache
+from mkemu.cache import in_background, module_compiled, module_in_cache
 from mkemu.emulator import decode as dec
 from mkemu.emulator import footprint
 from mkemu.isa import semantics
@@ -517,20 +516,15 @@ def compiled_loop():
     return _compiled.run
 
 
-def compile_in_background() -> subprocess.Popen | None:
+def compile_in_background():
     """Where this machine has no compiled loop of this version yet, start compiling it
     in another process and return that process (else None). The caller goes on with
     what it does before its first run (the flow model's kernels, the program); its
     `compiled_loop` then waits for the other process and loads the loop from the
     cache. A first `mkemu run` so keeps both cores of a laptop busy."""
-    if _compiled is not None or not sys.executable or module_compiled("mkemu_loop", *_module()):
+    if _compiled is not None or module_compiled("mkemu_loop", *_module()):
         return None
-    code = f"import sys; sys.path[:] = {sys.path!r}; from mkemu.emulator import loop; loop.compiled_loop()"
-    try:
-        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError:
-        return None    # (compiled here instead, when first needed)
+    return in_background("from mkemu.emulator import loop; loop.compiled_loop()")
 
 
 def compiled(name: str):

@@ -39,6 +39,7 @@ import importlib.util
 import math
 import os
 import pickle
+import subprocess
 import sys
 import tempfile
 import threading
@@ -117,6 +118,20 @@ def module_compiled(prefix: str, source: str, *depends: str) -> bool:
         return (cache_dir() / f"{_module_name(prefix, source, depends)}.compiled").exists()
     except OSError:
         return False
+
+
+def in_background(code: str) -> subprocess.Popen | None:
+    """Python `code` run by another process importing the same mkemu (this process's
+    `sys.path`), its output discarded: e.g. compiling a module into the cache while
+    this process does something else. None where no process can be started (then the
+    caller's own first use compiles it)."""
+    if not sys.executable:      # (an embedded interpreter)
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-c", f"import sys; sys.path[:] = {sys.path!r}; {code}"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
 
 
 _import_locks: dict[str, threading.RLock] = {}

@@ -38,7 +38,7 @@ def load_program(path: str, profile, params: dict[str, int], cache: bool = True)
     return build_program(path, text, profile, params, cache)
 
 
-def _compile_ahead() -> None:
+def compile_ahead() -> None:
     """On a machine with no compiled issue loop yet (a first run takes about a minute
     compiling): another process compiles it while this one compiles the flow model's
     kernels and the program (`loop.compile_in_background`), so both cores work."""
@@ -57,7 +57,7 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     from mkemu.errors import ConfigError
 
     wall0 = time.perf_counter()
-    _compile_ahead()
+    compile_ahead()
     kernel = compile_program(file, options)
     if kernel.is_driven and inputs:
         raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
