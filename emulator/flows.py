@@ -60,21 +60,6 @@ fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").r
 completion_cycle = fc.completion_cycle
 
 
-def warm() -> None:
-    """Compile the kernels now (numba compiles each at its first use: about 10 s on a
-    machine that has none cached), e.g. while another process compiles the issue loop
-    (`loop.compile_in_background`): a small network through every entry point, which
-    takes the same argument types as any other."""
-    net = FlowNetwork()
-    a, b = net.add_resource("a", 4.0), net.add_resource("b", 2.0)
-    net.start("x", 64, (a, b), 0.0)
-    net.start("y", 32, (a,), 1.0, 3.0)
-    net.advance(2.0)
-    while net.next_completion() is not None:
-        net.pop_completed(net.next_completion_cycle())
-    completion_cycle(1.5)
-
-
 class FlowNetwork:
     """Resources with capacities and the flows crossing them, advanced in float cycles."""
 

@@ -32,7 +32,7 @@ import inspect
 import sys
 import time
 
-from mkemu.cache import in_background, module_compiled, module_in_cache
+from mkemu.cache import module_in_cache
 from mkemu.emulator import decode as dec
 from mkemu.emulator import footprint
 from mkemu.isa import semantics
@@ -496,35 +496,21 @@ _compiled = None
 compile_seconds = 0.0   # wall time the last `compiled_loop()` spent loading or compiling
 
 
-def _module() -> tuple[str, ...]:
-    """The loop module's source and what its compiled code depends on besides."""
-    import numba
-
-    return (generate_source(), inspect.getsource(semantics), inspect.getsource(sys.modules[__name__]),
-            inspect.getsource(footprint), numba.__version__, sys.version)
-
-
 def compiled_loop():
     """The loop function, generated, written and compiled (or loaded from cache) once
     per process."""
     global _compiled, compile_seconds
     if _compiled is None:
+        import numba
+
         t0 = time.perf_counter()
-        _compiled = module_in_cache("mkemu_loop", *_module(),
+        source = generate_source()
+        _compiled = module_in_cache("mkemu_loop", source, inspect.getsource(semantics),
+                                    inspect.getsource(sys.modules[__name__]), inspect.getsource(footprint),
+                                    numba.__version__, sys.version,
                                     announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
-
-
-def compile_in_background():
-    """Where this machine has no compiled loop of this version yet, start compiling it
-    in another process and return that process (else None). The caller goes on with
-    what it does before its first run (the flow model's kernels, the program); its
-    `compiled_loop` then waits for the other process and loads the loop from the
-    cache. A first `mkemu run` so keeps both cores of a laptop busy."""
-    if _compiled is not None or module_compiled("mkemu_loop", *_module()):
-        return None
-    return in_background("from mkemu.emulator import loop; loop.compiled_loop()")
 
 
 def compiled(name: str):

@@ -39,7 +39,6 @@ import importlib.util
 import math
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
 import threading
@@ -93,7 +92,8 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
     version with no compiled code yet is imported, so a first run does not look hung
     (`mkemu: <announce> ...`). A version counts as compiled once an import of it has
     completed (a `.compiled` marker next to it)."""
-    name = _module_name(prefix, source, depends)
+    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
+    name = f"{prefix}_{digest}"
     # One thread imports a module while the others wait for it: a module is in
     # sys.modules from before it runs (see below), so a second thread that looked
     # there unguarded would take it half-imported, without its functions. A lock per
@@ -104,34 +104,6 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
         if module is not None:
             return module
         return _import_module(name, prefix, source, announce)
-
-
-def _module_name(prefix: str, source: str, depends: Sequence[str]) -> str:
-    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
-    return f"{prefix}_{digest}"
-
-
-def module_compiled(prefix: str, source: str, *depends: str) -> bool:
-    """Has a process completed an import of this version of the module (numba's code
-    for it is in the cache)?"""
-    try:
-        return (cache_dir() / f"{_module_name(prefix, source, depends)}.compiled").exists()
-    except OSError:
-        return False
-
-
-def in_background(code: str) -> subprocess.Popen | None:
-    """Python `code` run by another process importing the same mkemu (this process's
-    `sys.path`), its output discarded: e.g. compiling a module into the cache while
-    this process does something else. None where no process can be started (then the
-    caller's own first use compiles it)."""
-    if not sys.executable:      # (an embedded interpreter)
-        return None
-    try:
-        return subprocess.Popen([sys.executable, "-c", f"import sys; sys.path[:] = {sys.path!r}; {code}"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError:
-        return None
 
 
 _import_locks: dict[str, threading.RLock] = {}
@@ -170,9 +142,9 @@ def _import_module(name: str, prefix: str, source: str, announce: str | None) ->
 @contextlib.contextmanager
 def _compiling(lock: Path, compiled: Path):
     """Held while a version with no compiled code yet is imported: one process compiles
-    it, and any other that imports it meanwhile (a test worker, a tuning worker, the
-    background compile `mkemu run` starts) waits, then loads numba's code from the
-    cache instead of compiling it too. (No lock where the OS offers none.)"""
+    it, and any other that imports it meanwhile (another test or tuning worker) waits,
+    then loads numba's code from the cache instead of compiling it too. (No lock where
+    the OS offers none.)"""
     if compiled.exists() or fcntl is None:
         yield
         return

@@ -38,18 +38,6 @@ def load_program(path: str, profile, params: dict[str, int], cache: bool = True)
     return build_program(path, text, profile, params, cache)
 
 
-def compile_ahead() -> None:
-    """On a machine with no compiled issue loop yet (a first run takes about a minute
-    compiling): another process compiles it while this one compiles the flow model's
-    kernels and the program (`loop.compile_in_background`), so both cores work."""
-    from mkemu.emulator.loop import compile_in_background
-
-    if compile_in_background() is not None:
-        from mkemu.emulator.flows import warm
-
-        warm()
-
-
 def execute(file: str, options: Options, progress=None, inputs: str | None = None
             ) -> tuple[dict, Callable[[dict], str]]:
     """Run one program; returns the report (a JSON-ready dict with `bit_exact`) and the
@@ -57,7 +45,6 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     from mkemu.errors import ConfigError
 
     wall0 = time.perf_counter()
-    compile_ahead()
     kernel = compile_program(file, options)
     if kernel.is_driven and inputs:
         raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",

@@ -331,27 +331,3 @@ def _completion_cycle_by_the_rule(t: float) -> int:
 def test_compiled_completion_cycle_follows_the_rule(t):
     if t >= 0:
         assert completion_cycle(t) == _completion_cycle_by_the_rule(t)
-
-
-def test_warm_compiles_every_kernel_a_run_uses_with_the_same_types(tmp_path):
-    """`flows.warm` (run while another process compiles the issue loop) leaves nothing
-    for a machine's run to compile: a run after it adds no kernel signature."""
-    import subprocess
-    import sys
-
-    code = """
-from mkemu.emulator import flows
-flows.warm()
-kernels = [getattr(flows.fc, name) for name in dir(flows.fc) if hasattr(getattr(flows.fc, name), "signatures")]
-before = {k.__name__: len(k.signatures) for k in kernels}
-import mkemu
-run = mkemu.compile_source(open(sys.argv[1]).read(), sys.argv[1], mesh="2")()
-after = {k.__name__: len(k.signatures) for k in kernels}
-used = [k.__name__ for k in kernels if k.signatures]
-print(before == after, "k_start" in used and "k_pop" in used)
-"""
-    program = str(Path(__file__).parents[2] / "programs" / "examples" / "all_gather.mk")
-    done = subprocess.run([sys.executable, "-c", "import sys\n" + code, program], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["True", "True"]

@@ -26,18 +26,3 @@ def test_the_loop_is_compiled_outside_the_source_tree():
     assert cached and all("/emulator/" not in str(p) for p in cached)
     assert any(p.read_text() == generate_source() for p in cached)
 
-
-def test_a_background_compile_starts_only_where_the_loop_is_not_compiled(monkeypatch):
-    """`mkemu run` on a machine with no compiled loop has another process compile it; the
-    process imports the same mkemu and ends once the loop is in the cache (here it is
-    already: the process loads it and ends)."""
-    from mkemu.emulator import loop
-
-    compiled_loop()
-    assert loop.compile_in_background() is None        # (loaded in this process)
-    monkeypatch.setattr(loop, "_compiled", None)
-    assert loop.compile_in_background() is None        # (compiled on this machine)
-    monkeypatch.setattr(loop, "module_compiled", lambda *_: False)
-    process = loop.compile_in_background()
-    assert process is not None
-    assert process.wait(timeout=300) == 0
