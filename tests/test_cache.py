@@ -1,8 +1,14 @@
 """Compiled programs kept in the user cache: a repeat compile is a hit, and anything the
 program depends on (its text, an imported file, params, profile, the path as named)
-makes a fresh compile."""
+makes a fresh compile. Generated modules not compiled yet are imported by one process
+at a time."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -230,7 +236,7 @@ SLOW_MODULE = """
 import time
 with open(LOG, "a") as fh:
     fh.write(f"start {time.monotonic()}\\n")
-time.sleep(1.0)
+time.sleep(0.5)
 with open(LOG, "a") as fh:
     fh.write(f"end {time.monotonic()}\\n")
 """
@@ -248,11 +254,6 @@ module_in_cache("mkemu_slowtest", sys.argv[3])
 def test_processes_importing_a_version_not_yet_compiled_take_turns(tmp_path):
     """The first import of a generated module (numba compiling it) runs in one process
     at a time: the others wait, then load what it compiled."""
-    import os
-    import subprocess
-    import sys
-    import time
-
     log, go = tmp_path / "log", tmp_path / "go"
     source = f"LOG = {str(log)!r}\n" + SLOW_MODULE
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
