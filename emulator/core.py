@@ -94,8 +94,6 @@ class Core:
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
-        self.special: dict[str, int] = {}   # the special registers' values (set by the machine)
-        self._spec_of: dict | None = None   # ... the dict `spec` holds the values of
         self.kernel: Kernel | None = None
         self.decoded: DecodedKernel | None = None
         self.code = np.zeros((0, C_ARG + 8), np.int64)
@@ -153,6 +151,11 @@ class Core:
     def stalls(self) -> dict[str, int]:
         return {"unit": int(self.I[lp.H_STALL_UNIT]), "dependency": int(self.I[lp.H_STALL_DEP]),
                 **self.sync_stalls}
+
+    def set_special(self, values: dict[str, int]) -> None:
+        """The special registers' values (core, chip, mesh coordinates and sizes: set by
+        the machine once; no instruction writes them and a launch keeps them)."""
+        self.spec[:len(SPECIAL_REGS)] = [values[name] for name in SPECIAL_REGS]
 
     def innermost_region(self) -> int:
         depth = self.I[lp.H_RDEPTH]
@@ -215,9 +218,6 @@ class Core:
         if args:
             self.smem[:4 * len(args)] = _argument_block(args)
             I[lp.H_SDIRTY + 1] = max(I[lp.H_SDIRTY + 1], 4 * len(args))
-        if self._spec_of is not self.special:    # (no instruction writes them: set once)
-            self.spec[:len(SPECIAL_REGS)] = [self.special[name] for name in SPECIAL_REGS]
-            self._spec_of = self.special
         I[lp.H_LIMIT] = limit
         I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
         I[lp.H_IMAX] = max_instructions

@@ -76,10 +76,10 @@ class Machine(DmaMixin):
             for index in range(p.cores_per_chip):
                 core = Core(p, chip, index, len(self.cores))
                 x, y, z = self.mesh.coords(chip)
-                core.special = dict(core=index, chip=chip, chip_x=x, chip_y=y, chip_z=z,
-                                    mesh_x=self.mesh.dims[0], mesh_y=self.mesh.dims[1],
-                                    mesh_z=self.mesh.dims[2], cores=p.cores_per_chip,
-                                    chips=self.mesh.num_chips, gcore=core.gid)
+                core.set_special(dict(core=index, chip=chip, chip_x=x, chip_y=y, chip_z=z,
+                                      mesh_x=self.mesh.dims[0], mesh_y=self.mesh.dims[1],
+                                      mesh_z=self.mesh.dims[2], cores=p.cores_per_chip,
+                                      chips=self.mesh.num_chips, gcore=core.gid))
                 self.cores.append(core)
         self.barrier_roots: dict[tuple[int, ...], Core] = {}   # members -> their barrier's root
         self.net = FlowNetwork()
