@@ -21,6 +21,7 @@ the previous one touched.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from mkemu.emulator import loop as lp
 from mkemu.emulator.config import GLOBAL_SHARE, global_budget
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
-from mkemu.emulator.memory import Trap, anonymous
+from mkemu.emulator.memory import Trap, give_back, reused
 from mkemu.emulator.safety import describe_dma, listed_in
 from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import SPECIAL_REGS
@@ -76,7 +77,9 @@ class Core:
         self.V = np.zeros((p.vregs, ROWS * LANES), np.uint32)
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
         self.M[0] = 1      # m0: every lane, read-only
-        self.vmem = anonymous(p.vmem_bytes)
+        self.vmem = reused(p.vmem_bytes)
+        self.vmem_span = [1 << 62, -(1 << 62)]    # the bytes of VMEM any launch wrote, over all launches
+        weakref.finalize(self, _give_back_vmem, self.vmem, self.I, self.vmem_span).atexit = False
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         self.smem32 = self.smem.view(np.int32)     # its words (DMA descriptors, launch arguments)
         d = p.mxu_dim
@@ -183,6 +186,8 @@ class Core:
         if hi > lo:
             # Zeroed in place, not handed back to the OS: re-faulting the pages costs more.
             self.vmem[max(lo, 0):max(hi, 0)] = 0
+            span = self.vmem_span
+            span[0], span[1] = min(span[0], int(lo)), max(span[1], int(hi))
         lo, hi = I[lp.H_SDIRTY], I[lp.H_SDIRTY + 1]
         if hi > lo:
             self.smem[max(lo, 0):max(hi, 0)] = 0
@@ -236,7 +241,7 @@ class Core:
             self.rstat[:] = 0
         self.sems = [0] * self.profile.semaphores
         self.dma_wait_cycles = {}
-        self.sem_raisers: dict[int, tuple] = {}   # semaphore -> (core, pc, text, cycle)
+        self.sem_raisers: dict[int, tuple] = {}   # semaphore -> ((chip, core), pc, text, cycle)
         self.clear_in_flight()
         self.halted = False
 
@@ -426,6 +431,13 @@ class Core:
             I[at] = lo
         if hi > I[at + 1]:
             I[at + 1] = hi
+
+
+def _give_back_vmem(vmem, I, span: list[int]) -> None:
+    """A core is gone: its VMEM goes back for the next core to reuse (`memory.reused`),
+    with the range its last launch wrote (the earlier launches' were zeroed)."""
+    lo, hi = int(I[lp.H_DIRTY]), int(I[lp.H_DIRTY + 1])
+    give_back(vmem, lo, hi, max(max(span[1], hi) - min(span[0], lo), 0))
 
 
 def max_cycles_message(limit: int, profile: HardwareProfile) -> str:

@@ -171,6 +171,10 @@ class DmaMixin:
             self.trace.on_dma_issue(dma)
         if self.safety is not None:
             self.safety.issued(dma, (src_addr, inner, n1, ss1, n2, ss2), (dst_addr, inner, n1, ds1, n2, ds2))
+            if self.safety.late:
+                for fault in self.safety.late:
+                    self._defer_fault(fault)
+                self.safety.late.clear()
         limit = 1 if self.config.dma_order == "fifo" else self.profile.dma_max_in_flight
         if self.engine_active[core.gid] < limit:
             self.engine_active[core.gid] += 1

@@ -114,7 +114,7 @@ class Machine(DmaMixin):
         self.shuffle_cycles = 2 * p.dma_start_latency_cycles
         # Race checks in simulated time (`safety.py`), or None with --no-check races.
         races = "races" in self.config.checks and not self.config.timing_only
-        self.safety = Safety(self.cores, self._defer_fault) if races else None
+        self.safety = Safety(self.cores) if races else None
 
     # -- loading and data ----------------------------------------------------
 
@@ -302,9 +302,9 @@ class Machine(DmaMixin):
             raiser = core.sem_raisers.get(sem)
             part = f"semaphore {sem} = {value}"
             if raiser is not None:
-                by, pc, text, cycle = raiser
+                (chip, index), pc, text, cycle = raiser
                 source = kernel.source_line(pc)
-                part += (f" (last raised at cycle {cycle} by `{text}` of chip {by.chip} core {by.index}, "
+                part += (f" (last raised at cycle {cycle} by `{text}` of chip {chip} core {index}, "
                          f"pc {pc:#06x}{', ' + source if source else ''})")
             parts.append(part)
         first = core.sem_raisers.get(left[0][0])
@@ -469,17 +469,17 @@ class Machine(DmaMixin):
         return 0
 
     def _raiser(self, core: Core, op) -> tuple:
-        return (core, core.pc, op.text)
+        return ((core.chip, core.index), core.pc, op.text)
 
     def _add_sem(self, core: Core, sem: int, value: int, t: int, by_dma: bool = False, raiser=None) -> None:
         """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
-        the DMA, or (core, pc, text) of the signal), waking a core that waits."""
+        the DMA, or ((chip, core), pc, text) of the signal), waking a core that waits."""
         count = core.sems[sem] + value
         if not -2**63 <= count < 2**63:     # (an int64 counter: signals add 64-bit register values)
             count = (count + 2**63) % 2**64 - 2**63
         core.sems[sem] = count
         if by_dma:
-            core.sem_raisers[sem] = (raiser.src_core, raiser.pc, raiser.text, t)
+            core.sem_raisers[sem] = ((raiser.src_core.chip, raiser.src_core.index), raiser.pc, raiser.text, t)
         elif raiser is not None:
             core.sem_raisers[sem] = (*raiser, t)
         waiting = core.waiting

@@ -10,6 +10,8 @@ instruction semantics: `isa/semantics.py`.)
 from __future__ import annotations
 
 import mmap
+import sys
+import threading
 
 import numpy as np
 
@@ -36,6 +38,60 @@ def anonymous(size: int) -> np.ndarray:
         except OSError:     # (a kernel without transparent huge pages)
             pass
     return np.frombuffer(m, np.uint8)
+
+
+# Recycled memories. A machine's VMEM is tens of MiB of anonymous memory per core, and
+# the first touch of each page faults (with huge pages, the OS zeroes 2 MiB at a
+# time, or first compacts memory to find them): a fresh machine pays that again for
+# every page its kernels touch. So the buffer of a core that is gone comes back here,
+# with the range it may have written, and the next core of the same size takes it,
+# zeroing just that range. A buffer something still refers to (a view a caller kept)
+# is never taken: it is left to be freed as usual.
+SPARE_BYTES = 512 << 20     # most touched bytes kept for reuse (resident, not in use)
+_spare: list[tuple[np.ndarray, int, int, int]] = []   # (buffer, dirty lo, dirty hi, touched)
+_spare_lock = threading.RLock()   # (re-entrant: a collection inside `reused` may give one back)
+
+
+def _unboxed(box: list) -> tuple[np.ndarray, int, int, int]:
+    """The spare in `box`, and how many references its buffer has once the box is
+    empty (`_ALONE` if nothing but this function's local holds it)."""
+    buffer, lo, hi, _ = box.pop()
+    return buffer, lo, hi, sys.getrefcount(buffer)
+
+
+_ALONE = _unboxed([(np.zeros(1, np.uint8), 0, 0, 0)])[3]
+
+
+def reused(size: int) -> np.ndarray:
+    """`size` zero bytes as `anonymous` gives them, from a buffer given back
+    (`give_back`) when one of that size is free."""
+    while True:
+        with _spare_lock:
+            # (the last given back first: the likeliest to be in the CPU's caches)
+            found = next((i for i in range(len(_spare) - 1, -1, -1) if _spare[i][0].size == size), None)
+            box = [_spare.pop(found)] if found is not None else None
+        if box is None:
+            return anonymous(size)
+        buffer, lo, hi, refs = _unboxed(box)
+        if refs == _ALONE:
+            if hi > lo:
+                buffer[lo:hi] = 0
+            return buffer
+        # (something still holds it, or a view of it: not ours to reuse)
+
+
+def give_back(buffer: np.ndarray, lo: int, hi: int, touched: int) -> None:
+    """A buffer from `reused` that its owner no longer uses: it may have written bytes
+    [lo, hi) of it (every other byte is still zero) and touched about `touched` bytes
+    of it over its life. Kept while the spare buffers have touched at most SPARE_BYTES."""
+    with _spare_lock:
+        if spare_bytes() + touched <= SPARE_BYTES:
+            _spare.append((buffer, max(lo, 0), max(hi, 0), touched))
+
+
+def spare_bytes() -> int:
+    """About how many bytes the spare buffers have touched (resident, kept for reuse)."""
+    return sum(touched for *_rest, touched in _spare)
 
 
 def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int):

@@ -53,12 +53,13 @@ class Entry:
 
 
 class Safety:
-    def __init__(self, cores, defer=None):
+    def __init__(self, cores):
         self.cores = cores
         # A race found after the fact (`_check_run_ahead`) lies at a later cycle than the
-        # DMA's issue: defer(fault) raises it when simulated time reaches its cycle, so a
-        # fault of any core between the two is reported first (None: raised at once).
-        self.defer = defer
+        # DMA's issue: it waits here for the machine to raise it when simulated time
+        # reaches its cycle (`Machine._defer_fault`), so that a fault of any core between
+        # the two is reported first.
+        self.late: list = []
         self.overlap = lp.compiled("overlap")
         self.logged_conflict = lp.compiled("logged_conflict")
         self.dma_conflict = lp.compiled("dma_conflict")
@@ -253,10 +254,7 @@ class Safety:
                                  *entry.block)
         if k >= 0:
             time, pc, _, addr, stride, rows, lo_off, hi_off, write = core.access_log[k].tolist()
-            fault = core.logged_race(entry, space, time, pc, addr, stride, rows, lo_off, hi_off, write)
-            if self.defer is None:
-                raise fault
-            self.defer(fault)
+            self.late.append(core.logged_race(entry, space, time, pc, addr, stride, rows, lo_off, hi_off, write))
 
 
 class Listed:

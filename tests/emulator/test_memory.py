@@ -1,0 +1,95 @@
+"""A machine's VMEM starts zero, even where a machine before it wrote: the buffers of
+cores that are gone are reused (their pages already faulted in) with what they wrote
+zeroed, and never while something still refers to them."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from mkemu.emulator import memory
+
+WRITER = """
+    li s1, @x
+    li s2, 4096
+    dma.start vmem[s2], hbm[s1], s0, s0
+    li s3, 4096
+    sem.wait s0, s3
+    li s6, 512
+    vld.w v1, 4096(s0), s6, m0
+    vst.w v1, 8192(s0), s6, m0
+"""
+# Reads back VMEM [4096, 12288), where the writer's DMA and store went.
+READER = """
+    li s1, @y
+    li s2, 4096
+    dma.start hbm[s1], vmem[s2], s0, s0
+    li s3, 8192
+    sem.wait s0, s3
+"""
+
+
+@pytest.fixture
+def quiet_gc():
+    """No collection in the test: the buffers given back are the test's own (a
+    collection might free a machine of an earlier test, whose buffers come back last)."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def run_writer(emu):
+    source = emu.kernel(WRITER, buffers=".buffer x f32 8x128 input\n", smem="0 4096 1 0 0 1 0 0")
+    x = np.arange(1, 1 + 8 * 128, dtype=np.float32).reshape(8, 128)
+    return emu.run(source, inputs={"x": x})
+
+
+def run_reader(emu):
+    source = emu.kernel(READER, buffers=".buffer y f32 16x128 output\n", smem="0 8192 1 0 0 1 0 0")
+    return emu.run(source)
+
+
+def test_a_machine_reads_zero_vmem_where_a_dropped_machine_wrote_and_reuses_its_memory(emu, quiet_gc):
+    writer = run_writer(emu)
+    assert writer.core.vmem[4096:12288].any()
+    used = {address(core.vmem) for core in writer.machine.cores}
+    del writer        # (a machine without a trace is freed at once: nothing refers back to it)
+    reader = run_reader(emu)
+    assert address(reader.core.vmem) in used
+    assert not reader.buffer("y").any()
+    assert not reader.core.vmem[:1 << 20].any()
+
+
+def test_vmem_a_caller_still_views_is_never_reused(emu, quiet_gc):
+    writer = run_writer(emu)
+    kept = writer.core.vmem[8192:8200]
+    before = kept.copy()
+    mine = address(writer.core.vmem)
+    del writer
+    reader = run_reader(emu)
+    assert address(reader.core.vmem) != mine
+    assert not reader.buffer("y").any()
+    assert np.array_equal(kept, before) and kept.any()
+
+
+def test_a_spare_is_zeroed_where_it_was_written_and_kept_only_within_the_bound():
+    size = 3 << 20
+    buffer = memory.reused(size)
+    buffer[100:200] = 7
+    where = address(buffer)
+    memory.give_back(buffer, 100, 200, 4096)
+    del buffer
+    again = memory.reused(size)
+    assert address(again) == where and not again.any()
+    held = memory.spare_bytes()
+    memory.give_back(again, 0, 0, memory.SPARE_BYTES + 1)    # touched more than the spares may hold
+    assert memory.spare_bytes() == held
+    memory.give_back(again, 0, 0, 4096)
+    assert memory.spare_bytes() == held + 4096
