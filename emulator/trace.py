@@ -150,6 +150,8 @@ class Recorder:
         metadata says what stopped it."""
         if self.launches and self.launch_open:     # (a fault at a launch's end comes after on_launch_end)
             self._end_launch(self.machine, max(self.machine.now, fault.cycle or 0))
+        else:       # (the max-cycle guard passed in a launch's start-up, before it began)
+            self.end_cycle = max(self.end_cycle, fault.cycle or 0)
         self.meta["fault"] = {"kind": fault.kind, "message": fault.message, "chip": fault.chip,
                               "core": fault.core, "cycle": fault.cycle, "pc": fault.pc,
                               "instruction": fault.instruction, "source": fault.source}

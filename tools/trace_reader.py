@@ -61,7 +61,7 @@ class Trace:
         self.launches: list[dict] = list(meta["launches"])
         self.region_names: list[str] = list(meta["region_names"])
         self.end_cycle = int(meta["end_cycle"])
-        self.start_cycle = min((int(l["start"]) for l in self.launches), default=0)
+        self.start_cycle = min((int(l["start"]) for l in self.launches), default=self.end_cycle)
         chip_of = np.array([c["chip"] for c in self.cores] or [0], np.int64)
         instr = tables["instr"]
         unit, occ, lat = self._per_pc(instr["launch"], instr["pc"])

@@ -41,8 +41,9 @@ def view(trace: Trace, chips=None, cores=None, start=None, end=None) -> View:
     t0 = trace.start_cycle if start is None else max(int(start), 0)
     t1 = trace.end_cycle if end is None else min(int(end), trace.end_cycle)
     if t1 <= t0 and start is None and end is None:   # (no flag to name: the run itself had none)
-        raise ConfigError(f"nothing to draw: the trace has no kernel time (its launches run cycles "
-                          f"{trace.start_cycle:,} to {trace.end_cycle:,})", file=trace.path)
+        raise ConfigError("nothing to draw: the trace has no kernel time " + (
+            f"(its launches run cycles {trace.start_cycle:,} to {trace.end_cycle:,})" if trace.launches else
+            f"(the run stopped at cycle {trace.end_cycle:,}, before its first launch began)"), file=trace.path)
     if t1 <= t0:
         raise ConfigError(f"--from/--to select no cycles: the trace runs cycles {trace.start_cycle:,} to "
                           f"{trace.end_cycle:,}", key="--from")

@@ -9,9 +9,11 @@ import attrs
 import numpy as np
 import pytest
 
+from mkemu.emulator.config import RunConfig
 from mkemu.emulator.machine import Machine
 from mkemu.emulator.topology import Mesh
 from mkemu.emulator.trace import Recorder
+from mkemu.errors import EmulatorFault
 from mkemu.isa.asm import assemble
 from mkemu.isa.hardware import load_profile
 from mkemu.tools.trace_reader import parse_trace
@@ -194,3 +196,16 @@ def test_a_wait_still_blocked_at_a_fault_is_a_row_closed_at_the_fault(blocked, k
     rows = list(zip(*(waits[field].tolist() for field in ("core", "kind", "sem", "start", "end"))))
     assert len(rows) == 1 and rows[0][:3] == (1, kind, what), rows
     assert rows[0][3] < rows[0][4] == info.value.cycle
+
+
+def test_a_run_stopped_before_its_first_launch_began_has_a_trace_ending_at_the_fault():
+    # The max-cycle guard passes during the launch's start-up (1,000 cycles on `test`).
+    trace = Recorder()
+    machine = Machine(load_profile("test"), Mesh((1, 1, 1)), RunConfig(max_cycles=100), trace=trace)
+    machine.load(assemble(".kernel main\n    halt\n", "t.s"))
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    trace.on_fault(info.value)
+    read = parse_trace(trace.to_bytes())
+    assert info.value.kind == "max-cycles" and info.value.cycle == 1000
+    assert read.end_cycle == read.start_cycle == 1000 and read.meta["fault"]["cycle"] == 1000

@@ -435,3 +435,16 @@ def test_a_fault_at_a_launchs_end_keeps_one_row_per_region(tmp_path, capsys):
     t = read_trace(str(out))
     assert t.meta["fault"]["kind"] == "semaphore-nonzero"
     assert sorted(t.region["core"].tolist()) == [0, 1]
+
+
+def test_a_trace_of_a_run_stopped_before_its_first_launch_says_so(tmp_path, capsys):
+    src = tmp_path / "copy.s"
+    src.write_text(DMA_BOUND)
+    out = tmp_path / "early.mkt"
+    assert main(["run", str(src), "--hw", "test", "--mesh", "1", "--max-cycles", "100", "--trace", str(out)]) == 1
+    capsys.readouterr()
+    assert main(["trace", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "emulated time: 1,000 cycles" in text and "window: 0 cycles" in text
+    assert main(["trace", str(out), "--html", str(tmp_path / "p.html")]) == 1
+    assert "before its first launch began" in capsys.readouterr().err
