@@ -451,9 +451,10 @@ def _check_shape(raw: dict[str, Any], file: str) -> None:
                 raise ConfigError(f"expected a string, got {_describe(value)}", file=file, key=key)
             continue
         if key not in _SECTIONS:
+            close = difflib.get_close_matches(key, _SECTIONS + _TOP_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(
-                f"unknown key '{key}'{_suggest(key, _SECTIONS + _TOP_KEYS)}"
-                f" Known sections: {', '.join(_SECTIONS)}",
+                f"unknown key '{key}'{hint}; known sections: {', '.join(_SECTIONS)}",
                 file=file,
                 key=key,
             )

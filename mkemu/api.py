@@ -46,6 +46,7 @@ def compile(program: str, options: Options | None = None, **changes) -> Kernel: 
     if not isinstance(program, (str, os.PathLike)):
         raise ConfigError(f"program must be a file path or a shipped program's name, not {program!r}",
                           key="program")
+    check_path(os.fspath(program), "program")
     path = resolve(os.fspath(program))
     try:
         text = Path(path).read_text()
@@ -182,6 +183,8 @@ class Kernel:
             runner.check_writable(self.options.trace, "trace")
         if self.options.record_routing is not None and self.is_driven:
             runner.check_writable(self.options.record_routing, "record_routing")
+        if self.options.dump is not None and self.is_driven:
+            runner.check_dump_folder(self.options.dump, "dump")
         wall0 = time.perf_counter()
         if self.is_driven:
             if given:

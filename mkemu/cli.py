@@ -144,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
     _machine_options(sweep, mesh=False)
     sweep.add_argument("--hw-set", action="append", default=[], metavar="KEY=V1,V2,...",
                        help="vary a profile value (a key of a profile TOML, e.g. hbm_bw_bytes_per_s, "
-                       "ici.hop_latency_s, vmem_bytes, mxus_per_core, clock_hz); repeatable")
+                       "ici.hop_latency_s, vmem_bytes, mxus_per_core, clock_hz, "
+                       "timing.valu.latency_cycles); repeatable")
     sweep.add_argument("--mesh", metavar="M1,M2,...", help="vary the chip mesh, e.g. 1x1x1,2x1x1,2x2x2")
     _driver_options(sweep)
     sweep.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -158,7 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="summarise a trace; `trace diff A B` compares two",
                            description="mkemu trace PATH [options] | mkemu trace diff A B [options]")
     trace.add_argument("path", metavar="PATH", help="a trace written by `mkemu run --trace` (or `diff`)")
-    trace.add_argument("others", nargs="*", metavar="B", help=argparse.SUPPRESS)
+    # (a default: argparse counts a "*" positional without one among the required arguments)
+    trace.add_argument("others", nargs="*", default=[], metavar="B", help=argparse.SUPPRESS)
     trace.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     trace.add_argument("--chip", type=int, action="append", metavar="N", help="only chip N (repeatable)")
     trace.add_argument("--core", type=int, action="append", metavar="N", help="only core N of each chip (repeatable)")
@@ -582,8 +584,9 @@ def cmd_tune(args) -> int:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
     out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
-    check_writable(out, "--out")
-    _check_outputs([("--out", out), ("--record-routing", args.record_routing)],
+    out_flag = "--resume" if args.out is None and args.resume else "--out"   # (the flag that named it)
+    check_writable(out, out_flag)
+    _check_outputs([(out_flag, out), ("--record-routing", args.record_routing)],
                    _inputs_read(args, [resolve(args.file)]))
     _check_readable(args)
     base = trial(resolve(args.file), _options(args), args.inputs)
@@ -601,12 +604,14 @@ def cmd_tune(args) -> int:
           f"objective {args.objective}, seed {args.seed}, on {where}", file=sys.stderr)
 
     def progress(record):
-        done = sum(1 for t in tune.trials if "status" in t)
+        # ([N] is the trial's index in the record, as "same build as trial N" and the
+        # record's `same_as` are: a count of finished trials would skip and repeat
+        # numbers when one run settles several trials of its build at once)
         what = (format_objective(record["objective"], tune.objective) if record["status"] == "ok"
                 else f"rejected: {record['reason']}")
         again = (f" ({same_build_text(tune, record)}: not run)" if record.get("same_as") is not None
                  else " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)")
-        print(f"[{done}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
+        print(f"[{record['index']}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
               file=sys.stderr, flush=True)
 
     tune.progress = progress
@@ -718,7 +723,9 @@ def cmd_hw_list(args) -> int:
 def cmd_hw_show(args) -> int:
     from mkemu.isa.hardware import load_profile, profile_to_text
 
-    print(profile_to_text(load_profile(args.name)))
+    with _shown("hw show"):
+        profile = load_profile(args.name)
+    print(profile_to_text(profile))
     return 0
 
 
@@ -733,8 +740,22 @@ def cmd_model_list(args) -> int:
 def cmd_model_show(args) -> int:
     from mkemu.programs.k3.config import config_to_text, load_config
 
-    print(config_to_text(load_config(args.name)))
+    with _shown("model show"):
+        config = load_config(args.name)
+    print(config_to_text(config))
     return 0
+
+
+@contextlib.contextmanager
+def _shown(command: str):
+    """`hw show NAME` / `model show NAME`: the loader says a name is not a shipped one
+    naming the flag of `run` (`--model`) or nothing; here it names the command."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.file is not None:   # (a file's error: its place is the file)
+            raise
+        raise ConfigError(exc.message, key=command) from None
 
 
 if __name__ == "__main__":

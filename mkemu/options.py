@@ -10,10 +10,12 @@ program driver (the K3 programs: model, batch, prompt length, steps, ...).
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import os
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 import attrs
 
@@ -38,6 +40,10 @@ def _mesh(value):
         return None
     if isinstance(value, str):
         return parse_mesh(value)
+    # (bytes would be taken as the tuple of their byte values, a dict as its keys, a set in no order)
+    if isinstance(value, (bytes, bytearray, memoryview, Mapping, AbstractSet)):
+        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+                          key="mesh")
     try:
         dims = tuple(integer(d) for d in value)
     except TypeError:
@@ -131,7 +137,20 @@ def _trace(instance, attribute, value):
     check_path(value, "trace")
 
 
-@attrs.frozen(kw_only=True)
+def _known_names(cls, names) -> None:
+    """Every name a field of `cls`: an unknown one is a ConfigError naming it, not
+    Python's TypeError of an unexpected keyword argument."""
+    known = sorted(a.name for a in attrs.fields(cls))
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1) if len(unknown) == 1 else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}{hint}; known: {', '.join(known)}",
+                          key=unknown[0])
+
+
+# init=False: attrs writes `__attrs_init__`, which `__init__` calls after checking the names.
+@attrs.frozen(kw_only=True, init=False)
 class Options:
     """Options of one run. `hw` is a shipped profile name or a TOML path; `mesh` is
     "XxYxZ" or a tuple (None: the profile's); `checks` are the runtime checks left on
@@ -171,6 +190,13 @@ class Options:
     spec_rows: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
     accept: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
 
+    def __init__(self, *args, **fields):
+        if args:
+            raise ConfigError(f"Options takes its fields by name (e.g. Options(hw='test', mesh='2x2')), "
+                              f"not by position: got {args[0]!r}", key="options")
+        _known_names(type(self), fields)
+        self.__attrs_init__(**fields)
+
     @hw.validator
     def _hw(self, attribute, value):
         if not isinstance(value, str) or not value:
@@ -209,9 +235,5 @@ class Options:
         if options is not None and not isinstance(options, cls):
             raise ConfigError(f"options must be an mkemu.Options (or give its fields as keyword arguments), "
                               f"not {type(options).__name__}", key="options")
-        known = {a.name for a in attrs.fields(cls)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
-                              key=unknown[0])
+        _known_names(cls, changes)
         return attrs.evolve(options, **changes) if options is not None else cls(**changes)

@@ -142,7 +142,7 @@ def render_plain(report: dict) -> str:
         f"cycles {report['cycles']:,}  ({report['seconds'] * 1e6:.3f} us emulated)",
         f"instructions {report['instructions']:,}, DMAs {report['dma_count']:,}, "
         f"HBM bytes {report['hbm_bytes']:,}",
-        f"unit busy cycles (all cores): {busy}",
+        f"unit busy cycles (all cores): {busy or 'none'}",
         f"stall cycles (all cores): {stalls or 'none'}",
         f"wall {report['wall_s']:.2f} s",
     ]
@@ -152,10 +152,6 @@ def render_plain(report: dict) -> str:
 def compare_text(*reports: dict) -> str:
     """Reports side by side, one column each (driver reports per step, or plain runs)."""
     names = [Path(r["program"]).name for r in reports]
-    width = max(18, *(len(n) for n in names))
-
-    def line(label, values):
-        return f"{label:32s} " + " ".join(f"{v:>{width}s}" for v in values)
 
     def row(label, key, fmt="{:.2f}", sub=None, scale=1.0):
         values = []
@@ -163,30 +159,34 @@ def compare_text(*reports: dict) -> str:
             v = r.get(key) if sub is None else r.get(key, {}).get(sub)
             numeric = isinstance(v, float | int) and not isinstance(v, bool)
             values.append("-" if v is None else fmt.format(v * scale if numeric and scale != 1.0 else v))
-        return line(label, values)
+        return label, values
 
-    lines = [line("", names), row("bit-exact", "bit_exact", "{}")]
+    rows = [("", names), row("bit-exact", "bit_exact", "{}")]
+    if all("us_per_step" in r for r in reports):
+        rows += [row("us per step", "us_per_step"),
+                 row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),
+                 *([row("accepted tokens per verify step", "accepted_tokens_per_step"),
+                    row("accepted tokens/s", "accepted_tokens_per_s", "{:.0f}")]
+                   if any("accepted_tokens_per_s" in r for r in reports) else []),
+                 row("kernels launched per step", "kernels_per_step", "{}"),
+                 row("HBM MB per step", "hbm_bytes_per_step", "{:.2f}", scale=1e-6),
+                 row("HBM bandwidth, % of peak", "hbm_bw_fraction", "{:.1f}", scale=100),
+                 row("% of the floor reached", "fraction_of_floor", "{:.1f}", scale=100),
+                 row("% of the mesh floor reached", "fraction_of_mesh_floor", "{:.1f}", scale=100)]
+        rows += [row(f"  {part.replace('_', ' ')} (us)", "breakdown_us", sub=part)
+                 for part in reports[0].get("breakdown_us", {})]
+        first = reports[0]["us_per_step"]
+        rows.append((f"speedup (vs {names[0]})",
+                     [f"{first / r['us_per_step']:.2f}x" if r["us_per_step"] else "-" for r in reports]))
+    else:
+        rows += [row("cycles", "cycles", "{:,}"), row("HBM bytes", "hbm_bytes", "{:,}")]
+        first = reports[0].get("cycles")
+        rows.append((f"speedup (vs {names[0]})",
+                     [f"{first / r['cycles']:.2f}x" if first and r.get("cycles") else "-" for r in reports]))
+    # (the label column fits the longest label: the speedup row's label names the first program, of any length)
+    label_width = max(32, *(len(label) for label, _ in rows))
+    width = max(18, *(len(n) for n in names))
+    lines = [f"{label:{label_width}s} " + " ".join(f"{v:>{width}s}" for v in values) for label, values in rows]
     if all(r.get("timing_only") for r in reports):
         lines.insert(0, TIMING_ONLY)
-    if all("us_per_step" in r for r in reports):
-        lines += [row("us per step", "us_per_step"),
-                  row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),
-                  *([row("accepted tokens per verify step", "accepted_tokens_per_step"),
-                     row("accepted tokens/s", "accepted_tokens_per_s", "{:.0f}")]
-                    if any("accepted_tokens_per_s" in r for r in reports) else []),
-                  row("kernels launched per step", "kernels_per_step", "{}"),
-                  row("HBM MB per step", "hbm_bytes_per_step", "{:.2f}", scale=1e-6),
-                  row("HBM bandwidth, % of peak", "hbm_bw_fraction", "{:.1f}", scale=100),
-                  row("% of the floor reached", "fraction_of_floor", "{:.1f}", scale=100),
-                  row("% of the mesh floor reached", "fraction_of_mesh_floor", "{:.1f}", scale=100)]
-        lines += [row(f"  {part.replace('_', ' ')} (us)", "breakdown_us", sub=part)
-                  for part in reports[0].get("breakdown_us", {})]
-        first = reports[0]["us_per_step"]
-        lines.append(line(f"speedup (vs {names[0]})",
-                          [f"{first / r['us_per_step']:.2f}x" if r["us_per_step"] else "-" for r in reports]))
-    else:
-        lines += [row("cycles", "cycles", "{:,}"), row("HBM bytes", "hbm_bytes", "{:,}")]
-        first = reports[0].get("cycles")
-        lines.append(line(f"speedup (vs {names[0]})",
-                          [f"{first / r['cycles']:.2f}x" if first and r.get("cycles") else "-" for r in reports]))
     return "\n".join(lines)

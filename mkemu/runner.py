@@ -21,6 +21,7 @@ import numpy as np
 from mkemu.errors import ConfigError, MkemuError
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import INPUT_KINDS, Program
+from mkemu.options import check_path
 
 
 @attrs.frozen
@@ -339,14 +340,39 @@ def check_writable(path: str, key: str) -> None:
         if _is_device(target):
             return   # written into, never replaced
         folder = target.parent
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"cannot write {path}: {folder} is a file, not a folder", key=key)
+        blocker = _file_on_the_way(folder)
+        if blocker is not None:
+            raise ConfigError(f"cannot write {path}: {blocker} is a file, not a folder", key=key)
         if not folder.is_dir():
             raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
     except OSError as exc:   # e.g. a name too long for the file system
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", key=key) from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
+
+
+def check_dump_folder(path: str, key: str) -> None:
+    """The folder a run dumps into (made by the run if need be): not a file, nor under
+    one (checked before the run, not after it)."""
+    target = Path(path)
+    try:
+        if target.exists() and not target.is_dir():
+            raise ConfigError(f"{path} is a file, not a folder to dump into", key=key)
+        blocker = _file_on_the_way(target)
+    except OSError as exc:   # e.g. a name too long for the file system
+        raise ConfigError(f"cannot create dump directory: {exc.strerror or exc}", file=path) from None
+    if blocker is not None:
+        raise ConfigError(f"cannot create dump directory: {blocker} is a file, not a folder", file=path)
+
+
+def _file_on_the_way(folder: Path) -> Path | None:
+    """The first leading part of `folder` that is there but no folder (a file, a
+    device), so that nothing is under it: in `a.json/../x`, `a.json`. (`folder` itself
+    then does not exist, and saying so would send the user looking in the wrong place.)"""
+    for part in (*reversed(folder.parents), folder):
+        if part.exists() and not part.is_dir():
+            return part
+    return None
 
 
 def _is_device(target: Path) -> bool:
@@ -358,6 +384,7 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write a file so that a crash leaves either the old file or the new one."""
     if not path:
         raise ConfigError("cannot write output: the path is empty")
+    check_path(os.fspath(path) if isinstance(path, os.PathLike) else path, "path")
     target = Path(path)
     try:
         device = _is_device(target)

@@ -2,7 +2,8 @@
 
 Each `--hw-set KEY=V1,V2,...` is an axis over one profile value (any key of a profile
 TOML: `chip.hbm_bw_bytes_per_s`, `ici.link_bw_bytes_per_s`, `ici.hop_latency_s`,
-`core.vmem_bytes`, `core.mxus_per_core`, `chip.clock_hz`, ...; the section may be
+`core.vmem_bytes`, `core.mxus_per_core`, `chip.clock_hz`, ..., and a timing class's
+`timing.valu.latency_cycles` or `timing.valu.occupancy_cycles`; the section may be
 left out), `--mesh M1,M2,...` an axis over mesh shapes; the points are every
 combination. A point's profile is a TOML that `extends` the base profile (`--hw`)
 with the point's values, so it goes through the same loader and checks as any user
@@ -15,6 +16,7 @@ against the first axis, one line per program (and per value of the other axes).
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import tempfile
@@ -41,12 +43,14 @@ class Axis:
 
 def parse_axis(item: str) -> Axis:
     """`KEY=V1,V2,...` of `--hw-set`: values are TOML values (`7.38e12`, `64_000`, `[4, 2, 2]`)."""
-    from mkemu.isa.hardware import toml_key
-
     key, sep, text = item.partition("=")
     if not sep or not key.strip() or not text.strip():
         raise ConfigError(f"--hw-set wants KEY=V1,V2,..., got {item!r}", key="--hw-set")
-    key = toml_key(key.strip())
+    key = key.strip()
+    try:
+        key = _timing_key(key) or _value_key(key)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, key=f"--hw-set {key}") from None
     values = []
     for part in _split_top(text):
         try:
@@ -58,6 +62,48 @@ def parse_axis(item: str) -> Axis:
                               key=f"--hw-set {key}") from None
         values.append(value)
     return Axis(key, tuple(values))
+
+
+def _timing_key(key: str) -> str | None:
+    """`timing.CLASS.FIELD` (or `CLASS.FIELD`: the section may be left out), one number
+    of a timing class, as its dotted TOML key; None for a key of another section. The
+    point's profile sets it as `CLASS.FIELD = V` under `[timing]`, which the loader
+    merges into the base's inline table and checks as it checks any profile's."""
+    from mkemu.isa.hardware import _TIMING_FIELDS, TIMING_CLASSES
+
+    parts = key.split(".")
+    if parts[0] == "timing":
+        parts = parts[1:]
+    elif len(parts) != 2 or parts[0] not in TIMING_CLASSES:
+        return None
+    if len(parts) == 2 and parts[0] in TIMING_CLASSES and parts[1] in _TIMING_FIELDS:
+        return "timing." + ".".join(parts)
+    if parts and parts[0] in TIMING_CLASSES:   # (a class without its number, or with a wrong one)
+        close = [f"timing.{parts[0]}.{f}" for f in _TIMING_FIELDS]
+    else:
+        known = [f"timing.{c}.{f}" for c in TIMING_CLASSES for f in _TIMING_FIELDS]
+        close = difflib.get_close_matches("timing." + ".".join(parts), known, n=1)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    raise ConfigError(f"no timing value '{key}'{hint}; a timing class is varied by one of its two numbers, "
+                      f"timing.CLASS.latency_cycles or timing.CLASS.occupancy_cycles, CLASS one of "
+                      f"{', '.join(TIMING_CLASSES)}")
+
+
+def _value_key(key: str) -> str:
+    """The dotted TOML key of a profile value outside `[timing]`."""
+    from mkemu.isa.hardware import toml_key
+
+    try:
+        return toml_key(key)
+    except ConfigError as exc:   # (its list of the values leaves out the timing classes' numbers)
+        raise ConfigError(f"{exc.message}; and the timing classes' timing.CLASS.latency_cycles and "
+                          "timing.CLASS.occupancy_cycles") from None
+
+
+def _short(key: str) -> str:
+    """A varied value's name for a reader: the key without its section (`clock_hz`,
+    `scalar.latency_cycles`)."""
+    return key.partition(".")[2]
 
 
 def _plain(value) -> bool:
@@ -143,7 +189,7 @@ def variant_toml(base: str, values: dict[str, object]) -> str:
         raise ConfigError("a sweep point's profile (TOML text) extends the base profile by its path, and this "
                           "path is not UTF-8 text; copy the profile to a file with a UTF-8 name", file=base,
                           key="--hw") from None
-    name = " ".join(f"{k.split('.')[1]}={_show(v)}" for k, v in values.items())
+    name = " ".join(f"{_short(k)}={_show(v)}" for k, v in values.items())
     lines = [f"extends = {_toml_string(base)}", f"name = {_toml_string(f'{Path(base).stem} {name}')}"]
     sections: dict[str, list[str]] = {}
     for key, value in values.items():
@@ -231,7 +277,7 @@ class Sweep:
 
 
 def point_label(point: dict) -> str:
-    parts = [f"{k.split('.')[1]}={_show(v)}" for k, v in point["hw_set"].items()]
+    parts = [f"{_short(k)}={_show(v)}" for k, v in point["hw_set"].items()]
     if point["mesh"]:
         parts.append(f"mesh={point['mesh']}")
     return " ".join(parts)
@@ -288,7 +334,7 @@ def plot(sweep: Sweep, path: str) -> None:
                                                                              r["bound_by"]))
     for (name, rest), pts in lines.items():
         pts.sort()
-        text = name + "".join(f", {a.key.split('.')[-1]}={v}" for a, v in zip(others, rest))
+        text = name + "".join(f", {_short(a.key) if a.key != 'mesh' else 'mesh'}={v}" for a, v in zip(others, rest))
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=literal(text))   # (a file's name)
         for x, y, bound in pts:
             ax.annotate(bound, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)

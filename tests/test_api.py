@@ -122,6 +122,31 @@ def test_bad_options_are_config_errors(changes, message):
         mkemu.compile("vector_add", hw="test", **changes)
 
 
+@pytest.mark.parametrize("make", [mkemu.Options, mkemu.Options.of])
+@pytest.mark.parametrize("changes, message", [
+    ({"bogus": 1}, "bogus: error: unknown option(s) bogus; known: accept, batch, "),
+    ({"sed": 1}, "sed: error: unknown option(s) sed (did you mean 'seed'?); known: "),
+    ({"colour": 1, "sed": 1}, "colour: error: unknown option(s) colour, sed; known: "),
+    ({"seed": "x"}, "seed: error: seed must be an integer >= 0, not 'x'"),
+    ({"mesh": "0"}, "mesh: error: bad mesh '0'"),
+    ({"mesh": b"1x1"}, "mesh: error: bad mesh b'1x1'"),     # (was taken as the mesh (49, 120, 49))
+    ({"mesh": {2: 1}}, "mesh: error: bad mesh {2: 1}"),      # (was taken as its keys)
+    ({"checks": None}, "checks: error: checks must be a set of check names"),
+])
+def test_options_made_directly_are_checked_as_options_of_checks_them(make, changes, message):
+    # (Options(bogus=1) raised Python's TypeError: anything but an MkemuError escaping the API is a bug)
+    with pytest.raises(mkemu.ConfigError, match="^" + re.escape(message)):
+        make(**changes)
+
+
+def test_options_fields_are_given_by_name():
+    with pytest.raises(mkemu.ConfigError, match=r"^options: error: Options takes its fields by name .*: got 'test'$"):
+        mkemu.Options("test")
+    options = mkemu.Options(hw="test", mesh=np.array([2, 2]))
+    assert options.mesh == (2, 2, 1) and mkemu.Options.of(options, seed=3) == mkemu.Options(hw="test", mesh="2x2",
+                                                                                          seed=3)
+
+
 def test_options_are_one_object_shared_with_the_emulator():
     options = mkemu.Options(seed=4, dma_order="fifo", checks={"races"}, mesh="2x2")
     assert options.mesh == (2, 2, 1)

@@ -213,7 +213,7 @@ def test_an_interrupted_tune_stops_its_workers_at_once(tmp_path):
     rest: list[str] = []
     try:
         for line in proc.stderr:        # the default build (N=1) finishes; N=2^30 spins
-            if line.startswith("[1] N=1: "):
+            if line.startswith("[0] N=1: "):
                 break
         # The rest of stderr is read on the side: a tune blocked writing into a full pipe
         # would look like one that does not stop (and is shown if it does not).

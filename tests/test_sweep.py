@@ -53,6 +53,37 @@ def test_every_point_of_every_axis_runs_and_says_what_bounds_it(capsys, tmp_path
     assert len(out.splitlines()) == 1 + 8 + 1 and "semaphore wait" in out
 
 
+def test_a_timing_class_number_is_an_axis_merged_into_the_base_class(capsys, tmp_path):
+    # (`timing.valu.latency_cycles` was refused as "no profile value", suggesting a [chip] key)
+    code, out, _, record = sweep(capsys, tmp_path, SCALE, "--hw", "test", "--mesh", "1", "--hw-set",
+                                 "timing.valu.latency_cycles=2,40", "--hw-set", "valu.occupancy_cycles=1,8")
+    assert code == 0
+    assert record["axes"] == {"timing.valu.latency_cycles": [2, 40], "timing.valu.occupancy_cycles": [1, 8],
+                              "mesh": ["1"]}
+    us = {(p["hw_set"]["timing.valu.latency_cycles"], p["hw_set"]["timing.valu.occupancy_cycles"]):
+          p["results"][0]["us_per_step"] for p in record["points"]}
+    assert all(p["results"][0]["status"] == "ok" for p in record["points"])
+    assert us[(2, 1)] < us[(40, 1)] and us[(2, 1)] <= us[(2, 8)]
+    # Each point's profile is the base's with only that number changed (the other one kept).
+    report = record["points"][1]["results"][0]["report"]
+    assert report["hw"] == "test valu.latency_cycles=2 valu.occupancy_cycles=8"
+    assert "\nvalu.latency_cycles=40 valu.occupancy_cycles=1 mesh=1 " in out
+
+
+def test_a_point_profile_keeps_the_base_timing_class_number_it_does_not_set(tmp_path):
+    from mkemu.isa.hardware import load_profile
+    from mkemu.sweep import parse_axis, variant_toml
+
+    axis = parse_axis("timing.mxu_mac.occupancy_cycles=3")
+    path = tmp_path / "point.toml"
+    path.write_text(variant_toml("test", {axis.key: axis.values[0]}))
+    base, point = load_profile("test"), load_profile(path)
+    assert point.timing["mxu_mac"].occupancy_cycles == 3
+    assert point.timing["mxu_mac"].latency_cycles == base.timing["mxu_mac"].latency_cycles
+    assert {k: v for k, v in point.timing.items() if k != "mxu_mac"} == {k: v for k, v in base.timing.items()
+                                                                        if k != "mxu_mac"}
+
+
 def test_k3_programs_report_their_floor_and_breakdown(capsys, tmp_path):
     k3 = [str(ROOT / "programs" / f"k3_{name}.mk") for name in ("per_op", "megakernel")]
     code, out, _, record = sweep(capsys, tmp_path, *k3, "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
@@ -101,7 +132,15 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--hw-set", "hbm_bw=1e9"), "hbm_bw: error: no profile value 'hbm_bw' (did you mean 'hbm_bytes'?)"),
+    (("--hw-set", "hbm_bw=1e9"), "--hw-set hbm_bw: error: no profile value 'hbm_bw' (did you mean 'hbm_bytes'?)"),
+    # A timing class's numbers are values too; a wrong one is said as such, not as another section's key.
+    (("--hw-set", "timing.scalr.latency_cycles=1"),
+     ("--hw-set timing.scalr.latency_cycles: error: no timing value 'timing.scalr.latency_cycles' (did you mean "
+      "'timing.scalar.latency_cycles'?)")),
+    (("--hw-set", "timing.valu=1"),
+     ("--hw-set timing.valu: error: no timing value 'timing.valu' (did you mean 'timing.valu.latency_cycles' or "
+      "'timing.valu.occupancy_cycles'?); a timing class is varied by one of its two numbers")),
+    (("--hw-set", "timing.valu.latency_cycles=0"), "--hw-set timing.valu.latency_cycles=0: error: must be at least 1"),
     (("--hw-set", "hbm_bw_bytes_per_s=-1"), "--hw-set chip.hbm_bw_bytes_per_s=-1: error: must be positive, "
                                             "got -1"),
     (("--hw-set", "vmem_bytes=1x"), "--hw-set core.vmem_bytes: error: '1x' is not a value a profile takes"),

@@ -221,6 +221,6 @@ def test_progress_lines_show_the_objective_as_the_table_does_and_counts_read_in_
                                         "--objective", "cycles")
     cycles = record["trials"][0]["objective"]
     assert code == 0 and cycles > 1000
-    assert f"[1] N=1024: {cycles:,.0f} (" in stderr and f"  {cycles:,.0f}  " in stdout
+    assert f"[0] N=1024: {cycles:,.0f} (" in stderr and f"  {cycles:,.0f}  " in stdout
     assert stderr.startswith("tune vector_add: 1 variant of N,")
     assert "exhaustive search, 1 trial, wall" in stdout

@@ -80,6 +80,13 @@ def test_a_variant_of_a_build_already_tried_is_not_run_again(capsys, tmp_path, p
     assert "same_as" not in by_index[record["best"]]
     rows = out.split("rejected (")[0].splitlines()[1:]
     assert [row.split()[0] for row in rows] == ["1", "1", "2", "2", "3", "4"]   # a build's trials share its rank
+    # Each progress line is numbered by its trial's record index (the N of "same build as
+    # trial N"), once each; a count of finished trials repeated and skipped numbers.
+    progress = {int(line[1:line.index("]")]): line for line in err.splitlines()[1:]}
+    assert sorted(progress) == list(range(12)) and len(err.splitlines()) == 13
+    for index, t in by_index.items():
+        assert progress[index].startswith(f"[{index}] {' '.join(f'{k}={v}' for k, v in t['params'].items())}: ")
+    assert progress[8].endswith("(same build as trial 6: not run)")
 
 
 def test_the_budget_counts_builds_run_and_the_search_stays_deterministic(capsys, tmp_path, program, runs):

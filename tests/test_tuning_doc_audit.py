@@ -66,8 +66,8 @@ def test_an_enumerated_tune_its_output_and_its_record(capsys, tmp_path):
     lines = stderr.splitlines()
     assert lines[0] == (f"tune {SCALE}: 4 variants of TN, SYNC, budget 32, objective us_per_step, seed 0, "
                         "on this process")
-    assert [line.split(":")[0] for line in lines[1:]] == ["[1] TN=512 SYNC=0", "[2] TN=512 SYNC=3",
-                                                          "[3] TN=1024 SYNC=0", "[4] TN=1024 SYNC=3"]
+    assert [line.split(":")[0] for line in lines[1:]] == ["[0] TN=512 SYNC=0", "[1] TN=512 SYNC=3",
+                                                          "[2] TN=1024 SYNC=0", "[3] TN=1024 SYNC=3"]
     # On stdout: the ranked table, the rejected variants, the best, the search.
     lines = stdout.splitlines()
     assert lines[0].split() == ["rank", "TN", "SYNC", "us_per_step", "speedup", "bound", "by", "(share", "of",
