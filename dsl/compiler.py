@@ -103,12 +103,18 @@ KIND_OF_ROLE = {"input": "input", "output": "output", "scratch": "scratch"}
 
 def _host(program: ir.Program):
     if program.host is None:
+        generic = next(iter(program.generic_kernels.items()), None)
         if len(program.kernels) != 1:
             k = next(iter(program.kernels.values()), None)
-            span = k.span if k else SourceSpan(program.main_file, 1, 1)
+            span = k.span if k else generic[1] if generic else SourceSpan(program.main_file, 1, 1)
             note = "; a generic kernel is made only by launches" if not program.kernels else ""
             raise CompileError(span, f"a program without a host block must have exactly one kernel "
                                      f"(it has {len(program.kernels)}{note}); add `host {{ ... launch ...; }}`")
+        if generic is not None:   # (else it would be silently left out, its body never checked)
+            name, span = generic
+            raise CompileError(span, f"generic kernel '{name}' is made only by launches, so a program with one "
+                                     f"needs a host block that launches its kernels; add `host {{ ... launch ...; }}` "
+                                     f"or remove '{name}'")
         kernel = next(iter(program.kernels.values()))
         for p in kernel.params:
             if not isinstance(p, ir.Buffer):
@@ -260,6 +266,10 @@ class KernelCompiler(TileLowering):
         # SMEM: argument block, DMA descriptors, smem buffers, then spill slots.
         smem = 4 * self.arg_words
         self.desc_addr: dict = {}
+        # The first DMA that cannot be lowered, raised by compile() after the capacity
+        # check: a buffer too big for VMEM also makes descriptors too big, and its
+        # declaration is what to fix.
+        self.dma_error: CompileError | None = None
         descs = []
         for stmt in walk_stmts(k.body):
             if isinstance(stmt, ir.DmaStart):
@@ -267,11 +277,14 @@ class KernelCompiler(TileLowering):
                     try:
                         d = layout.dma_descriptor(src, dst, part)
                     except layout.DmaShapeError as exc:
-                        raise CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}") from None
+                        self.dma_error = self.dma_error or CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}")
+                        continue
                     bad = [w for w in d if not INT32_MIN <= w <= INT32_MAX]   # (descriptor words are int32)
                     if bad:
-                        raise CompileError(stmt.dma.span, f"cannot lower this DMA: its descriptor needs {bad[0]:,} "
-                                                          "(a byte count or stride), which does not fit in 32 bits")
+                        self.dma_error = self.dma_error or CompileError(
+                            stmt.dma.span, f"cannot lower this DMA: its descriptor needs {bad[0]:,} "
+                                           "(a byte count or stride), which does not fit in 32 bits")
+                        continue
                     if d not in self.desc_addr:
                         self.desc_addr[d] = smem + 28 * len(descs)
                         descs.append(d)
@@ -1103,6 +1116,8 @@ class KernelCompiler(TileLowering):
         k = self.kernel
         # Buffers too big to hold, first: lowering tiles of them could take forever.
         self.check_capacity(sorted(self.alloc_lines, key=lambda x: (x[2], x[1])))
+        if self.dma_error is not None:
+            raise self.dma_error
         self.push_arena()
         self.block(k.body)
         self.span = k.span

@@ -352,6 +352,8 @@ class Declarations:
         """A dtype name, the dtype a generic stands for, or the dtype a const names (None
         when that const is in error, already reported)."""
         b = scope.lookup(name) if scope is not None else None
+        if b is not None and b.entity is POISON:   # (a name in error: `let T = bf16;`, already reported)
+            return None
         if b is not None and isinstance(b.entity, DtypeVal):
             return b.entity.dtype
         if b is not None and isinstance(b.entity, ast.ConstDecl) and self.is_dtype_form(b.entity.value):

@@ -71,8 +71,10 @@ class Elaborator(Calls):
                 self.error(extra.span, f"a program names one reference (the first is at {refs[0].span})")
             if refs:
                 reference = self.reference(refs[0], main_dir)
+        generic_kernels = {name: decl.span for name, decl in self.global_decls.items()
+                           if isinstance(decl, ast.KernelDecl) and decl.generics}
         return ir.Program(main_file, params, consts, kernels, host, reference, self.sources,
-                          self.param_info(params))
+                          self.param_info(params), generic_kernels)
 
     def param_info(self, params: dict[str, int]) -> tuple[ParamInfo, ...]:
         """Every param that has a value, as declared (imported files' first)."""

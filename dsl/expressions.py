@@ -14,7 +14,7 @@ import attrs
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, PIPELINE_PARTS, Builtins
-from mkemu.dsl.declarations import Declarations
+from mkemu.dsl.declarations import ALL_DTYPES, DTYPES, Declarations
 from mkemu.dsl.folding import MAX_INT_BITS, broadcast, decimal_f32, f32_round, fold_f32, fold_int, linear
 from mkemu.dsl.layout import MX_BLOCK, divisible
 from mkemu.dsl.values import (
@@ -121,6 +121,11 @@ class Expressions(Declarations):
                 return ir.Const(int(node.name == "true"), node.span, "bool")
             if node.name in PIPELINE_PARTS:
                 return ir.Const(PIPELINE_PARTS.index(node.name), node.span)
+            if node.name in ALL_DTYPES:   # (`let T = select(c, bf16, f32);`: a let cannot name a dtype)
+                call = f"; to convert, call {node.name}(...)" if node.name in DTYPES else ""
+                return self.error(node.span, f"'{node.name}' is a dtype, not a value: only a const can name one, "
+                                             f"chosen on a compile-time condition "
+                                             f"(`const T = select(P == 1, bf16, f32);`){call}")
             if node.name in BUILTINS:
                 return self.error(node.span, f"'{node.name}' is a builtin function; call it with (...)")
             return self.error(node.span, f"unknown name '{node.name}'")
@@ -253,7 +258,9 @@ class Expressions(Declarations):
 
     def weak_to_tile(self, v, dtype: str, span: SourceSpan):
         if isinstance(v, ir.Const):
-            if dtype == "bool" or v.dtype == "bool":
+            if v.dtype == "bool":   # (as a run-time bool is told in as_tile)
+                return self.error(span, "a bool scalar cannot be used in a tile expression; choose with select(...) or if")
+            if dtype == "bool":
                 return self.error(span, "a constant cannot be used as a mask; compare tiles to make one")
             if dtype in ("f32", "bf16"):
                 x = self.f32_value(v, v.span)

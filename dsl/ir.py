@@ -579,3 +579,6 @@ class Program:
     reference: ReferenceFn | None
     sources: dict[str, str]
     param_info: tuple[ParamInfo, ...] = ()   # every param: value, default, declared values
+    # name -> span of each generic kernel's declaration: it is made only by launches, so a
+    # program without a host block may not declare one (checked with the host).
+    generic_kernels: dict[str, SourceSpan] = attrs.field(factory=dict)

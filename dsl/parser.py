@@ -191,6 +191,23 @@ def _keyword_message(text: str, tok: Token) -> str:
     return _declaration_in_block(text, tok) or f"'{tok}' is a keyword; it cannot be used as a name"
 
 
+def _contextual_keyword_hint(text: str, tok: Token) -> str | None:
+    """Why the parse broke at `tok` if the word before it is a name the lexer read as a
+    contextual keyword: `recv` right after `wait` (`wait recv * h;`, a count named recv),
+    `input` or `output` starting a statement (`input = 3;`, a var named input). None
+    otherwise."""
+    before = re.sub(r'//[^\n]*|"[^"\n]*"', "", text[:tok.start_pos])
+    if re.search(r"\bwait\s+recv\s*$", before):
+        return ("'recv' right after 'wait' is the receive keyword (`wait recv h;`), so a count or copy "
+                "named 'recv' must be in parentheses there: `wait (recv) * h;`")
+    stream = re.search(r"(?:^|[;{}])\s*(input|output)\s*$", before)
+    if stream:
+        word = stream.group(1)
+        return (f"'{word}' at the start of a statement declares an {word} or a pipeline stream "
+                f"(`{word} NAME: TYPE;`, `{word} NAME = VIEW;`), so a name '{word}' cannot start one: rename it")
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_text(text: str, filename: str) -> ast.Module:
     try:
@@ -229,9 +246,12 @@ def _parse_text(text: str, filename: str) -> ast.Module:
         # (after a statement a top-level statement may also end, `assert ...;` or a block's
         # `}`, the lexer reads `const` as the keyword, not as a name: the same mistake)
         in_block = _declaration_in_block(text, tok) if tok.type != "$END" else None
+        hint = _contextual_keyword_hint(text, tok) if tok.type != "$END" else None
         expected = _expected_text(_accepted(e))
         if in_block:
             msg = in_block
+        elif hint:
+            msg += "; " + hint
         elif expected:
             msg += "; " + expected
         raise _syntax_error(text, filename, line, col, width, msg) from None

@@ -147,7 +147,7 @@ class Statements(Expressions):
             self.error(s.span, "mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in a var")
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
-        if not self.dtype(dtype, s.span):
+        if dtype is None or not self.dtype(dtype, s.span):   # (None: a dtype name in error, already reported)
             self.define(scope, s.name, POISON, s.name_span, "variable")
             return
         shape = self.dims(s.dims, scope, "a tile var", 2, s.span)
