@@ -136,20 +136,23 @@ def region_named(TRR, I, region):
 
 @jitable
 def tile_footprint(MR, M, mask, size):
-    """(rows, first byte, end byte within a row) a tile access under `mask` touches: the
-    mask's rectangle, or for any other mask its active rows and lanes."""
+    """(first row, rows, first byte, end byte within a row) a tile access under `mask`
+    touches: the mask's rectangle, or for any other mask the rows from its first active
+    one to its last and the range of its active lanes."""
     rows, lanes = MR[mask, 0], MR[mask, 1]
     if rows >= 0:
-        return rows, 0, lanes * size
-    last_row, first_lane, last_lane = -1, LANES, -1
+        return 0, rows, 0, lanes * size
+    first_row, last_row, first_lane, last_lane = -1, -1, LANES, -1
     for e in range(ROWS * LANES):
         if M[mask, e]:
+            if first_row < 0:
+                first_row = e // LANES
             last_row = e // LANES
             first_lane = min(first_lane, e % LANES)
             last_lane = max(last_lane, e % LANES)
     if last_row < 0:
-        return 0, 0, 0
-    return last_row + 1, first_lane * size, (last_lane + 1) * size
+        return 0, 0, 0, 0
+    return first_row, last_row - first_row + 1, first_lane * size, (last_lane + 1) * size
 
 
 @jitable
@@ -241,8 +244,8 @@ def _footprint_where(instr, shape: str) -> str:
     """Code setting one footprint as (fa, fs, fn, flo, fhi): fn rows fs bytes apart from
     fa, bytes [flo, fhi) of each."""
     if shape == "tile":
-        return (f"fa = S[sa] + off\nfs = S[stride]\n"
-                f"fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})")
+        return (f"fs = S[stride]\nfr, fn, flo, fhi = tile_footprint(MR, M, mask, {instr.elem_bytes})\n"
+                "fa = S[sa] + off + fr * fs")
     if shape == "span":      # the weight tile's rows x cols bf16 values
         return "fa = S[sa] + off\nfs = S[stride]\nfn, flo, fhi = rows, 0, cols * 2"
     if shape == "mxspan":    # MXFP4 values: rows x cols/2 bytes
