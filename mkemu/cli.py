@@ -446,7 +446,7 @@ def cmd_trace(args) -> int:
     if args.json:
         print(json.dumps(trace_summary.summarize(trace, top=top, **filters), default=_json_default))
     elif not (args.perfetto or args.html or args.plot):
-        sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=top, **filters)))
+        sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=top, **filters), top=top))
     return 0
 
 

@@ -58,12 +58,12 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
     hi = (launches.ends[-1] if len(launches) else 0) if end is None else end
     cut = start is not None or end is not None
     spans = launches.intersect(Spans.of(lo, hi)) if cut else launches
-    if cut and len(launches) and not spans.total:
-        raise ConfigError(f"--from/--to select no kernel time: the launches run cycles "
-                          f"{launches.starts[0]:,.0f} to {launches.ends[-1]:,.0f}"
-                          + (" (the kernel-launch overhead between launches is not kernel time)"
-                             if len(launches) > 1 else ""),
-                          key="--from" if start is not None else "--to")
+    if cut and not spans.total:
+        where = (f"the launches run cycles {launches.starts[0]:,.0f} to {launches.ends[-1]:,.0f}"
+                 + (" (the kernel-launch overhead between launches is not kernel time)" if len(launches) > 1 else "")
+                 if len(launches) else "the trace has none (" + ("its launches take no cycles)" if trace.launches
+                                                                 else "the run stopped before its first launch began)"))
+        raise ConfigError(f"--from/--to select no kernel time: {where}", key="--from" if start is not None else "--to")
     if region is not None:
         s, e = region_intervals(trace, gids, region)
         if not s.size:
@@ -430,29 +430,31 @@ def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, by_resourc
 
 
 def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | None:
-    """What the core that ended the bubble spent most of it waiting for."""
+    """What the core that ended the bubble spent most of it waiting for: the instruction
+    whose stalls (or semaphore and barrier waits) inside the bubble add up to the most
+    cycles (a loop stalls at one pc many times)."""
     instr, wait = trace.instr, trace.wait
     gap = Spans.of(a, b)
-    best = None
+    totals: dict[tuple[int, int, str], float] = {}    # (launch, pc, why) -> cycles in the bubble
     sel = np.flatnonzero(instr["core"] == core)
     if sel.size:
         end = instr["issue"][sel].astype(np.int64)
         stall = gap.overlap(end - instr["stall_dep"][sel] - instr["stall_unit"][sel], end)
-        i = int(np.argmax(stall))
-        if stall[i] > 0:
+        for i in np.flatnonzero(stall > 0).tolist():
             k = sel[i]
             why = "dependency" if instr["stall_dep"][k] >= instr["stall_unit"][k] else "unit"
-            best = (float(stall[i]), int(instr["launch"][k]), int(instr["pc"][k]), why)
+            key = (int(instr["launch"][k]), int(instr["pc"][k]), why)
+            totals[key] = totals.get(key, 0.0) + float(stall[i])
     wsel = np.flatnonzero(wait["core"] == core)
     if wsel.size:
         w = gap.overlap(wait["start"][wsel], wait["end"][wsel])
-        i = int(np.argmax(w))
-        if w[i] > 0 and (best is None or w[i] > best[0]):
+        for i in np.flatnonzero(w > 0).tolist():
             k = wsel[i]
-            best = (float(w[i]), int(wait["launch"][k]), int(wait["pc"][k]), str(reasons[k]))
-    if best is None:
+            key = (int(wait["launch"][k]), int(wait["pc"][k]), str(reasons[k]))
+            totals[key] = totals.get(key, 0.0) + float(w[i])
+    if not totals:
         return None
-    cycles, launch, pc, why = best
+    (launch, pc, why), cycles = max(totals.items(), key=lambda item: item[1])   # (ties: the first found)
     return {"reason": why, "cycles": cycles, "pc": pc, "instruction": trace.text(launch, pc),
             "source": trace.source(launch, pc)}
 
@@ -502,7 +504,9 @@ def _frac(a: float, b: float) -> float:
 
 # --- text -------------------------------------------------------------------
 
-def render_text(s: dict, max_regions: int = 40) -> str:
+def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
+    """The summary as text; `top`, if given, is how many bubble sites were asked for
+    (0: none listed, which is not "no bubbles")."""
     lines = []
     hz = s["clock_hz"]
     f = s["filters"]
@@ -556,14 +560,15 @@ def render_text(s: dict, max_regions: int = 40) -> str:
     lines.append("")
     lines.append("top HBM bubbles (HBM idle), by the site that ended them")
     if not s["bubbles"]:
-        lines.append("  none")
+        lines.append("  not listed (--top 0)" if top == 0 else "  none")
     for b in s["bubbles"]:
         chips = ",".join(map(str, b["chips"]))
         lines.append(f"  {b['total_cycles']:,.0f} cycles in {b['count']} bubble(s) on chip(s) {chips}; longest "
                      f"{b['cycles']:,.0f} cycles on chip {b['chip']} [{b['start']:,.0f}, {b['end']:,.0f})")
         w = b.get("waited_on")
         if w:
-            lines.append(f"    waited on ({w['reason']}, {w['cycles']:,.0f} cycles): pc {w['pc']:#06x} "
+            lines.append(f"    waited on ({w['reason']}, {w['cycles']:,.0f} of its {b['cycles']:,.0f} cycles): "
+                         f"pc {w['pc']:#06x} "
                          f"`{w['instruction']}`" + (f"  [{w['source']}]" if w["source"] else ""))
         n = b.get("next_dma")
         if n:

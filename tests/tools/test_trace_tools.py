@@ -448,3 +448,49 @@ def test_a_trace_of_a_run_stopped_before_its_first_launch_says_so(tmp_path, caps
     assert "emulated time: 1,000 cycles" in text and "window: 0 cycles" in text
     assert main(["trace", str(out), "--html", str(tmp_path / "p.html")]) == 1
     assert "before its first launch began" in capsys.readouterr().err
+
+
+# A loop whose every iteration stalls at the same vadd (waiting for vexp), before the
+# one DMA that ends the HBM's idle time from the launch's start.
+STALLS_THEN_DMA = """
+.buffer a f32 8x128 input
+.kernel main
+    .smem 0 4096 1 0 0 1 0 0
+    li s5, 20
+    vli.f32 v1, 1.0
+loop:
+    vexp.f32 v2, v1
+    vadd.f32 v1, v2, v2
+    addi s5, s5, -1
+    bne s5, s0, loop
+    li s1, @a
+    dma.start vmem[s0], hbm[s1], s0, s0
+    li s7, 4096
+    sem.wait s0, s7
+    halt
+"""
+
+
+def test_a_bubble_names_the_instruction_whose_stalls_in_it_add_up_to_the_most():
+    t = record(STALLS_THEN_DMA).trace
+    bubble = summarize(t)["bubbles"][0]
+    waited = bubble["waited_on"]
+    assert waited["instruction"].startswith("vadd.f32") and waited["reason"] == "dependency"
+    rows = (t.instr["core"] == 0) & (t.instr["pc"] == waited["pc"])
+    stalls = (t.instr["stall_dep"] + t.instr["stall_unit"])[rows]
+    assert rows.sum() == 20 and waited["cycles"] == stalls.sum() > stalls.max()
+    assert f"{waited['cycles']:,.0f} of its {bubble['cycles']:,.0f} cycles" in render_text(summarize(t))
+
+
+def test_top_0_lists_no_bubble_site_and_says_so(dma_bound, tmp_path, capsys):
+    path = tmp_path / "t.mkt"
+    path.write_bytes(dma_bound.data)
+    assert main(["trace", str(path), "--top", "0"]) == 0
+    assert "top HBM bubbles (HBM idle), by the site that ended them\n  not listed (--top 0)" in capsys.readouterr().out
+
+
+def test_a_window_of_a_trace_without_kernel_time_selects_none(tmp_path, capsys):
+    path = tmp_path / "t.mkt"
+    path.write_bytes(record(".kernel main\n    halt\n").data)      # a launch of 0 cycles
+    assert main(["trace", str(path), "--from", "0", "--to", "5000"]) == 1
+    assert "select no kernel time: the trace has none (its launches take no cycles)" in capsys.readouterr().err

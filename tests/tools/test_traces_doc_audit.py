@@ -105,7 +105,7 @@ def test_top_sets_how_many_bubble_sites_are_listed(loop, capsys):
     assert len(_summary(capsys, path, "--top", "1")["bubbles"]) == 1
     assert _summary(capsys, path, "--top", "0")["bubbles"] == []
     code, out, _ = _cli(capsys, "trace", path, "--top", "0")
-    assert code == 0 and "top HBM bubbles (HBM idle), by the site that ended them\n  none\n" in out
+    assert code == 0 and "top HBM bubbles (HBM idle), by the site that ended them\n  not listed (--top 0)\n" in out
 
 
 def test_the_text_lists_kernels_first_then_regions_by_cycles_at_most_40(loop, capsys):
