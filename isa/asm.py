@@ -208,6 +208,8 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
             value -= 1 << 32   # allow unsigned spelling of 32-bit constants
         return value
     if raw not in symbols:
+        if re.fullmatch(r"[svmxa][0-9]+", raw):
+            raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}")
         raise EncodingError(f"unknown symbol {raw!r} in operand {name}")
     return symbols[raw]
 

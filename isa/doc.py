@@ -95,7 +95,7 @@ cycle it issued), pc, instruction and source line.
 | `vbcast.lane` idx < 128, `vbcast.sub` idx < 8, `vcol` block < 16, `vextract`/`vinsert` element 0..1023 | `bad-operand` |
 | `div`, `rem`, `divi`, `remi`: divisor not 0 | `divide-by-zero` |
 | branch target below the kernel's length; the last instruction executed is `halt` | `bad-branch`, `ran-off-end` |
-| DMA descriptor: 7 words (signed int32), 4-aligned, inside SMEM (else `out-of-bounds`); `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves); the destination block, from its lowest row start to its highest row end, at least as long as the bytes moved (so rows that overlap that much, e.g. a destination stride of 0 over several rows, are refused; overlapping rows inside a longer block are not) | `out-of-bounds`, `bad-descriptor` |
+| DMA descriptor: 7 words (signed int32), 4-aligned, inside SMEM (else `out-of-bounds`); `inner_bytes`, `n1`, `n2` positive; both ends inside their memories (both checked before a byte moves; a chip's HBM ends at the end of the program's last buffer, not at the profile's capacity); the destination block, from its lowest row start to its highest row end, at least as long as the bytes moved (so rows that overlap that much, e.g. a destination stride of 0 over several rows, are refused; overlapping rows inside a longer block are not) | `out-of-bounds`, `bad-descriptor` |
 | `sem`, `rsem` below the profile's `semaphores`; `tgt` a global core of the mesh | `bad-semaphore`, `bad-target` |
 | `mark.push` at most 64 regions deep; `mark.pop` only inside a `mark.push` region | `bad-region` |
 

@@ -54,7 +54,7 @@ FAULTS = {
     10: ("bad-operand", "vcol block {a} is beyond lane 127"),
     11: ("bad-operand", "element index {a} is outside 0..1023"),
     12: ("bad-operand", "weight tile shape {a}x{b} does not fit the {c}x{c} matrix unit "
-                        "(columns must be a multiple of 128)"),
+                        "(rows must be 1 to {c}, columns a multiple of 128 from 128 to {c})"),
     13: ("bad-operand", "mxu.mac on x{a} before any weight tile was loaded"),
     14: ("illegal-instruction", "{problem}"),
     15: ("bad-region", "mark.pop without a matching mark.push"),

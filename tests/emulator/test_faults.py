@@ -349,6 +349,12 @@ def test_weight_tile_shape_counts_the_whole_register(emu, shape):
     assert "weight tile shape" in assert_names_everything(fault, "bad-operand", "mxu.ldw.mx x0, 0(s0), s2, s3, s0")
 
 
+def test_a_weight_tile_with_too_many_rows_is_told_the_rows_limit_too(emu):
+    fault = fault_of(emu, "li s3, 8454272\nli s2, 256\nmxu.ldw x0, 0(s0), s2, s3")    # 129 << 16 | 128
+    assert ("weight tile shape 129x128 does not fit the 128x128 matrix unit (rows must be 1 to 128, "
+            "columns a multiple of 128 from 128 to 128)") in fault.message
+
+
 def test_initial_smem_past_the_profile_is_an_error_at_load_not_a_traceback(emu):
     # assembled without the profile's SMEM size (the Python API): was a numpy broadcast
     # ValueError when the launch started

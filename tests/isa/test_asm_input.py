@@ -35,6 +35,9 @@ def error_of(source: str, **kwargs) -> str:
     # a leading zero raised ValueError from int(..., 0)
     (".kernel k\n  li s1, 010\n  halt\n", "prog.s:2:3", "bad number '010': a decimal number does not start with 0"),
     (".kernel k\n  lds s1, 08(s0)\n  halt\n", "prog.s:2:3", "bad number '08'"),
+    # a register where an immediate goes was "unknown symbol 's3'"
+    (".kernel k\n  addi s1, s2, s3\n  halt\n", "prog.s:2:3",
+     "operand imm takes a number or a symbol, not the register s3"),
     (".kernel k\n  halt\n.launch k 07\n", "prog.s:3:1", "bad number '07'"),
     # a second buffer of one name shadowed the first's @symbol; an empty one was accepted
     (".buffer a f32 8x128 input\n.buffer a i32 4 output\n.kernel k\n  halt\n", "prog.s:2:1",
