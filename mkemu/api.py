@@ -29,13 +29,22 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError, EmulatorFault, SourceError, not_text
+from mkemu.errors import ConfigError, Diagnostic, EmulatorFault, SourceError, SourceSpan, not_text
 from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options, check_path
 from mkemu.session import Session
 
 _REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
 _ASM_REFERENCE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)   # (a comment may follow)
+
+
+def _at_reference(path: str, text: str, declared: re.Match, message: str) -> SourceError:
+    """`message` about the reference a `.s` program names, at its `.reference` line."""
+    line = text.count("\n", 0, declared.start(1)) + 1
+    start = text.rfind("\n", 0, declared.start(1)) + 1
+    column = declared.start(1) - start + 1
+    span = SourceSpan(path, line, column, line, column + len(declared.group(1)))
+    return SourceError([Diagnostic(span, message, text.splitlines()[line - 1])])
 
 
 def compile(program: str, options: Options | None = None, **changes) -> Kernel:  # noqa: A001 (pl-style name)
@@ -103,13 +112,15 @@ class Kernel:
         try:
             # Before compiling: a driver's params are part of the build.
             reference = runner.load_reference_named(declared.group(1), path) if declared else None
-        except ConfigError:
+        except ConfigError as exc:
             # A program in error is reported as such (with the line and caret of its
             # reference, if that is what is wrong), not by its reference alone.
             try:
                 build_program(path, text, profile, params)
             except SourceError as compile_error:
                 raise compile_error from None
+            if path.endswith(".s"):     # (the assembler does not look at the reference: its line here)
+                raise _at_reference(path, text, declared, exc.message) from None
             raise
         if is_driver(reference):
             if hasattr(reference, "params"):

@@ -218,3 +218,17 @@ def test_two_smem_lines_may_not_set_one_word():
     with pytest.raises(SourceError, match=r"t.s:3:\d+: error: .smem word at byte 4 is already set by the .smem at line 2"):
         assemble(".kernel main\n    .smem 0 1 2\n    .smem 4 9\n    halt\n", "t.s")
     assemble(".kernel main\n    .smem 0 1 2\n    .smem 8 9\n    halt\n", "t.s")
+
+
+@pytest.mark.parametrize("reference, message", [
+    ("nofile.py:f", "reference file 'nofile.py' not found next to the program"),
+    ("no_such_module_here:f", "no_such_module_here"),
+])
+def test_a_reference_a_s_program_cannot_load_is_an_error_at_its_line(tmp_path, reference, message):
+    path = tmp_path / "prog.s"
+    path.write_text(f".kernel main\n    halt\n.reference {reference}   # the check\n")
+    with pytest.raises(SourceError) as info:
+        mkemu.compile(str(path), hw="test", mesh="1")
+    text = info.value.render()
+    assert text.startswith(f"{path}:3:12: error: ") and message in text
+    assert text.splitlines()[-1] == "             " + "^" * len(reference)
