@@ -110,7 +110,9 @@ def rejection(exc: MkemuError) -> str:
     if isinstance(exc, SourceError):
         first = exc.diagnostics[0]
         more = len(exc.diagnostics) - 1
-        return f"compile error: {first.span}: {first.message}" + (f" (and {more} more)" if more else "")
+        # (a message may carry notes on lines of their own: joined, so the reason stays one line)
+        message = "; ".join(line.strip() for line in first.message.splitlines() if line.strip())
+        return f"compile error: {first.span}: {message}" + (f" (and {more} more)" if more else "")
     first = exc.render().splitlines()[0]   # "FILE: KEY: error: ..." or "error: ..."
     return first if "error:" in first else f"error: {first}"
 

@@ -121,3 +121,47 @@ def test_a_run_with_no_launch_says_no_unit_was_busy(capsys, tmp_path):
     code, out, _ = cli(capsys, "run", str(program), "--hw", "test", "--mesh", "1")
     assert code == 0
     assert "unit busy cycles (all cores): none\n" in out and "stall cycles (all cores): none\n" in out
+
+
+# A program that imports a file and names a reference file next to it.
+IMPORTING = """\
+import "lib.mk";
+reference "ref.py:reference";
+kernel va(a: hbm f32[8, 128], y: hbm f32[8, 128]) {
+    vmem x: f32[8, 128];
+    sem s;
+    start copy(a, x, s);
+    wait copy(a, x, s);
+    x = x * f32(Q);
+    start copy(x, y, s);
+    wait copy(x, y, s);
+}
+"""
+
+
+@pytest.mark.parametrize("argv, flag, victim", [
+    (("tune", "--param", "Q"), "--out", "ref.py"),
+    (("tune", "--param", "Q"), "--out", "lib.mk"),
+    (("sweep", "--hw-set", "clock_hz=1e9,2e9"), "--out", "lib.mk"),
+    (("run",), "--trace", "lib.mk"),
+])
+def test_no_output_replaces_a_file_the_program_imports_or_names_as_its_reference(capsys, tmp_path, argv, flag, victim):
+    # (tune's record replaced ref.py after the first trial, so every later variant was
+    # rejected and the default "won"; sweep's record replaced an import)
+    (tmp_path / "lib.mk").write_text('param Q = 1 in {1, 2} "a factor";\n')
+    (tmp_path / "ref.py").write_text("def reference(a, **_):\n    return {'y': a}\n")
+    program = tmp_path / "va.mk"
+    program.write_text(IMPORTING)
+    before = (tmp_path / victim).read_text()
+    command, *rest = argv
+    failed(capsys, command, str(program), *rest, "--hw", "test", "--mesh", "1", flag, str(tmp_path / victim),
+           naming=f"{flag}: error: {tmp_path / victim} is read by va.mk; write {flag} to another file")
+    assert (tmp_path / victim).read_text() == before
+
+
+def test_a_rejection_reason_is_one_line_when_the_compile_error_has_notes():
+    from mkemu.errors import Diagnostic, SourceError, SourceSpan
+    from mkemu.trials import rejection
+
+    error = SourceError([Diagnostic(SourceSpan("p.mk", 3, 5), "kernel 'k' needs 9 bytes\nthis buffer brings it to 9")])
+    assert rejection(error) == "compile error: p.mk:3:5: kernel 'k' needs 9 bytes; this buffer brings it to 9"
