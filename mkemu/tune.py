@@ -26,9 +26,11 @@ import itertools
 import json
 import math
 import os
+import re
 import stat
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 
@@ -68,22 +70,79 @@ class Space:
 
 
 def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
-    """The params of the default build (as `mkemu run` would compile it), and the names
-    the program's driver sets."""
-    from mkemu.api import compile as compile_program
+    """The params of the default build (as `mkemu run` would set them), and the names
+    the program's driver sets. From the front end only, as `mkemu asm --params` lists
+    them: a default build that does not compile (e.g. too big for the machine's VMEM) is
+    trial 0, rejected with its error like any variant, not the end of the tune. An error
+    of the program whatever its params (syntax, an unknown name, a missing reference)
+    is still reported here, before any trial."""
+    from mkemu.api import hw_profile, is_driver
+    from mkemu.dsl.frontend import load_program
+    from mkemu.emulator.topology import Mesh
+    from mkemu.runner import load_reference_named
     from mkemu.session import machine_info
 
     if not base.file.endswith(".mk"):
         raise ConfigError("mkemu tune searches a .mk program's params; this is not a .mk file", file=base.file)
-    kernel = compile_program(base.file, base.options)
-    if kernel.is_driven and base.inputs:   # (one error up front, not one rejected variant each)
-        raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
-                          file=base.inputs, key="--inputs")
-    driver_set: frozenset[str] = frozenset()
-    if kernel.is_driven and hasattr(kernel.reference, "params"):
-        driver_set = frozenset(kernel.reference.params(base.options.driver_options(),
-                                                       machine_info(kernel.profile, kernel.mesh)))
-    return kernel.program.params, driver_set
+    o = base.options
+    profile = hw_profile(o.hw)
+    mesh = Mesh(o.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
+    declared = _REFERENCE.search(_program_text(base.file))
+    reference = load_reference_named(declared.group(1), base.file) if declared else None
+    driver_params: dict[str, int] = {}
+    if is_driver(reference):
+        if base.inputs:   # (one error up front, not one rejected variant each)
+            raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
+                              file=base.inputs, key="--inputs")
+        if hasattr(reference, "params"):
+            driver_params = dict(reference.params(o.driver_options(), machine_info(profile, mesh)))
+    elif o.driver_options_set():
+        names = o.driver_options_set()
+        raise ConfigError(f"{', '.join(names)} appl{'ies' if len(names) == 1 else 'y'} only to programs "
+                          "run by a driver (e.g. the K3 programs)", file=base.file)
+    params = load_program(base.file, {**driver_params, **o.params}).param_info
+    return params, frozenset(driver_params)
+
+
+# A .mk program's reference line (as `mkemu.api` finds it).
+_REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
+
+
+def _program_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
+
+
+def identity(base: Trial) -> dict[str, str | None]:
+    """Hashes of what the builds and runs of a tune read besides its settings: the
+    program's text with every file it imports and its reference file (`program`), the
+    hardware profile as loaded (`hw`: a profile file and the files it extends), and the
+    --inputs file (`inputs`, None without one). A resumed record must have the same."""
+    from mkemu.api import hw_profile
+    from mkemu.dsl.imports import load_files
+
+    def digest(*items) -> str:
+        h = hashlib.sha256()
+        for item in items:
+            data = item if isinstance(item, bytes) else repr(item).encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+        return h.hexdigest()
+
+    sources = load_files(base.file).sources
+    declared = _REFERENCE.search(sources.get(base.file, ""))
+    target = declared.group(1).rpartition(":")[0] if declared else ""
+    reference = Path(base.file).parent / target if target.endswith(".py") else None
+    program = digest(sorted(sources.items()),
+                     reference.read_bytes() if reference is not None and reference.is_file() else None)
+    inputs = None
+    if base.inputs:
+        with open(base.inputs, "rb") as fh:
+            inputs = hashlib.file_digest(fh, "sha256").hexdigest()
+    return {"program": program, "hw": digest(hw_profile(base.options.hw)), "inputs": inputs}
 
 
 def make_space(params: tuple[ParamInfo, ...], driver_set: frozenset[str], fixed: dict[str, int],
@@ -182,16 +241,19 @@ class Tune:
     search: str = ""
     progress: Callable[[dict], None] | None = None
     started: float = attrs.Factory(time.perf_counter)
+    inputs_identity: dict | None = None                   # `identity(base)`, read once
 
     def settings(self) -> dict:
         """What makes two tunes' trials interchangeable (checked on --resume)."""
+        if self.inputs_identity is None:
+            self.inputs_identity = identity(self.base)
         o = self.base.options
         driver = {k: v for k, v in o.driver_options().items() if k != "seed"}
         return {"program": self.base.file, "hw": o.hw, "mesh": "x".join(map(str, o.mesh)) if o.mesh else None,
                 "seed": o.seed, "max_cycles": o.max_cycles, "max_instructions": o.max_instructions,
                 "dma_order": o.dma_order, "checks": sorted(o.checks),
                 "inputs": self.base.inputs, "set": dict(sorted(o.params.items())), "driver": dict(sorted(driver.items())),
-                "objective": self.objective}
+                "objective": self.objective, "identity": self.inputs_identity}
 
     # ------------------------------------------------------------------ running
     def plan(self) -> str:
@@ -393,6 +455,9 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
     if not isinstance(theirs, dict):
         raise ConfigError("bad tune record: \"settings\" is not an object", file=path, key="settings")
     for key, mine in settings.items():
+        if key == "identity":
+            _check_identity(theirs.get(key), mine, settings, path)
+            continue
         # (records written before max_instructions was a setting ran with its default)
         recorded = theirs.get(key, _SETTING_DEFAULTS.get(key))
         if key == "driver":
@@ -411,6 +476,29 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
         if t.get("same_as") is None:   # (a trial not run, of a build tried earlier: not a result of its own)
             finished[label(t["params"])] = t
     return finished
+
+
+_CHANGED = {
+    "program": "the record was made from a different version of {program} (its text, a file it imports "
+               "or its reference file changed)",
+    "hw": "the record was made with a different hardware profile {hw} (its file, or one it extends, changed)",
+    "inputs": "the record was made from a different --inputs file {inputs} (its contents changed)",
+}
+
+
+def _check_identity(recorded, mine: dict, settings: dict, path: str) -> None:
+    """The record's `identity` is this tune's: its trials ran what this tune would run.
+    A record written before tunes recorded it (none) is resumed unchecked."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise ConfigError("bad tune record: \"settings.identity\" is not an object", file=path, key="identity")
+    for key, why in _CHANGED.items():
+        if recorded.get(key) != mine.get(key):
+            names = {k: os.path.basename(settings.get(k) or "") if k != "hw" else settings.get(k)
+                     for k in ("program", "hw", "inputs")}
+            raise ConfigError(f"{why.format(**names)}: start a new tune or restore it", file=path,
+                              key=f"identity.{key}")
 
 
 def _read_record(path: str) -> bytes:
@@ -446,6 +534,8 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
             bad(f"the trial lacks \"{field}\"")
     if t["report"] is not None and not isinstance(t["report"], dict):
         bad("\"report\" is not an object")
+    if t["status"] == "ok" and t["report"] is None:
+        bad("an \"ok\" trial has no report (\"report\" is null)")
     if t["status"] == "ok" or t["report"]:
         try:
             figures = breakdown(t["report"])

@@ -18,7 +18,7 @@ from mkemu.cli import main
 SCALE = str(Path(__file__).parent / "data" / "tune_scale.mk")
 TEST_HW = ("--hw", "test", "--mesh", "1")
 SETTINGS = {"program", "hw", "mesh", "seed", "max_cycles", "max_instructions", "dma_order", "checks", "inputs",
-            "set", "driver", "objective"}
+            "set", "driver", "objective", "identity"}
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:

@@ -1,0 +1,112 @@
+"""`mkemu tune` after an audit: a default build that does not compile is trial 0,
+rejected, and the tune goes on; a record is resumed only by a tune of the same
+program, hardware profile and inputs; an ok trial without a report is a bad record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from mkemu.cli import main
+
+DATA = Path(__file__).parent / "data"
+TEST_HW = ("--hw", "test", "--mesh", "1")
+
+
+def tune(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["tune", *map(str, argv)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def scale_copy(tmp_path: Path) -> Path:
+    """The tuner's test program and its reference, in a folder of the test's own."""
+    for name in ("tune_scale.mk", "tune_scale_ref.py"):
+        shutil.copy(DATA / name, tmp_path / name)
+    return tmp_path / "tune_scale.mk"
+
+
+def test_a_default_build_that_does_not_fit_is_rejected_and_the_tune_goes_on(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    small = tmp_path / "small.toml"
+    # TN=512 (the default) needs 16 KiB of VMEM; 8 KiB holds TN=256 only.
+    small.write_text('extends = "test"\nname = "small-vmem"\n[core]\nvmem_bytes = 8192\n')
+    out = tmp_path / "t.json"
+    code, stdout, stderr = tune(capsys, program, "--hw", small, "--mesh", "1", "--param", "TN=256,1024",
+                                "--param", "SYNC=0", "--out", out)
+    assert code == 0, stderr
+    record = json.loads(out.read_text())
+    trials = {t["params"]["TN"]: t for t in record["trials"]}
+    assert record["trials"][0]["default"] and record["trials"][0]["params"]["TN"] == 512
+    assert trials[512]["status"] == "rejected" and "VMEM" in trials[512]["reason"]
+    assert trials[1024]["status"] == "rejected"
+    assert trials[256]["status"] == "ok" and record["best"] == trials[256]["index"]
+    assert "(the default was rejected)" in stdout
+
+
+def test_an_error_of_the_program_itself_still_stops_the_tune_up_front(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    program.write_text(program.read_text() + "\nkernel broken( {\n")
+    out = tmp_path / "t.json"
+    code, stdout, stderr = tune(capsys, program, *TEST_HW, "--param", "TN=256,512", "--out", out)
+    assert code != 0 and "error" in stderr and not out.exists() and "[0]" not in stderr
+
+
+def test_resuming_after_the_program_changed_is_refused(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    out = tmp_path / "t.json"
+    argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
+    assert tune(capsys, *argv, "--out", out)[0] == 0
+    text = program.read_text()
+    assert "xv = xv * 3.0;" in text
+    program.write_text(text.replace("xv = xv * 3.0;", "xv = xv * 4.0;"))   # (SYNC=3's bits, not run here)
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code != 0
+    assert "different version of tune_scale.mk" in stderr and "start a new tune or restore it" in stderr
+
+
+def test_resuming_after_the_reference_or_the_hw_file_changed_is_refused(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    hw = tmp_path / "hw.toml"
+    hw.write_text('extends = "test"\nname = "mine"\n')
+    out = tmp_path / "t.json"
+    argv = (program, "--hw", hw, "--mesh", "1", "--param", "TN=256,512", "--param", "SYNC=0")
+    assert tune(capsys, *argv, "--out", out)[0] == 0
+    assert tune(capsys, *argv, "--resume", out)[0] == 0          # unchanged: resumed
+    ref = tmp_path / "tune_scale_ref.py"
+    ref.write_text(ref.read_text() + "\n# edited\n")
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code != 0 and "different version of tune_scale.mk" in stderr
+    assert tune(capsys, *argv, "--out", out)[0] == 0              # a new tune of the edited files
+    hw.write_text('extends = "test"\nname = "mine"\n[core]\nvmem_bytes = 65536\n')
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code != 0 and "different hardware profile" in stderr
+
+
+def test_a_record_without_identity_is_resumed_as_before(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    out = tmp_path / "t.json"
+    argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
+    assert tune(capsys, *argv, "--out", out)[0] == 0
+    record = json.loads(out.read_text())
+    del record["settings"]["identity"]
+    out.write_text(json.dumps(record))
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code == 0 and stderr.count("(from the record)") == 2
+
+
+def test_an_ok_trial_without_a_report_is_a_bad_record(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    out = tmp_path / "t.json"
+    argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
+    assert tune(capsys, *argv, "--out", out)[0] == 0
+    record = json.loads(out.read_text())
+    assert record["trials"][0]["status"] == "ok"
+    record["trials"][0]["report"] = None
+    out.write_text(json.dumps(record))
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code != 0 and 'bad tune record: an "ok" trial has no report' in stderr
+    assert "TypeError" not in stderr
