@@ -41,9 +41,12 @@ STEP_SEM0 = 8           # per-step receive semaphores of the collectives start h
 
 
 def _prologue(smem: str = "") -> str:
+    """The kernel's start: its `.smem` lines (a default descriptor at byte 0 unless
+    `smem` sets that word: the assembler refuses a word set twice), the ids it uses."""
+    sets_0 = any(line.split()[:2] == [".smem", "0"] for line in smem.splitlines())
+    default = "" if sets_0 else "    .smem 0 0 1 0 0 1 0 0\n"
     return f""".kernel main
-    .smem 0 0 1 0 0 1 0 0
-{smem}
+{default}{smem}
     rdsr s20, core
     rdsr s22, chip
     rdsr s23, gcore
