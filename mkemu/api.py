@@ -34,8 +34,6 @@ from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options, check_path
 from mkemu.session import Session
 
-_REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
-_ASM_REFERENCE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)   # (a comment may follow)
 
 
 def _at_reference(path: str, text: str, declared: re.Match, message: str) -> SourceError:
@@ -108,7 +106,7 @@ class Kernel:
         profile = hw_profile(options.hw)
         mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
         params = dict(options.params)
-        declared = (_ASM_REFERENCE if path.endswith(".s") else _REFERENCE).search(text)
+        declared = runner.declared_reference(path, text)
         try:
             # Before compiling: a driver's params are part of the build.
             reference = runner.load_reference_named(declared.group(1), path) if declared else None

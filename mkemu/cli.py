@@ -503,14 +503,14 @@ def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:
 
 
 _IMPORT = re.compile(r'^\s*import\s+"([^"]+)"\s*;', re.M)
-_MK_REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
-_S_REFERENCE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)
 
 
 def _files_read_by(program: str) -> list[str]:
     """The files a program's compile and check read besides itself: the `.mk` files it
     imports (and they import) and its reference `.py` file, found in the text (a file
     that cannot be read is left to the compile to report)."""
+    from mkemu.runner import declared_reference
+
     found, todo = [], [program]
     while todo:
         path = todo.pop()
@@ -520,7 +520,7 @@ def _files_read_by(program: str) -> list[str]:
             continue
         folder = Path(path).parent
         named = [m.group(1) for m in _IMPORT.finditer(text) if not m.group(1).startswith("mkemu:")]
-        reference = (_S_REFERENCE if path.endswith(".s") else _MK_REFERENCE).search(text)
+        reference = declared_reference(path, text)
         if reference and reference.group(1).rpartition(":")[0].endswith(".py"):
             named.append(reference.group(1).rpartition(":")[0])
         for name in named:

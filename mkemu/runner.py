@@ -10,6 +10,7 @@ Also bf16 storage conversion, the bit-exact comparison and atomic file writes.
 from __future__ import annotations
 
 import importlib.util
+import re
 import inspect
 import os
 import traceback
@@ -187,6 +188,17 @@ def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = 
     if dtype == "mxfp4":
         return mxfp4_from_bytes(array, shape)
     return bf16_bits_to_f32(array) if dtype == "bf16" else array
+
+
+# The line naming a program's reference: `reference "file.py:fn";` in a .mk program,
+# `.reference file.py:fn` in a .s program (a comment may follow).
+_REFERENCE_LINE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
+_ASM_REFERENCE_LINE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)
+
+
+def declared_reference(path: str, text: str) -> re.Match | None:
+    """Where program `path` (its `text`) names its reference; group 1 is the name."""
+    return (_ASM_REFERENCE_LINE if path.endswith(".s") else _REFERENCE_LINE).search(text)
 
 
 def load_reference_named(reference: str, program_path: str | None):

@@ -26,7 +26,6 @@ import itertools
 import json
 import math
 import os
-import re
 import stat
 import time
 from collections.abc import Callable
@@ -79,7 +78,7 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     from mkemu.api import hw_profile, is_driver
     from mkemu.dsl.frontend import load_program
     from mkemu.emulator.topology import Mesh
-    from mkemu.runner import load_reference_named
+    from mkemu.runner import declared_reference, load_reference_named
     from mkemu.session import machine_info
 
     if not base.file.endswith(".mk"):
@@ -87,7 +86,7 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     o = base.options
     profile = hw_profile(o.hw)
     mesh = Mesh(o.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
-    declared = _REFERENCE.search(_program_text(base.file))
+    declared = declared_reference(base.file, _program_text(base.file))
     reference = load_reference_named(declared.group(1), base.file) if declared else None
     driver_params: dict[str, int] = {}
     if is_driver(reference):
@@ -102,10 +101,6 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
                           "run by a driver (e.g. the K3 programs)", file=base.file)
     params = load_program(base.file, {**driver_params, **o.params}).param_info
     return params, frozenset(driver_params)
-
-
-# A .mk program's reference line (as `mkemu.api` finds it).
-_REFERENCE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
 
 
 def _program_text(path: str) -> str:
@@ -124,6 +119,7 @@ def identity(base: Trial) -> dict[str, str | None]:
     --inputs file (`inputs`, None without one). A resumed record must have the same."""
     from mkemu.api import hw_profile
     from mkemu.dsl.imports import load_files
+    from mkemu.runner import declared_reference
 
     def digest(*items) -> str:
         h = hashlib.sha256()
@@ -133,7 +129,7 @@ def identity(base: Trial) -> dict[str, str | None]:
         return h.hexdigest()
 
     sources = load_files(base.file).sources
-    declared = _REFERENCE.search(sources.get(base.file, ""))
+    declared = declared_reference(base.file, sources.get(base.file, ""))
     target = declared.group(1).rpartition(":")[0] if declared else ""
     reference = Path(base.file).parent / target if target.endswith(".py") else None
     program = digest(sorted(sources.items()),
