@@ -55,13 +55,59 @@ def compile(program: str, options: Options | None = None, **changes) -> Kernel: 
                           key="program")
     check_path(os.fspath(program), "program")
     path = resolve(os.fspath(program))
+    return Kernel._build(path, read_program(path), Options.of(options, **changes))
+
+
+def read_program(path: str) -> str:
+    """A program file's text (an error naming it if it cannot be read as text)."""
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
-    return Kernel._build(path, text, Options.of(options, **changes))
+
+
+@attrs.frozen
+class Setup:
+    """What a build of a program takes besides its text: the machine and the reference
+    with the params its driver sets."""
+    profile: object                  # an isa.hardware.HardwareProfile
+    mesh: object                     # an emulator.topology.Mesh
+    reference: Callable | None       # the reference function, or None
+    driver_params: dict[str, int]    # the params its driver sets (none without a driver)
+
+
+def setup(path: str, text: str, options: Options) -> Setup:
+    """The machine of `options` and the program's reference, loaded (a driver's params
+    are part of the build: a driver sets some, from the options and the machine)."""
+    from mkemu.emulator.topology import Mesh
+    from mkemu.session import machine_info
+
+    profile = hw_profile(options.hw)
+    mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
+    declared = runner.declared_reference(path, text)
+    try:
+        reference = runner.load_reference_named(declared.group(1), path) if declared else None
+    except ConfigError as exc:
+        # A program in error is reported as such (with the line and caret of its
+        # reference, if that is what is wrong), not by its reference alone.
+        try:
+            build_program(path, text, profile, dict(options.params))
+        except SourceError as compile_error:
+            raise compile_error from None
+        if path.endswith(".s"):     # (the assembler does not look at the reference: its line here)
+            raise _at_reference(path, text, declared, exc.message) from None
+        raise
+    driver_params: dict[str, int] = {}
+    if is_driver(reference):
+        if hasattr(reference, "params"):
+            driver_params = dict(reference.params(options.driver_options(), machine_info(profile, mesh)))
+    elif options.driver_options_set():
+        raise ConfigError(f"{', '.join(options.driver_options_set())} appl"
+                          f"{'ies' if len(options.driver_options_set()) == 1 else 'y'} only to programs "
+                          "run by a driver (e.g. the K3 programs)", file=path)
+    return Setup(profile, mesh, reference, driver_params)
 
 
 def compile_source(text: str, filename: str = "<source>.mk", options: Options | None = None,
@@ -100,36 +146,10 @@ class Kernel:
 
     @classmethod
     def _build(cls, path: str, text: str, options: Options) -> Kernel:
-        from mkemu.emulator.topology import Mesh
-        from mkemu.session import machine_info
-
-        profile = hw_profile(options.hw)
-        mesh = Mesh(options.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
-        params = dict(options.params)
-        declared = runner.declared_reference(path, text)
-        try:
-            # Before compiling: a driver's params are part of the build.
-            reference = runner.load_reference_named(declared.group(1), path) if declared else None
-        except ConfigError as exc:
-            # A program in error is reported as such (with the line and caret of its
-            # reference, if that is what is wrong), not by its reference alone.
-            try:
-                build_program(path, text, profile, params)
-            except SourceError as compile_error:
-                raise compile_error from None
-            if path.endswith(".s"):     # (the assembler does not look at the reference: its line here)
-                raise _at_reference(path, text, declared, exc.message) from None
-            raise
-        if is_driver(reference):
-            if hasattr(reference, "params"):
-                params = {**reference.params(options.driver_options(), machine_info(profile, mesh)), **params}
-        elif options.driver_options_set():
-            raise ConfigError(f"{', '.join(options.driver_options_set())} appl"
-                              f"{'ies' if len(options.driver_options_set()) == 1 else 'y'} only to programs "
-                              "run by a driver (e.g. the K3 programs)", file=path)
+        s = setup(path, text, options)
         t0 = time.perf_counter()
-        program = build_program(path, text, profile, params)
-        return cls(path, program, profile, mesh, options, reference, time.perf_counter() - t0)
+        program = build_program(path, text, s.profile, {**s.driver_params, **options.params})
+        return cls(path, program, s.profile, s.mesh, options, s.reference, time.perf_counter() - t0)
 
     # -- what the program is ---------------------------------------------------
 

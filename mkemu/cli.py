@@ -12,7 +12,6 @@ import gc
 import json
 import math
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -491,45 +490,17 @@ def _check_readable(args) -> None:
 def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:
     """The files a command reads, as (what, path): its programs, the files they import
     and their reference files, and the files its flags name."""
+    from mkemu.runner import files_read_by
+
     def file_or_name(value: str | None) -> str | None:   # (a shipped name is no file of the user's)
         return value if value and (value.endswith(".toml") or "/" in value) else None
 
     return [*(("the program", path) for path in files),
-            *((f"read by {Path(path).name}", used) for path in files for used in _files_read_by(path)),
+            *((f"read by {Path(path).name}", used) for path in files for used in files_read_by(path)),
             ("the --hw profile", file_or_name(args.hw)),
             ("the --model config", file_or_name(getattr(args, "model", None))),
             ("the --inputs file", getattr(args, "inputs", None)),
             ("the --routing record", getattr(args, "routing", None))]
-
-
-_IMPORT = re.compile(r'^\s*import\s+"([^"]+)"\s*;', re.M)
-
-
-def _files_read_by(program: str) -> list[str]:
-    """The files a program's compile and check read besides itself: the `.mk` files it
-    imports (and they import) and its reference `.py` file, found in the text (a file
-    that cannot be read is left to the compile to report)."""
-    from mkemu.runner import declared_reference
-
-    found, todo = [], [program]
-    while todo:
-        path = todo.pop()
-        try:
-            text = Path(path).read_text(errors="replace")
-        except OSError:
-            continue
-        folder = Path(path).parent
-        named = [m.group(1) for m in _IMPORT.finditer(text) if not m.group(1).startswith("mkemu:")]
-        reference = declared_reference(path, text)
-        if reference and reference.group(1).rpartition(":")[0].endswith(".py"):
-            named.append(reference.group(1).rpartition(":")[0])
-        for name in named:
-            used = str(folder / name)
-            if used != program and used not in found:
-                found.append(used)
-                if used.endswith(".mk"):
-                    todo.append(used)
-    return found
 
 
 def cmd_asm(args) -> int:

@@ -201,6 +201,37 @@ def declared_reference(path: str, text: str) -> re.Match | None:
     return (_ASM_REFERENCE_LINE if path.endswith(".s") else _REFERENCE_LINE).search(text)
 
 
+_IMPORT_LINE = re.compile(r'^\s*import\s+"([^"]+)"\s*;', re.M)
+_SHIPPED = "mkemu:"      # (`import "mkemu:lib/x.mk";`: a file of the installed programs, dsl/imports.py)
+
+
+def files_read_by(program: str) -> list[str]:
+    """The files a program's build and check read besides itself: the `.mk` files it
+    imports (and they import; `mkemu:` ones among the installed programs) and its
+    reference `.py` file. Found in the text, without parsing (a file that cannot be
+    read is left to the build to report)."""
+    from mkemu.shipped import programs_root
+
+    found, todo = [], [program]
+    while todo:
+        path = todo.pop()
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        named = [os.path.join(programs_root(), name[len(_SHIPPED):]) if name.startswith(_SHIPPED)
+                 else os.path.join(os.path.dirname(path), name) for name in _IMPORT_LINE.findall(text)]
+        reference = declared_reference(path, text)
+        if reference and reference.group(1).rpartition(":")[0].endswith(".py"):
+            named.append(os.path.join(os.path.dirname(path), reference.group(1).rpartition(":")[0]))
+        for used in map(os.path.normpath, named):
+            if used != os.path.normpath(program) and used not in found:
+                found.append(used)
+                if used.endswith(".mk"):
+                    todo.append(used)
+    return found
+
+
 def load_reference_named(reference: str, program_path: str | None):
     """The reference function a program names: `package.module:function` (imported by
     name) or `file.py:function` (a file relative to the program's folder). A file that

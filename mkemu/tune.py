@@ -29,7 +29,6 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import attrs
 
@@ -75,41 +74,17 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     trial 0, rejected with its error like any variant, not the end of the tune. An error
     of the program whatever its params (syntax, an unknown name, a missing reference)
     is still reported here, before any trial."""
-    from mkemu.api import hw_profile, is_driver
+    from mkemu.api import is_driver, read_program, setup
     from mkemu.dsl.frontend import load_program
-    from mkemu.emulator.topology import Mesh
-    from mkemu.runner import declared_reference, load_reference_named
-    from mkemu.session import machine_info
 
     if not base.file.endswith(".mk"):
         raise ConfigError("mkemu tune searches a .mk program's params; this is not a .mk file", file=base.file)
-    o = base.options
-    profile = hw_profile(o.hw)
-    mesh = Mesh(o.mesh or profile.mesh_dims, profile.mesh_wrap, profile.links_per_neighbor)
-    declared = declared_reference(base.file, _program_text(base.file))
-    reference = load_reference_named(declared.group(1), base.file) if declared else None
-    driver_params: dict[str, int] = {}
-    if is_driver(reference):
-        if base.inputs:   # (one error up front, not one rejected variant each)
-            raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
-                              file=base.inputs, key="--inputs")
-        if hasattr(reference, "params"):
-            driver_params = dict(reference.params(o.driver_options(), machine_info(profile, mesh)))
-    elif o.driver_options_set():
-        names = o.driver_options_set()
-        raise ConfigError(f"{', '.join(names)} appl{'ies' if len(names) == 1 else 'y'} only to programs "
-                          "run by a driver (e.g. the K3 programs)", file=base.file)
-    params = load_program(base.file, {**driver_params, **o.params}).param_info
-    return params, frozenset(driver_params)
-
-
-def _program_text(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read program: {exc.strerror}", file=path) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read program: it is {not_text(exc)}", file=path) from None
+    s = setup(base.file, read_program(base.file), base.options)
+    if is_driver(s.reference) and base.inputs:   # (one error up front, not one rejected variant each)
+        raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
+                          file=base.inputs, key="--inputs")
+    params = load_program(base.file, {**s.driver_params, **base.options.params}).param_info
+    return params, frozenset(s.driver_params)
 
 
 def identity(base: Trial) -> dict[str, str | None]:
@@ -118,8 +93,7 @@ def identity(base: Trial) -> dict[str, str | None]:
     hardware profile as loaded (`hw`: a profile file and the files it extends), and the
     --inputs file (`inputs`, None without one). A resumed record must have the same."""
     from mkemu.api import hw_profile
-    from mkemu.dsl.imports import load_files
-    from mkemu.runner import declared_reference
+    from mkemu.runner import files_read_by
 
     def digest(*items) -> str:
         h = hashlib.sha256()
@@ -128,16 +102,15 @@ def identity(base: Trial) -> dict[str, str | None]:
             h.update(len(data).to_bytes(8, "little") + data)
         return h.hexdigest()
 
-    sources = load_files(base.file).sources
-    declared = declared_reference(base.file, sources.get(base.file, ""))
-    target = declared.group(1).rpartition(":")[0] if declared else ""
-    reference = Path(base.file).parent / target if target.endswith(".py") else None
-    program = digest(sorted(sources.items()),
-                     reference.read_bytes() if reference is not None and reference.is_file() else None)
-    inputs = None
-    if base.inputs:
-        with open(base.inputs, "rb") as fh:
-            inputs = hashlib.file_digest(fh, "sha256").hexdigest()
+    def contents(path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError:     # (a file the build cannot read either: it reports that)
+            return None
+
+    program = digest(*(contents(path) for path in (base.file, *files_read_by(base.file))))
+    inputs = digest(contents(base.inputs)) if base.inputs else None
     return {"program": program, "hw": digest(hw_profile(base.options.hw)), "inputs": inputs}
 
 
