@@ -435,28 +435,29 @@ def _waited_on(trace: Trace, core: int, a: float, b: float, reasons) -> dict | N
     cycles (a loop stalls at one pc many times)."""
     instr, wait = trace.instr, trace.wait
     gap = Spans.of(a, b)
-    totals: dict[tuple[int, int, str], float] = {}    # (launch, pc, why) -> cycles in the bubble
     sel = np.flatnonzero(instr["core"] == core)
-    if sel.size:
-        end = instr["issue"][sel].astype(np.int64)
-        stall = gap.overlap(end - instr["stall_dep"][sel] - instr["stall_unit"][sel], end)
-        for i in np.flatnonzero(stall > 0).tolist():
-            k = sel[i]
-            why = "dependency" if instr["stall_dep"][k] >= instr["stall_unit"][k] else "unit"
-            key = (int(instr["launch"][k]), int(instr["pc"][k]), why)
-            totals[key] = totals.get(key, 0.0) + float(stall[i])
+    end = instr["issue"][sel].astype(np.int64)
+    dep, unit = instr["stall_dep"][sel], instr["stall_unit"][sel]
+    stall = gap.overlap(end - dep - unit, end)
     wsel = np.flatnonzero(wait["core"] == core)
-    if wsel.size:
-        w = gap.overlap(wait["start"][wsel], wait["end"][wsel])
-        for i in np.flatnonzero(w > 0).tolist():
-            k = wsel[i]
-            key = (int(wait["launch"][k]), int(wait["pc"][k]), str(reasons[k]))
-            totals[key] = totals.get(key, 0.0) + float(w[i])
-    if not totals:
+    waited = gap.overlap(wait["start"][wsel], wait["end"][wsel])
+    s, w = stall > 0, waited > 0
+    # Every stall and wait inside the bubble as (launch, pc, why, cycles), in trace order,
+    # stalls first; summed per (launch, pc, why).
+    launch = np.concatenate([instr["launch"][sel][s], wait["launch"][wsel][w]]).astype(np.int64)
+    pc = np.concatenate([instr["pc"][sel][s], wait["pc"][wsel][w]]).astype(np.int64)
+    why = np.concatenate([np.where(dep[s] >= unit[s], "dependency", "unit"),
+                          np.asarray(reasons)[wsel][w].astype(str)])
+    if not launch.size:
         return None
-    (launch, pc, why), cycles = max(totals.items(), key=lambda item: item[1])   # (ties: the first found)
-    return {"reason": why, "cycles": cycles, "pc": pc, "instruction": trace.text(launch, pc),
-            "source": trace.source(launch, pc)}
+    keys = np.rec.fromarrays([launch, pc, why], names="launch,pc,why")
+    groups, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=np.concatenate([stall[s], waited[w]]))
+    most = np.flatnonzero(totals == totals.max())
+    g = int(most[np.argmin(first[most])])      # (ties: the one met first)
+    launch_g, pc_g = int(groups[g]["launch"]), int(groups[g]["pc"])
+    return {"reason": str(groups[g]["why"]), "cycles": float(totals[g]), "pc": pc_g,
+            "instruction": trace.text(launch_g, pc_g), "source": trace.source(launch_g, pc_g)}
 
 
 def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
