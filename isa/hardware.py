@@ -281,8 +281,12 @@ _ALTERNATIVES: dict[tuple[str, str], tuple[str, ...]] = {
 
 def toml_key(name: str) -> str:
     """The dotted TOML key (`section.key`) of a profile value named with or without its
-    section (`hbm_bw_bytes_per_s` or `chip.hbm_bw_bytes_per_s`); timing classes are
-    not single values and are not named this way."""
+    section (`hbm_bw_bytes_per_s` or `chip.hbm_bw_bytes_per_s`), or of one number of a
+    timing class (`timing.valu.latency_cycles` or `valu.latency_cycles`: a profile that
+    sets it as `valu.latency_cycles = V` under `[timing]` keeps the class's other number)."""
+    timing = _timing_key(name)
+    if timing is not None:
+        return timing
     section, _, key = name.rpartition(".")
     sections = [section] if section else [s for s in _SECTIONS if s != "timing"]
     for s in sections:
@@ -292,7 +296,28 @@ def toml_key(name: str) -> str:
     close = [k for k in known if k.endswith(f".{key}")] or difflib.get_close_matches(
         name, known + [k.split(".")[1] for k in known], n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ConfigError(f"no profile value '{name}'{hint}; the values: {', '.join(known)}", key=name)
+    raise ConfigError(f"no profile value '{name}'{hint}; the values: {', '.join(known)}; and the timing "
+                      "classes' timing.CLASS.latency_cycles and timing.CLASS.occupancy_cycles", key=name)
+
+
+def _timing_key(name: str) -> str | None:
+    """`toml_key` of one number of a timing class; None for a name of another section."""
+    parts = name.split(".")
+    if parts[0] == "timing":
+        parts = parts[1:]
+    elif len(parts) != 2 or parts[0] not in TIMING_CLASSES:
+        return None
+    if len(parts) == 2 and parts[0] in TIMING_CLASSES and parts[1] in _TIMING_FIELDS:
+        return "timing." + ".".join(parts)
+    if parts and parts[0] in TIMING_CLASSES:   # (a class without its number, or with a wrong one)
+        close = [f"timing.{parts[0]}.{f}" for f in _TIMING_FIELDS]
+    else:
+        known = [f"timing.{c}.{f}" for c in TIMING_CLASSES for f in _TIMING_FIELDS]
+        close = difflib.get_close_matches("timing." + ".".join(parts), known, n=1)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    raise ConfigError(f"no timing value '{name}'{hint}; a timing class is varied by one of its two numbers, "
+                      f"timing.CLASS.latency_cycles or timing.CLASS.occupancy_cycles, CLASS one of "
+                      f"{', '.join(TIMING_CLASSES)}", key=name)
 
 
 # --------------------------------------------------------------------------- loading

@@ -16,7 +16,6 @@ against the first axis, one line per program (and per value of the other axes).
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import json
 import tempfile
@@ -46,9 +45,11 @@ def parse_axis(item: str) -> Axis:
     key, sep, text = item.partition("=")
     if not sep or not key.strip() or not text.strip():
         raise ConfigError(f"--hw-set wants KEY=V1,V2,..., got {item!r}", key="--hw-set")
+    from mkemu.isa.hardware import toml_key
+
     key = key.strip()
     try:
-        key = _timing_key(key) or _value_key(key)
+        key = toml_key(key)
     except ConfigError as exc:
         raise ConfigError(exc.message, key=f"--hw-set {key}") from None
     values = []
@@ -62,42 +63,6 @@ def parse_axis(item: str) -> Axis:
                               key=f"--hw-set {key}") from None
         values.append(value)
     return Axis(key, tuple(values))
-
-
-def _timing_key(key: str) -> str | None:
-    """`timing.CLASS.FIELD` (or `CLASS.FIELD`: the section may be left out), one number
-    of a timing class, as its dotted TOML key; None for a key of another section. The
-    point's profile sets it as `CLASS.FIELD = V` under `[timing]`, which the loader
-    merges into the base's inline table and checks as it checks any profile's."""
-    from mkemu.isa.hardware import _TIMING_FIELDS, TIMING_CLASSES
-
-    parts = key.split(".")
-    if parts[0] == "timing":
-        parts = parts[1:]
-    elif len(parts) != 2 or parts[0] not in TIMING_CLASSES:
-        return None
-    if len(parts) == 2 and parts[0] in TIMING_CLASSES and parts[1] in _TIMING_FIELDS:
-        return "timing." + ".".join(parts)
-    if parts and parts[0] in TIMING_CLASSES:   # (a class without its number, or with a wrong one)
-        close = [f"timing.{parts[0]}.{f}" for f in _TIMING_FIELDS]
-    else:
-        known = [f"timing.{c}.{f}" for c in TIMING_CLASSES for f in _TIMING_FIELDS]
-        close = difflib.get_close_matches("timing." + ".".join(parts), known, n=1)
-    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    raise ConfigError(f"no timing value '{key}'{hint}; a timing class is varied by one of its two numbers, "
-                      f"timing.CLASS.latency_cycles or timing.CLASS.occupancy_cycles, CLASS one of "
-                      f"{', '.join(TIMING_CLASSES)}")
-
-
-def _value_key(key: str) -> str:
-    """The dotted TOML key of a profile value outside `[timing]`."""
-    from mkemu.isa.hardware import toml_key
-
-    try:
-        return toml_key(key)
-    except ConfigError as exc:   # (its list of the values leaves out the timing classes' numbers)
-        raise ConfigError(f"{exc.message}; and the timing classes' timing.CLASS.latency_cycles and "
-                          "timing.CLASS.occupancy_cycles") from None
 
 
 def _short(key: str) -> str:
