@@ -235,5 +235,5 @@ class Options:
         if options is not None and not isinstance(options, cls):
             raise ConfigError(f"options must be an mkemu.Options (or give its fields as keyword arguments), "
                               f"not {type(options).__name__}", key="options")
-        _known_names(cls, changes)
+        # (an unknown name is refused by __init__, which evolve calls too)
         return attrs.evolve(options, **changes) if options is not None else cls(**changes)
