@@ -17,9 +17,8 @@ import attrs
 from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
 from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
-from mkemu.shipped import programs_root
+from mkemu.shipped import SHIPPED, programs_root
 
-SHIPPED = "mkemu:"   # `import "mkemu:lib/collectives.mk";`: a file of the installed mkemu.programs
 BOM = "\ufeff"   # the byte-order mark some editors write at the start of a UTF-8 file: not part of the program
 
 

@@ -35,7 +35,6 @@ from mkemu.options import Options, check_path
 from mkemu.session import Session
 
 
-
 def _at_reference(path: str, text: str, declared: re.Match, message: str) -> SourceError:
     """`message` about the reference a `.s` program names, at its `.reference` line."""
     line = text.count("\n", 0, declared.start(1)) + 1

@@ -10,9 +10,9 @@ Also bf16 storage conversion, the bit-exact comparison and atomic file writes.
 from __future__ import annotations
 
 import importlib.util
-import re
 import inspect
 import os
+import re
 import traceback
 from pathlib import Path
 
@@ -202,7 +202,6 @@ def declared_reference(path: str, text: str) -> re.Match | None:
 
 
 _IMPORT_LINE = re.compile(r'^\s*import\s+"([^"]+)"\s*;', re.M)
-_SHIPPED = "mkemu:"      # (`import "mkemu:lib/x.mk";`: a file of the installed programs, dsl/imports.py)
 
 
 def files_read_by(program: str) -> list[str]:
@@ -210,7 +209,7 @@ def files_read_by(program: str) -> list[str]:
     imports (and they import; `mkemu:` ones among the installed programs) and its
     reference `.py` file. Found in the text, without parsing (a file that cannot be
     read is left to the build to report)."""
-    from mkemu.shipped import programs_root
+    from mkemu.shipped import SHIPPED, programs_root
 
     found, todo = [], [program]
     while todo:
@@ -219,7 +218,7 @@ def files_read_by(program: str) -> list[str]:
             text = Path(path).read_text(errors="replace")
         except OSError:
             continue
-        named = [os.path.join(programs_root(), name[len(_SHIPPED):]) if name.startswith(_SHIPPED)
+        named = [os.path.join(programs_root(), name[len(SHIPPED):]) if name.startswith(SHIPPED)
                  else os.path.join(os.path.dirname(path), name) for name in _IMPORT_LINE.findall(text)]
         reference = declared_reference(path, text)
         if reference and reference.group(1).rpartition(":")[0].endswith(".py"):

@@ -17,6 +17,7 @@ import attrs
 from mkemu.errors import ConfigError
 
 SUFFIXES = (".mk", ".s")
+SHIPPED = "mkemu:"   # `import "mkemu:lib/collectives.mk";`: a file of the installed mkemu.programs
 _FOLDERS = ("", "examples")
 
 
