@@ -86,27 +86,29 @@ def test_resuming_after_the_reference_or_the_hw_file_changed_is_refused(capsys, 
     assert code != 0 and "different hardware profile" in stderr
 
 
-def test_a_record_without_identity_is_resumed_as_before(capsys, tmp_path):
+def resumed_after_editing(capsys, tmp_path, edit) -> tuple[int, str]:
+    """Tune two variants, edit the record (`edit(record)`), resume from it: (exit, stderr)."""
     program = scale_copy(tmp_path)
     out = tmp_path / "t.json"
     argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
     assert tune(capsys, *argv, "--out", out)[0] == 0
     record = json.loads(out.read_text())
-    del record["settings"]["identity"]
+    edit(record)
     out.write_text(json.dumps(record))
     code, _, stderr = tune(capsys, *argv, "--resume", out)
+    return code, stderr
+
+
+def test_a_record_without_identity_is_resumed_as_before(capsys, tmp_path):
+    code, stderr = resumed_after_editing(capsys, tmp_path, lambda record: record["settings"].pop("identity"))
     assert code == 0 and stderr.count("(from the record)") == 2
 
 
 def test_an_ok_trial_without_a_report_is_a_bad_record(capsys, tmp_path):
-    program = scale_copy(tmp_path)
-    out = tmp_path / "t.json"
-    argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
-    assert tune(capsys, *argv, "--out", out)[0] == 0
-    record = json.loads(out.read_text())
-    assert record["trials"][0]["status"] == "ok"
-    record["trials"][0]["report"] = None
-    out.write_text(json.dumps(record))
-    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    def drop_report(record):
+        assert record["trials"][0]["status"] == "ok"
+        record["trials"][0]["report"] = None
+
+    code, stderr = resumed_after_editing(capsys, tmp_path, drop_report)
     assert code != 0 and 'bad tune record: an "ok" trial has no report' in stderr
     assert "TypeError" not in stderr
