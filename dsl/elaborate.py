@@ -26,7 +26,8 @@ class Elaborator(Calls):
     """The program level: kernels, stand-alone fn checks, the host block."""
 
     # -------------------------------------------------------------- program
-    def program(self, main_file: str, main_dir: Path) -> ir.Program | None:
+    def values(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The globals collected; the params' and the consts' values (those that have one)."""
         self.collect_globals()
         params, consts = {}, {}
         for name, decl in self.global_decls.items():
@@ -34,6 +35,10 @@ class Elaborator(Calls):
                 v = self.const_value(name, decl)
                 if v is not None:
                     (params if isinstance(decl, ast.ParamDecl) else consts)[name] = v
+        return params, consts
+
+    def program(self, main_file: str, main_dir: Path) -> ir.Program | None:
+        params, consts = self.values()
         held = True
         for module in self.modules:
             for item in module.items:

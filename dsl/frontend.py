@@ -16,6 +16,7 @@ from mkemu.dsl.elaborate import Elaborator
 from mkemu.dsl.imports import load_files
 from mkemu.dsl.parser import source_lines
 from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan
+from mkemu.isa.program import ParamInfo
 
 
 def load_program(
@@ -25,6 +26,25 @@ def load_program(
 
     `params` overrides `param` declarations by name (model and hardware configs).
     """
+    elaborator, sources = _elaborator(path, params, text)
+    program = elaborator.program(str(path), Path(path).resolve().parent)
+    _raise_collected(elaborator, sources)
+    return program
+
+
+def declared_params(path: str | os.PathLike, params: dict[str, int] | None = None) -> tuple[ParamInfo, ...]:
+    """The params of `path` with `params` set (`ir.Program.param_info`), from the param
+    and const declarations alone: what a program that fails with these values (a
+    failed assert, a kernel too big for them) would have run with."""
+    elaborator, sources = _elaborator(path, params, None)
+    info = elaborator.param_info(elaborator.values()[0])
+    _raise_collected(elaborator, sources)
+    return info
+
+
+def _elaborator(path, params: dict[str, int] | None, text: str | None) -> tuple[Elaborator, dict[str, str]]:
+    """An elaborator of the program's files (parsed and checked for import errors), with
+    `params` checked against the declared params."""
     loaded = load_files(path, text)
     diagnostics: list[Diagnostic] = []
     for error in loaded.parse_errors:
@@ -53,12 +73,13 @@ def load_program(
                               file=str(path), key=name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"param '{name}' must be an integer, got {value!r}", file=str(path), key=name)
-    elaborator = Elaborator(modules, loaded.sources, overrides)
-    program = elaborator.program(str(path), Path(path).resolve().parent)
+    return Elaborator(modules, loaded.sources, overrides), loaded.sources
+
+
+def _raise_collected(elaborator: Elaborator, sources: dict[str, str]) -> None:
     errors = elaborator.diagnostics()
     if errors:
-        raise SourceError([_diagnostic(span, msg, loaded.sources) for span, msg in errors])
-    return program
+        raise SourceError([_diagnostic(span, msg, sources) for span, msg in errors])
 
 
 def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diagnostic:

@@ -575,8 +575,8 @@ def cmd_tune(args) -> int:
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
-    from mkemu.tune import (Tune, format_objective, load_resume, make_space, program_params, render,
-                            same_build_text, summary)
+    from mkemu.tune import (Tune, check_default_error, default_build, format_objective, load_resume, make_space,
+                            render, same_build_text, summary)
 
     _check_scale_out(args)
     if args.budget < 1:
@@ -596,8 +596,9 @@ def cmd_tune(args) -> int:
     _check_readable(args)
     base = trial(resolve(args.file), _options(args), args.inputs)
     with _as_flags(args):
-        params, driver_set = program_params(base)
-    space = make_space(params, driver_set, base.options.params, _tune_params(args.param), args.file)
+        default = default_build(base)
+    space = make_space(default.params, default.driver_set, base.options.params, _tune_params(args.param), args.file)
+    check_default_error(base, default, space, args.budget)
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler)
     tune.plan()   # (without optuna for a space it needs: one error line, before the header)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import attrs
 
-from mkemu.errors import ConfigError, not_text
+from mkemu.errors import ConfigError, SourceError, not_text
 from mkemu.isa.program import ParamInfo
 from mkemu.options import Options
 from mkemu.runner import atomic_write
@@ -67,15 +67,23 @@ class Space:
         return all(self.default[n] in self.values[n] for n in self.names)
 
 
-def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
-    """The params of the default build (as `mkemu run` would set them), and the names
-    the program's driver sets. From the front end only, as `mkemu asm --params` lists
-    them: a default build that does not compile (e.g. too big for the machine's VMEM) is
-    trial 0, rejected with its error like any variant, not the end of the tune. An error
-    of the program whatever its params (syntax, an unknown name, a missing reference)
-    is still reported here, before any trial."""
+@attrs.frozen
+class DefaultBuild:
+    """What the front end says of the default build (as `mkemu run` would set it)."""
+    params: tuple[ParamInfo, ...]    # every param, as `mkemu asm --params` lists them
+    driver_set: frozenset[str]       # the names the program's driver sets
+    values: dict[str, int]           # the values it sets: the driver's and the --set ones
+    error: SourceError | None        # its front-end error, if it has one
+
+
+def default_build(base: Trial) -> DefaultBuild:
+    """The default build's params, from the front end only. A default build that does
+    not compile (a failed assert, too big for the machine's VMEM) is trial 0, rejected
+    with its error like any variant, not the end of the tune (`check_default_error`).
+    An error of the params themselves, a syntax error or a missing import is reported
+    here, before any trial."""
     from mkemu.api import is_driver, read_program, setup
-    from mkemu.dsl.frontend import load_program
+    from mkemu.dsl.frontend import declared_params, load_program
 
     if not base.file.endswith(".mk"):
         raise ConfigError("mkemu tune searches a .mk program's params; this is not a .mk file", file=base.file)
@@ -83,8 +91,31 @@ def program_params(base: Trial) -> tuple[tuple[ParamInfo, ...], frozenset[str]]:
     if is_driver(s.reference) and base.inputs:   # (one error up front, not one rejected variant each)
         raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
                           file=base.inputs, key="--inputs")
-    params = load_program(base.file, {**s.driver_params, **base.options.params}).param_info
-    return params, frozenset(s.driver_params)
+    values = {**s.driver_params, **base.options.params}
+    try:
+        params, error = load_program(base.file, values).param_info, None
+    except SourceError as failed:
+        params, error = declared_params(base.file, values), failed
+    return DefaultBuild(params, frozenset(s.driver_params), values, error)
+
+
+def check_default_error(base: Trial, default: DefaultBuild, space: Space, budget: int) -> None:
+    """The default build's front end failed: that is trial 0, rejected, if a variant the
+    tune may run gets past the front end; an error every one of them has (an unknown
+    name, a type error) is the program's, reported before any trial."""
+    from mkemu.dsl.frontend import load_program
+
+    if default.error is None:
+        return
+    variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
+    first = None
+    for variant in itertools.islice((v for v in variants if v != space.default), max(budget - 1, 1)):
+        try:
+            load_program(base.file, {**default.values, **variant})
+            return
+        except SourceError as error:
+            first = first or error
+    raise first or default.error
 
 
 def identity(base: Trial) -> dict[str, str | None]:

@@ -55,6 +55,33 @@ def test_an_error_of_the_program_itself_still_stops_the_tune_up_front(capsys, tm
     assert code != 0 and "error" in stderr and not out.exists() and "[0]" not in stderr
 
 
+def test_a_default_build_that_fails_an_assert_is_rejected_and_the_tune_goes_on(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    # TN=768 does not divide N: the program's own assert says so, for the default build.
+    program.write_text(program.read_text().replace("param TN = 512 in", "param TN = 768 in"))
+    out = tmp_path / "t.json"
+    code, stdout, stderr = tune(capsys, program, *TEST_HW, "--param", "TN=256,512,768", "--param", "SYNC=0",
+                                "--out", out)
+    assert code == 0, stderr
+    record = json.loads(out.read_text())
+    default = record["trials"][0]
+    assert default["default"] and default["params"]["TN"] == 768 and default["status"] == "rejected"
+    assert "tune_scale.mk:9:1" in default["reason"] and "TN must divide N" in default["reason"]
+    assert {t["params"]["TN"]: t["status"] for t in record["trials"][1:]} == {256: "ok", 512: "ok"}
+    assert "(the default was rejected)" in stdout
+
+
+def test_an_error_every_variant_has_stops_the_tune_up_front_even_when_the_default_fails_first(capsys, tmp_path):
+    program = scale_copy(tmp_path)
+    text = program.read_text().replace("param TN = 512 in", "param TN = 768 in")
+    program.write_text(text.replace("start copy(xv, y[", "start copy(undeclared, y["))
+    out = tmp_path / "t.json"
+    code, _, stderr = tune(capsys, program, *TEST_HW, "--param", "TN=256,512,768", "--param", "SYNC=0",
+                           "--out", out)
+    # Named by the error the variants have, not by the default's failed assert.
+    assert code != 0 and "unknown name 'undeclared'" in stderr and "[0]" not in stderr and not out.exists()
+
+
 def test_resuming_after_the_program_changed_is_refused(capsys, tmp_path):
     program = scale_copy(tmp_path)
     out = tmp_path / "t.json"
