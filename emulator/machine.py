@@ -377,7 +377,7 @@ class Machine(DmaMixin):
                 raise self._fault(core, trap.kind, trap.message, issue) from None
             if blocked:
                 return
-            core.pc += 1
+            core.I[lp.H_PC] += 1
 
     # -- global instructions -------------------------------------------------
 
@@ -494,8 +494,10 @@ class Machine(DmaMixin):
                 self.trace.on_wait(core, 0, sem, waiting[1], waiting[2], t)
             if self.safety is not None:
                 self.safety.waited(core, sem)
-            core.t = max(core.t, t)
-            core.pc += 1
+            I = core.I
+            if I[lp.H_T] < t:
+                I[lp.H_T] = t
+            I[lp.H_PC] += 1
             self._push(t, RESUME, core)
         elif waiting and waiting[0] == sem and self.held and not by_dma:
             # The late schedule: a signal raised the semaphore a core blocks on, so the
