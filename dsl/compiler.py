@@ -101,6 +101,10 @@ def _diagnostic(span: SourceSpan, message: str, sources: dict[str, str]) -> Diag
 KIND_OF_ROLE = {"input": "input", "output": "output", "scratch": "scratch"}
 
 
+def _place(span: SourceSpan) -> str:
+    return f"{span.file}:{span.line}"
+
+
 def _host(program: ir.Program):
     if program.host is None:
         generic = next(iter(program.generic_kernels.items()), None)
@@ -126,10 +130,11 @@ def _host(program: ir.Program):
             r, w = p in reads, p in writes
             kind = "inout" if r and w else "output" if w else "input"
             specs.append((p.name, p.dtype, tuple(p.shape), kind))
-        buffers = layout_buffers(specs)
+        buffers = layout_buffers(specs, [_place(p.span) for p in kernel.params])
         return buffers, (Launch(kernel.name, tuple(w for b in buffers for w in _address_words(b.offset_bytes))),)
     host = program.host
-    buffers = layout_buffers([(b.name, b.dtype, tuple(b.shape), KIND_OF_ROLE[b.role]) for b in host.arrays])
+    buffers = layout_buffers([(b.name, b.dtype, tuple(b.shape), KIND_OF_ROLE[b.role]) for b in host.arrays],
+                             [_place(b.span) for b in host.arrays])
     where = {b.name: pb for b, pb in zip(host.arrays, buffers)}
     launches = []
     for launch in host.launches:

@@ -28,7 +28,7 @@ import tempfile
 
 import numpy as np
 
-from mkemu.emulator.memory import anonymous
+from mkemu.emulator.memory import anonymous, host_mmap
 
 
 class ChipMemories:
@@ -131,9 +131,9 @@ class ChipMemories:
         if self.chips == 1:         # nothing to share
             self._arrays = [anonymous(self.size_bytes)]
             return
-        maps = [mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_COPY) for _ in range(self.chips)]
+        maps = [host_mmap(self._fd, self.size_bytes, access=mmap.ACCESS_COPY) for _ in range(self.chips)]
         self._arrays = [np.frombuffer(m, np.uint8) for m in maps]
-        self._shared = np.frombuffer(mmap.mmap(self._fd, self.size_bytes, access=mmap.ACCESS_READ), np.uint8)
+        self._shared = np.frombuffer(host_mmap(self._fd, self.size_bytes, access=mmap.ACCESS_READ), np.uint8)
         # The mappings keep the file's pages; the descriptor is no longer needed.
         if self._file is not None:
             self._file.close()

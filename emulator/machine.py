@@ -126,7 +126,7 @@ class Machine(DmaMixin):
         if program.hbm_bytes > self.profile.hbm_bytes:
             largest = sorted(program.buffers, key=lambda b: -b.size_bytes)[:3]
             names = ", ".join(f"'{b.name}' {b.dtype}[{', '.join(map(str, b.shape))}] {b.size_bytes:,} bytes"
-                              for b in largest)
+                              + (f" (declared at {b.declared})" if b.declared else "") for b in largest)
             raise EmulatorFault("out-of-memory", f"the program's HBM buffers take {program.hbm_bytes:,} bytes, "
                                                  f"the chip has {self.profile.hbm_bytes:,} (profile "
                                                  f"'{self.profile.name}'); the largest: {names}")

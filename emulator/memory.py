@@ -25,13 +25,19 @@ class Trap(Exception):
         self.message = message
 
 
+def host_mmap(fileno: int, size: int, **kwargs) -> mmap.mmap:
+    """`mmap.mmap`, with the host's refusal (ENOMEM: more than it will promise) raised as
+    a MemoryError that says how much was asked for."""
+    try:
+        return mmap.mmap(fileno, size, **kwargs)
+    except OSError as e:
+        raise MemoryError(f"cannot map {size:,} bytes of host memory ({e.strerror})") from None
+
+
 def anonymous(size: int) -> np.ndarray:
     """`size` zero bytes of private memory, pages allocated at first touch, huge pages
     asked for (Linux `madvise`; where the OS offers them)."""
-    try:
-        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except OSError as e:     # (ENOMEM: more than the host will promise)
-        raise MemoryError(f"cannot map {size:,} bytes of host memory ({e.strerror})") from None
+    m = host_mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)

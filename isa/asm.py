@@ -346,7 +346,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
             continue
         current["items"].append((line_no, col, stripped))
 
-    buffers = layout_buffers(buffer_specs)
+    buffers = layout_buffers(buffer_specs, [f"{filename}:{buffer_lines[name]}" for name, *_ in buffer_specs])
     symbols_base = {"@" + b.name: b.offset_bytes for b in buffers}
     names = [k["name"] for k in kernels]
     built: dict[str, Kernel] = {}

@@ -44,6 +44,7 @@ class Buffer:
     shape: tuple[int, ...]
     kind: str
     offset_bytes: int
+    declared: str | None = attrs.field(default=None, eq=False)   # where: "FILE:LINE", for messages
 
     @property
     def size_bytes(self) -> int:
@@ -180,11 +181,13 @@ class Program:
         raise KeyError(name)
 
 
-def layout_buffers(specs: list[tuple[str, str, tuple[int, ...], str]]) -> tuple[Buffer, ...]:
-    """Place (name, dtype, shape, kind) buffers one after another, aligned."""
+def layout_buffers(specs: list[tuple[str, str, tuple[int, ...], str]],
+                   declared: list[str] | None = None) -> tuple[Buffer, ...]:
+    """Place (name, dtype, shape, kind) buffers one after another, aligned; `declared`:
+    where the program declares each ("FILE:LINE")."""
     out, offset = [], 0
-    for name, dtype, shape, kind in specs:
-        buf = Buffer(name, dtype, tuple(shape), kind, offset)
+    for i, (name, dtype, shape, kind) in enumerate(specs):
+        buf = Buffer(name, dtype, tuple(shape), kind, offset, declared[i] if declared else None)
         out.append(buf)
         offset += -(-buf.size_bytes // HBM_ALIGN_BYTES) * HBM_ALIGN_BYTES
     return tuple(out)

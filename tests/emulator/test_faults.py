@@ -314,7 +314,13 @@ def test_hbm_too_small_for_the_program_names_its_largest_buffers(tmp_path, capsy
     assert main(["run", str(src), "--hw", "test", "--mesh", "1"]) == 1
     err = capsys.readouterr().err
     assert "fault [out-of-memory]" in err and "Traceback" not in err
-    assert "'big' f32[1048576, 128] 536,870,912 bytes" in err and "profile 'test'" in err
+    assert "'big' f32[1048576, 128] 536,870,912 bytes (declared at " in err and "profile 'test'" in err
+    assert f"(declared at {src}:9)" in err     # (its `input` line)
+    asm = tmp_path / "big.s"
+    asm.write_text(".buffer x f32 8x128 input\n.buffer big f32 1048576x128 scratch\n.kernel main\n    halt\n")
+    assert main(["run", str(asm), "--hw", "test", "--mesh", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"'big' f32[1048576, 128] 536,870,912 bytes (declared at {asm}:2)" in err and "Traceback" not in err
 
 
 def test_max_cycle_guard_below_the_launch_cost_says_so(emu):

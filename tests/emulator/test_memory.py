@@ -93,3 +93,12 @@ def test_a_spare_is_zeroed_where_it_was_written_and_kept_only_within_the_bound()
     assert memory.spare_bytes() == held
     memory.give_back(again, 0, 0, 4096)
     assert memory.spare_bytes() == held + 4096
+
+
+def test_hbm_larger_than_the_host_will_map_is_a_memory_error_saying_how_much():
+    # Chips share one backing file, each mapping it privately: a mapping the host refuses
+    # is a MemoryError (the command line reports it in one line), not an OSError.
+    from mkemu.emulator.hbm import ChipMemories
+
+    with pytest.raises(MemoryError, match=r"cannot map 1,152,921,504,606,846,976 bytes of host memory"):
+        ChipMemories(2, 1 << 60).arrays
