@@ -189,6 +189,10 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
     if kind.prefix:
         if _digits(raw) > MAX_DIGITS:
             raise EncodingError(f"register {kind.prefix}{raw[:20]}... has {_digits(raw)} digits: no such register")
+        if len(raw) > 1 and raw.startswith("0"):
+            shown = raw if len(raw) <= 20 else raw[:20] + "..."
+            raise EncodingError(f"register {kind.prefix}{shown}: a register number has no leading zero "
+                                f"(write {kind.prefix}{int(raw)})")
         return int(raw)
     if kind.choices:
         return kind.choices.index(raw)
@@ -198,6 +202,9 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
             raise EncodingError(f"raw float32 bits {raw[4:]} do not fit in 32 bits (0x0..0xffffffff)")
         if bits is None:
             raise EncodingError(f"bad float32 immediate {raw!r}")
+        if re.match(r"[-+]?0[0-9]", raw):
+            raise EncodingError(f"float32 immediate {raw}: a decimal with a leading zero is an error, as in "
+                                "an integer (not octal)")
         if "inf" not in raw and not raw.startswith("f32:") and bits & 0x7FFFFFFF == 0x7F800000:
             raise EncodingError(f"float32 immediate {raw} is beyond the largest float32 "
                                 f"(3.4028235e38); write inf for infinity")

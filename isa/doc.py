@@ -65,7 +65,8 @@ optional.
 | `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md); one per file |
 
 Numbers are decimal, `0x` hex or `0b` binary, with an optional sign; a decimal with a
-leading zero (`010`) is an error, not octal. An immediate may also be `@NAME` (the HBM
+leading zero (`010`) is an error, not octal, and so is one in a float32 immediate's whole
+part (`010.5`) or a register's number (`s01`). An immediate may also be `@NAME` (the HBM
 byte address of buffer NAME) or a label (its instruction index). `imm` fields take
 -2^31 .. 2^32-1 (`0xffffffff` is -1; an `imm` is sign-extended, so a buffer address used
 as one must be below 2^31), `off` fields -2^26 .. 2^26-1, `idx`, `amount`, `block` and

@@ -202,7 +202,9 @@ def test_numbers_are_ascii_and_of_bounded_length(source, where, message):
 def test_a_long_number_still_reports_its_range():
     # 100 significant digits still parse, and are refused by their operand's range
     assert "does not fit in 32 bits" in error_of(".kernel k\n  li s1, " + "9" * 100 + "\n  halt\n")
-    assert "does not fit in 5 bits" in error_of(".kernel k\n  add s" + "0" * 200 + "99, s1, s2\n  halt\n")
+    assert "does not fit in 5 bits" in error_of(".kernel k\n  add s" + "9" * 30 + ", s1, s2\n  halt\n")
+    # (a register's number, like a decimal, has no leading zero)
+    assert "no leading zero (write s99)" in error_of(".kernel k\n  add s" + "0" * 200 + "99, s1, s2\n  halt\n")
     program = assemble(".kernel k\n  li s1, 0x" + "0" * 300 + "7\n  halt\n", "ok.s")
     assert decode(int(program.kernels["k"].code[0]))[1]["imm"] == 7
 
@@ -232,3 +234,21 @@ def test_a_reference_a_s_program_cannot_load_is_an_error_at_its_line(tmp_path, r
     text = info.value.render()
     assert text.startswith(f"{path}:3:12: error: ") and message in text
     assert text.splitlines()[-1] == "             " + "^" * len(reference)
+
+
+@pytest.mark.parametrize("operand, message", [
+    ("vli.f32 v1, 010", "float32 immediate 010: a decimal with a leading zero is an error"),
+    ("vli.f32 v1, -010.5", "float32 immediate -010.5: a decimal with a leading zero is an error"),
+    ("li s01, 5", "register s01: a register number has no leading zero (write s1)"),
+    ("vadd.f32 v02, v1, v1", "register v02: a register number has no leading zero (write v2)"),
+])
+def test_a_leading_zero_is_an_error_in_float_immediates_and_register_numbers_too(operand, message):
+    text = error_of(f".kernel k\n  {operand}\n  halt\n")
+    assert text.startswith("prog.s:2:3: error: ") and message in text, text
+
+
+def test_zero_itself_still_starts_float_immediates_and_registers():
+    program = assemble(".kernel k\n  vli.f32 v0, 0.5\n  vli.f32 v1, -0.0\n  vli.f32 v2, 0e5\n"
+                       "  vli.f32 v3, 0\n  li s0, 0\n  halt\n", "ok.s")
+    assert [decode(int(w))[1].get("imm") for w in program.kernels["k"].code[:4]] == \
+        [0x3F000000, 0x80000000, 0, 0]
