@@ -308,7 +308,7 @@ class Core:
                                             "a halt (a loop that never ends?); raise the limit with "
                                             "--max-instructions if the kernel really needs more")
         if code == lp.E_RACE:
-            return self.race_trap(a, b, c)
+            return self.race_trap(a, b, c, writes=bool(d))
         if code == lp.E_BUFFER:
             return Trap("out-of-bounds", self.kernel.extents[self.pc][c].describe(a, b))
         if code == lp.E_RANGE:
@@ -399,10 +399,10 @@ class Core:
         self.live_from = start
         self.I[lp.H_RACE_FROM] = start
 
-    def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to") -> Trap:
+    def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to", writes: bool = False) -> Trap:
         entry, space = self.in_flight[k]
-        what = ("reads or writes the destination of a DMA that has not been waited for" if entry.write
-                else "overwrites the source of a DMA still in flight")
+        what = (f"{'writes' if writes else 'reads'} the destination of a DMA that has not been waited for"
+                if entry.write else "overwrites the source of a DMA still in flight")
         if entry.dma.src_core is not self:
             return Trap("race", f"{access} {space.upper()} [{lo}, {hi}) {what}, a DMA into it from another "
                                 f"core: {describe_dma(entry.dma)}; nothing ordered the access and the DMA (a "

@@ -181,7 +181,7 @@ def access_race(RACES, n, start, space, addr, stride, rows, lo_off, hi_off, writ
     if k < 0:
         return 0
     lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
-    return fault(E, E_RACE, k, lo, hi, 0)
+    return fault(E, E_RACE, k, lo, hi, write)
 
 
 @jitable
