@@ -48,6 +48,9 @@ class Declarations:
         self.param_defaults: dict[str, int | None] = {}
         self.param_domains: dict[str, tuple[int, ...] | None] = {}
         self.evaluating: list[str] = []
+        self.chain_depth: dict[str, int] = {}   # const or param -> the others it is defined through, at most
+        self.chain_below: list[int] = []        # ... so far, of each on `evaluating` that is one
+        self.dtype_forms: dict[str, bool] = {}  # const -> is its value a dtype form (`is_dtype_form`)
         self.ctx: KernelCtx | None = None
         self.inline_stack: list[tuple[str, SourceSpan]] = []
         self.instance_site: tuple[str, SourceSpan] | None = None   # a generic kernel's instance and its launch
@@ -130,16 +133,39 @@ class Declarations:
 
     def const_value(self, name: str, decl) -> int | None:
         if name in self.const_values:
+            self.chain_used(name)
             return self.const_values[name]
         if name in self.evaluating:
             chain = " -> ".join(self.evaluating[self.evaluating.index(name):] + [name])
             self.error(decl.name_span, f"'{name}' is defined in terms of itself: {chain}")
             return None
-        if len(self.evaluating) >= MAX_CONST_CHAIN:   # (evaluated recursively: Python's stack would overflow)
+        if len(self.evaluating) > MAX_CONST_CHAIN:   # (evaluated recursively: Python's stack would overflow)
             self.limit_error("const chain", decl.name_span,
                              f"'{name}' is defined through a chain of more than {MAX_CONST_CHAIN} "
                              f"consts and params (from '{self.evaluating[0]}')")
             return None
+        value = self.const_evaluated(name, decl)
+        # How many consts and params it is defined through, the longest chain: the same
+        # whichever order the text defines them in (one defined before its uses is
+        # evaluated at once, not on the chain above).
+        depth = self.chain_below.pop()
+        self.chain_depth[name] = depth
+        self.chain_used(name)
+        if depth > MAX_CONST_CHAIN:
+            self.limit_error("const chain", decl.name_span,
+                             f"'{name}' is defined through a chain of more than {MAX_CONST_CHAIN} "
+                             "consts and params")
+            self.const_values[name] = value = None
+            self.dtype_consts.pop(name, None)    # (the consts defined through it report nothing more)
+        return value
+
+    def chain_used(self, name: str) -> None:
+        """The const or param being evaluated uses `name`, evaluated."""
+        if self.chain_below:
+            self.chain_below[-1] = max(self.chain_below[-1], self.chain_depth.get(name, 0) + 1)
+
+    def const_evaluated(self, name: str, decl) -> int | None:
+        self.chain_below.append(0)
         self.evaluating.append(name)
         saved_ctx, saved_stack, saved_site = self.ctx, self.inline_stack, self.instance_site
         self.ctx, self.inline_stack, self.instance_site = None, [], None
@@ -247,6 +273,8 @@ class Declarations:
             message = f"'{name}' is a literal; it cannot be declared as a name"
         elif name in ALL_DTYPES:
             message = f"'{name}' is a dtype; it cannot be declared as a name"
+        elif name == "bool":   # (a struct named bool would take over every `x: bool` parameter)
+            message = "'bool' is a type; it cannot be declared as a name"
         elif name in BUILTINS:
             message = f"'{name}' is a builtin function; it cannot be declared as a name"
         elif integer and name in PIPELINE_PARTS:
@@ -317,7 +345,9 @@ class Declarations:
 
     def dtype(self, name: str, span: SourceSpan, allowed=DTYPES) -> bool:
         if name not in allowed:
-            self.error(span, f"unknown dtype '{name}' (expected {', '.join(allowed)})")
+            known = name in ALL_DTYPES or name == "bool"
+            self.error(span, f"{'dtype' if known else 'unknown dtype'} '{name}' "
+                             f"{'is not allowed here ' if known else ''}(expected {', '.join(allowed)})")
             return False
         return True
 
@@ -365,19 +395,48 @@ class Declarations:
     # in type positions (`moe_w1: hbm ET[L, K, N];`) so that a param can choose a buffer's
     # dtype (a struct member's included), which generics cannot: they are inferred from
     # arguments.
-    def is_dtype_form(self, node, seen: frozenset = frozenset()) -> bool:
+    def is_dtype_form(self, root) -> bool:
         """Whether a const's value is written as a dtype: a dtype name, a const that names
-        one, or select(cond, a, b) whose a or b is one (checked by `dtype_value`)."""
-        if isinstance(node, ast.Name):
-            b = self.globals.local(node.name)
-            if b is None:
-                return node.name in ALL_DTYPES
-            if isinstance(b.entity, ast.ConstDecl) and node.name not in seen:
-                return self.is_dtype_form(b.entity.value, seen | {node.name})
+        one, or select(cond, a, b) whose a or b is one (checked by `dtype_value`). Walked
+        with a stack of its own and known per const once found (`dtype_forms`): consts may
+        name consts, or select between two, thousands deep (their evaluation reports the
+        chain). A const reached again through itself is no dtype form there."""
+        known = self.dtype_forms
+        selects: dict[int, bool] = {}      # id(select(...)) -> its answer, in this walk
+        open_consts: set[str] = set()      # the consts on the path being walked
+
+        def answer(node) -> bool | None:   # (None: not known until its parts are)
+            if isinstance(node, ast.Name):
+                if node.name in known or node.name in open_consts:
+                    return known.get(node.name, False)
+                b = self.globals.local(node.name)
+                if b is None or not isinstance(b.entity, ast.ConstDecl):
+                    return b is None and node.name in ALL_DTYPES
+                return None
+            if isinstance(node, ast.Call) and node.func == "select" and len(node.args) == 3 and not node.keywords:
+                return selects.get(id(node))
             return False
-        if isinstance(node, ast.Call) and node.func == "select" and len(node.args) == 3 and not node.keywords:
-            return any(self.is_dtype_form(a, seen) for a in node.args[1:])
-        return False
+
+        def parts(node) -> list:
+            return [self.globals.local(node.name).entity.value] if isinstance(node, ast.Name) else node.args[1:]
+
+        stack = [(root, False)]
+        while stack:
+            node, walked = stack.pop()
+            if not walked:
+                if answer(node) is None:
+                    if isinstance(node, ast.Name):
+                        open_consts.add(node.name)
+                    stack.append((node, True))
+                    stack.extend((part, False) for part in parts(node))
+                continue
+            found = any(answer(part) for part in parts(node))
+            if isinstance(node, ast.Name):
+                open_consts.discard(node.name)
+                known[node.name] = found
+            else:
+                selects[id(node)] = found
+        return bool(answer(root))
 
     def dtype_value(self, node, scope) -> str | None:
         """The dtype a dtype form names (None after an error at its span)."""
@@ -408,6 +467,9 @@ class Declarations:
         if dtype == "mxfp4" and t.space not in MX_SPACES:
             self.error(t.span, f"mxfp4 holds matrix-unit weights in hbm arrays and vmem buffers, not in "
                                f"{'a var' if t.space == 'var' else t.space}")
+            return None
+        if t.space == "smem" and dtype in DTYPES and dtype != "i32":
+            self.error(t.span, f"an smem buffer's dtype is i32 (SMEM holds i32 only), not {dtype}")
             return None
         allowed = ("i32",) if t.space == "smem" else ALL_DTYPES if t.space in MX_SPACES else DTYPES
         if dtype != "mxfp4" and not self.dtype(dtype, t.span, allowed):

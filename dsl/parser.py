@@ -161,13 +161,15 @@ MAX_NESTING = 100
 
 
 def _too_deep(tree: lark.Tree) -> lark.Tree | None:
-    """The first node nested more than MAX_NESTING levels deep, or None."""
+    """The first node nested more than MAX_NESTING levels deep, or None. A statement's
+    block is on the statement's level: a nested loop, `if` or region is one level, as
+    the language's limits count them."""
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING and not getattr(node.meta, "empty", True):
             return node
-        stack.extend((c, depth + 1) for c in reversed(node.children) if isinstance(c, lark.Tree))
+        stack.extend((c, depth + (c.data != "block")) for c in reversed(node.children) if isinstance(c, lark.Tree))
     return None
 
 

@@ -104,7 +104,7 @@ def test_fn_chain_past_the_depth_limit_is_one_error():
 def test_const_chain_past_the_limit_is_one_error():
     src = "".join(f"const C{i} = C{i + 1} + 1;\n" for i in range(1000)) + "const C1000 = 0;\n" + kernel("")
     assert error_lines(src) == [
-        "prog.mk:101:7: error: 'C100' is defined through a chain of more than 100 consts and params (from 'C0')"]
+        "prog.mk:102:7: error: 'C101' is defined through a chain of more than 100 consts and params (from 'C0')"]
 
 
 def chain(fns: int, body: str) -> str:

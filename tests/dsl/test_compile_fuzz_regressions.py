@@ -148,7 +148,8 @@ def test_expression_nested_too_deeply(expr, column):
 def test_blocks_nested_too_deeply():
     body = "".join("    if n > 0 {\n" for _ in range(300)) + "    v = v + 1.0;\n" + "    }\n" * 300
     src = "kernel k(x: hbm f32[8, 128], n: i32) {\n    vmem v: f32[8, 128];\n" + body + "}\n"
-    assert first_line(src) == "prog.mk:51:8: error: nested too deeply (more than 100 levels of blocks and expressions)"
+    # (a nested `if` and its block are one level)
+    assert first_line(src) == "prog.mk:99:8: error: nested too deeply (more than 100 levels of blocks and expressions)"
 
 
 def test_nesting_below_the_limit_compiles():
@@ -193,8 +194,8 @@ def test_const_chain_too_long():
     # RecursionError: each const evaluated inside the evaluation of the one naming it.
     src = "".join(f"const C{i} = C{i + 1} + 1;\n" for i in range(400)) + "const C400 = 0;\n" + TAIL
     assert error_of(src).splitlines()[:2] == [
-        "prog.mk:101:7: error: 'C100' is defined through a chain of more than 100 consts and params (from 'C0')",
-        "  const C100 = C101 + 1;",
+        "prog.mk:102:7: error: 'C101' is defined through a chain of more than 100 consts and params (from 'C0')",
+        "  const C101 = C102 + 1;",
     ]
 
 

@@ -274,10 +274,10 @@ kernel k(a: hbm f32[8, 128]) { }
     (", w: hbm f32[0, 128]", "dimensions must be positive, got 0"),
     ("vmem x: f32[2, 8, 128];", "vmem arrays can have at most 2 dimension(s), got 3"),
     ("smem x: i32[2, 3, 4];", "smem arrays can have at most 2 dimension(s), got 3"),
-    ("smem x: f32[4];", "unknown dtype 'f32' (expected i32)"),
+    ("smem x: f32[4];", "an smem buffer's dtype is i32 (SMEM holds i32 only), not f32"),
     ("vmem x: f32[0][8, 128];", "count must be positive, got 0"),
     ("smem s: i32[2]; let n = s[0]; vmem x: f32[n, 128];", "a dimension must be a compile-time integer"),
-    (", n: f32", "unknown dtype 'f32' (expected i32, bool)"),
+    (", n: f32", "dtype 'f32' is not allowed here (expected i32, bool)"),
 ])
 def test_type_limits(tmp_path, monkeypatch, decl, message):
     params, body = (decl, "") if decl.startswith(",") else ("", decl)

@@ -1352,7 +1352,7 @@ def test_names_are_block_scoped(tmp_path):
      "prog.mk:1:13: error: hbm arrays can have at most 3 dimension(s), got 4"),
     ("kernel k() { vmem v: f32[2, 8, 128]; }\n", "prog.mk:1:14: error: vmem arrays can have at most 2 dimension(s), got 3"),
     ("kernel k() { smem v: i32[2, 2, 8]; }\n", "prog.mk:1:14: error: smem arrays can have at most 2 dimension(s), got 3"),
-    ("kernel k() { smem v: f32[8]; }\n", "prog.mk:1:14: error: unknown dtype 'f32' (expected i32)"),
+    ("kernel k() { smem v: f32[8]; }\n", "prog.mk:1:14: error: an smem buffer's dtype is i32 (SMEM holds i32 only), not f32"),
     ("kernel k() { vmem v: f32[0, 128]; }\n", "prog.mk:1:26: error: dimensions must be positive, got 0"),
     ("param P = -8;\nkernel k() { vmem v: f32[P, 128]; }\n", "prog.mk:2:26: error: dimensions must be positive, got -8"),
     ("kernel k(n: i32) { vmem v: f32[8, n]; }\n", "prog.mk:1:35: error: a dimension must be a compile-time integer"),
