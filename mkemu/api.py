@@ -29,17 +29,21 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError, Diagnostic, EmulatorFault, SourceError, SourceSpan, not_text
+from mkemu.errors import ConfigError, Diagnostic, EmulatorFault, MkemuError, SourceError, SourceSpan, not_text
 from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options, check_path
 from mkemu.session import Session
 
 
-def _at_reference(path: str, text: str, declared: re.Match, message: str) -> SourceError:
-    """`message` about the reference a `.s` program names, at its `.reference` line."""
+def _at_reference(path: str, text: str, declared: re.Match, message: str) -> MkemuError:
+    """`message` about the reference a program names, at its `reference` line: a
+    ConfigError, as any failing reference is (docs/api.md), for a `.mk` program; a
+    SourceError at the `.reference` line, which the assembler does not check, for a `.s`."""
     line = text.count("\n", 0, declared.start(1)) + 1
     start = text.rfind("\n", 0, declared.start(1)) + 1
     column = declared.start(1) - start + 1
+    if not path.endswith(".s"):
+        return ConfigError(message, file=path, line=line, column=column)
     span = SourceSpan(path, line, column, line, column + len(declared.group(1)))
     return SourceError([Diagnostic(span, message, text.splitlines()[line - 1])])
 
@@ -95,9 +99,9 @@ def setup(path: str, text: str, options: Options) -> Setup:
             build_program(path, text, profile, dict(options.params))
         except SourceError as compile_error:
             raise compile_error from None
-        if path.endswith(".s"):     # (the assembler does not look at the reference: its line here)
-            raise _at_reference(path, text, declared, exc.message) from None
-        raise
+        # (the front end checks only that a reference file exists, and the assembler not
+        # even that: what else is wrong with it, at its line here)
+        raise _at_reference(path, text, declared, exc.message) from None
     driver_params: dict[str, int] = {}
     if is_driver(reference):
         if hasattr(reference, "params"):
@@ -220,7 +224,10 @@ class Kernel:
                                   file=self.path)
             session = self.session()
             with self._trace_on_fault(session.recorder):
-                figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
+                try:
+                    figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
+                except SystemExit as exc:   # (it would end mkemu with its status, as if the run passed)
+                    raise ConfigError(f"the program's driver raised SystemExit: {exc}", file=self.path) from None
             self._save_trace(figures, session.recorder)
             return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
         machine, recorder = self._machine()

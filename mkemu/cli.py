@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except MemoryError as exc:
         # (inputs or memories larger than the host has: numpy's or `anonymous`'s refusal)
-        print(f"error: the host ran out of memory: {exc or 'an allocation failed'} (a smaller model, batch or "
-              "mesh needs less; --timing-only runs keep no data)", file=sys.stderr)
+        print(f"error: the host ran out of memory: {exc or 'an allocation failed'} (smaller buffers, or a smaller "
+              "model, batch or mesh, need less; a --timing-only run keeps data in i32 buffers only)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

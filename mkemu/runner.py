@@ -49,15 +49,22 @@ def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     for buf in program.buffers:
         if buf.kind not in INPUT_KINDS:
             continue
-        if buf.dtype == "i32":
-            out[buf.name] = rng.integers(-100, 100, size=buf.shape, dtype=np.int32)
-        elif buf.dtype == "mxfp4":     # values MXFP4 holds exactly
-            values = rng.standard_normal(buf.shape).astype(np.float32)
-            out[buf.name] = mxfp4_from_bytes(mxfp4_to_bytes(values), buf.shape)
-        else:
-            values = rng.standard_normal(buf.shape).astype(np.float32)
-            out[buf.name] = bf16_round(values) if buf.dtype == "bf16" else values
+        try:
+            out[buf.name] = _generated(buf, rng)
+        except MemoryError as exc:   # (named: the CLI reports it in one line)
+            where = f", declared at {buf.declared}" if buf.declared else ""
+            raise MemoryError(f"generating input '{buf.name}' {buf.dtype}[{', '.join(map(str, buf.shape))}] "
+                              f"({buf.size_bytes:,} bytes{where}): {exc}") from None
     return out
+
+
+def _generated(buf, rng) -> np.ndarray:
+    if buf.dtype == "i32":
+        return rng.integers(-100, 100, size=buf.shape, dtype=np.int32)
+    values = rng.standard_normal(buf.shape).astype(np.float32)
+    if buf.dtype == "mxfp4":     # values MXFP4 holds exactly
+        return mxfp4_from_bytes(mxfp4_to_bytes(values), buf.shape)
+    return bf16_round(values) if buf.dtype == "bf16" else values
 
 
 def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
@@ -275,7 +282,8 @@ def _guard(load, shown: str, program_path: str | None):
     except ModuleNotFoundError as exc:
         raise ConfigError(f"reference {shown} failed to load: no module named {exc.name!r}",
                           file=program_path) from None
-    except Exception as exc:  # a broken reference file is the user's error, not ours
+    except (Exception, SystemExit) as exc:  # a broken reference file is the user's error, not ours
+        # (SystemExit too: a sys.exit(0) in it would end mkemu with status 0, as if it passed)
         raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {exc}",
                           file=program_path) from None
 
@@ -295,7 +303,7 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
         return fn(inputs, **kwargs)
     except MkemuError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
         raise ConfigError(f"reference function {fn.__qualname__} raised {type(exc).__name__}: {exc}"
                           f"{_failed_at(exc, fn)}", file=program_path) from None
 

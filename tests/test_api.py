@@ -332,3 +332,12 @@ def test_progress_must_be_callable_and_a_buffer_of_that_name_goes_in_the_dict():
     with pytest.raises(mkemu.ConfigError, match="progress takes a callable .* kernel\\(\\{'progress': array\\}\\)"):
         kernel(progress=a)
     assert np.array_equal(kernel({"progress": a}).output("out"), a)
+
+
+def test_generated_inputs_too_big_for_the_host_name_the_buffer_and_its_line():
+    # The host's refusal named no buffer (numpy's float64 shape alone).
+    src = "kernel k(x: hbm f32[1048576, 1048576]) {\n}\nhost {\n    input x: f32[1048576, 1048576];\n    launch k(x);\n}\n"
+    kernel = mkemu.compile_source(src, "big.mk", hw="test", mesh="1")
+    with pytest.raises(MemoryError, match=r"generating input 'x' f32\[1048576, 1048576\] \(4,398,046,511,104 bytes, "
+                                          r"declared at big.mk:4\): "):
+        kernel.generate_inputs()

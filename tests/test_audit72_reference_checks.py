@@ -32,6 +32,9 @@ def positional(inputs):
 def bf16(inputs, *, chips, cores_per_chip):
     import ml_dtypes
     return {"y": (inputs["x@0"] * 2).astype(ml_dtypes.bfloat16)}
+def leaves(inputs, *, chips, cores_per_chip):
+    import sys
+    sys.exit(0)
 """
 
 
@@ -80,3 +83,33 @@ def test_mkemu_run_with_an_empty_reference_fails_in_one_line(tmp_path, capsys):
     assert code == 1 and "PASS" not in out and "Traceback" not in err
     assert err.strip() == ("r.py:empty: error: the reference gives no expected value for output 'y', so it would "
                            "not be checked: return 'y' (every chip) or 'y@CHIP'")
+
+
+def cli(tmp_path, capsys, fn: str, refs: str = REFS) -> tuple[int, str, str]:
+    from mkemu.cli import main
+
+    (tmp_path / "r.py").write_text(refs)
+    (tmp_path / "p.mk").write_text(DOUBLE.format(fn=fn))
+    code = main(["run", str(tmp_path / "p.mk"), "--hw", "test", "--mesh", "1"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.mark.parametrize("fn, refs, message", [
+    # sys.exit(0) in the function, or while its file loads, ended mkemu with status 0,
+    # printing nothing: a pass to any script that ran it
+    ("leaves", REFS, "reference function leaves raised SystemExit: 0 (at "),
+    ("leaves", "import sys\nsys.exit(0)\n", "failed to load: SystemExit: 0"),
+])
+def test_a_reference_that_exits_is_an_error_not_a_silent_pass(tmp_path, capsys, fn, refs, message):
+    code, out, err = cli(tmp_path, capsys, fn, refs)
+    assert code == 1 and "PASS" not in out and message in err, err
+
+
+def test_a_reference_function_the_file_lacks_is_an_error_at_the_reference_line(tmp_path, capsys):
+    # It named the program alone, with no line: a missing file was already at its line.
+    code, _, err = cli(tmp_path, capsys, "refrence")
+    assert code == 1
+    assert err.splitlines() == [f"{tmp_path / 'p.mk'}:2:12: error: reference file {tmp_path / 'r.py'} has no "
+                                "function 'refrence'"]
