@@ -21,6 +21,7 @@ from mkemu.dsl import ir, layout
 from mkemu.dsl.frontend import load_program
 from mkemu.dsl.lower_tile import TileLowering
 from mkemu.dsl.parser import source_lines
+from mkemu.dsl.values import count_of
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
 from mkemu.isa.asm import encode
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
@@ -158,23 +159,26 @@ def _host(program: ir.Program):
 
 def _param_usage(body) -> tuple[set, set]:
     reads, writes = set(), set()
-    for stmt in walk_stmts(body):
+    for stmt, _ in walk_stmts(body):
         if isinstance(stmt, ir.DmaStart):
             reads.add(stmt.dma.src.buffer)
             writes.add(stmt.dma.dst.buffer)
     return reads, writes
 
 
-def walk_stmts(body):
+def walk_stmts(body, outer: str = ""):
+    """Every statement, nested ones too, with its context (its own, else its parent's, as
+    `KernelCompiler.stmt` takes it)."""
     for s in body:
-        yield s
+        context = s.context or outer
+        yield s, context
         if isinstance(s, ir.For):
-            yield from walk_stmts(s.body)
+            yield from walk_stmts(s.body, context)
         elif isinstance(s, ir.If):
-            yield from walk_stmts(s.then)
-            yield from walk_stmts(s.orelse)
+            yield from walk_stmts(s.then, context)
+            yield from walk_stmts(s.orelse, context)
         elif isinstance(s, ir.Region):
-            yield from walk_stmts(s.body)
+            yield from walk_stmts(s.body, context)
 
 
 # ------------------------------------------------------------------- the kernel
@@ -223,6 +227,7 @@ class KernelCompiler(TileLowering):
         self.code: list[tuple[str, dict, SourceSpan]] = []
         self.labels: list[Label] = []
         self.span = kernel.span
+        self.context = ""                # the statement's (ir.Statement.context), for its errors
         self.free_sregs = list(range(profile.sregs - 1, 0, -1))    # pop() gives s1 first
         self.free_vregs = list(range(profile.vregs - 1, -1, -1))
         self.free_mregs = list(range(profile.mregs - 1, 0, -1))
@@ -276,19 +281,20 @@ class KernelCompiler(TileLowering):
         # declaration is what to fix.
         self.dma_error: CompileError | None = None
         descs = []
-        for stmt in walk_stmts(k.body):
+        for stmt, context in walk_stmts(k.body):
             if isinstance(stmt, ir.DmaStart):
                 for src, dst, part in dma_parts(stmt.dma):
                     try:
                         d = layout.dma_descriptor(src, dst, part)
                     except layout.DmaShapeError as exc:
-                        self.dma_error = self.dma_error or CompileError(stmt.dma.span, f"cannot lower this DMA: {exc}")
+                        self.dma_error = self.dma_error or CompileError(stmt.dma.span,
+                                                                        f"cannot lower this DMA: {exc}{context}")
                         continue
                     bad = [w for w in d if not INT32_MIN <= w <= INT32_MAX]   # (descriptor words are int32)
                     if bad:
                         self.dma_error = self.dma_error or CompileError(
                             stmt.dma.span, f"cannot lower this DMA: its descriptor needs {bad[0]:,} "
-                                           "(a byte count or stride), which does not fit in 32 bits")
+                                           f"(a byte count or stride), which does not fit in 32 bits{context}")
                         continue
                     if d not in self.desc_addr:
                         self.desc_addr[d] = smem + 28 * len(descs)
@@ -328,7 +334,7 @@ class KernelCompiler(TileLowering):
         self.vmem_top += layout.round_up(size, layout.ALIGN_BYTES)
         self.vmem_peak = max(self.vmem_peak, self.vmem_top)
         if self.vmem_top > self.profile.vmem_bytes and self.vmem_crossing is None:
-            self.vmem_crossing = Crossing(self.span, "a temporary computed here", self.vmem_top)
+            self.vmem_crossing = Crossing(self.span, "a temporary computed here", self.vmem_top, self.context)
         return addr
 
     def spill_slot(self) -> int:
@@ -337,7 +343,7 @@ class KernelCompiler(TileLowering):
         addr = self.smem_top
         self.smem_top += 4
         if self.smem_top > self.profile.smem_bytes and self.smem_crossing is None:
-            self.smem_crossing = Crossing(self.span, "a scalar spilled here", self.smem_top)
+            self.smem_crossing = Crossing(self.span, "a scalar spilled here", self.smem_top, self.context)
         return addr
 
     # -- emission ------------------------------------------------------------
@@ -358,7 +364,15 @@ class KernelCompiler(TileLowering):
         lab.pc = len(self.code)
 
     def error(self, message: str, span: SourceSpan | None = None):
-        raise CompileError(span or self.span, message)
+        """Stop at `span` (default: what is being compiled), naming the fn call or generic
+        instance the statement comes from, as the front end's errors do."""
+        raise CompileError(span or self.span, message + self.context)
+
+    def register_note(self, count: int, kind: str, reserved: str = "") -> str:
+        """How many registers of `kind` the profile has (`reserved`: a note on the one that is
+        not the compiler's to use), for an error of running out of them: a profile with few
+        may be what to change, not the program."""
+        return f"(the profile '{self.profile.name}' has {count_of(count, kind + ' register')}{reserved})"
 
     def int32(self, value: int) -> int:
         """A constant of the program used as a runtime int32: it must fit."""
@@ -371,7 +385,8 @@ class KernelCompiler(TileLowering):
 
     def tmp(self) -> int:
         if not self.free_sregs:
-            self.error("out of scalar registers: simplify this statement or use fewer live variables")
+            self.error("out of scalar registers: simplify this statement or use fewer live variables "
+                       f"{self.register_note(self.profile.sregs, 'scalar', ', s0 being the constant 0')}")
         r = self.free_sregs.pop()
         self.arenas[-1].temps.add(r)
         return r
@@ -858,6 +873,8 @@ class KernelCompiler(TileLowering):
 
     def stmt(self, s) -> None:
         self.span = s.span
+        # (a statement with no context of its own, one a pipeline made in its loop, is in its parent's)
+        outer, self.context = self.context, s.context or self.context
         self.pre = {}
         self.block_cache = {}
         self.push_arena()
@@ -865,6 +882,7 @@ class KernelCompiler(TileLowering):
             getattr(self, "stmt_" + type(s).__name__)(s)
         finally:
             self.pop_arena()
+            self.context = outer
 
     def stmt_LetScalar(self, s: ir.LetScalar) -> None:
         self.assign(s.var, s.value)
@@ -985,11 +1003,12 @@ class KernelCompiler(TileLowering):
         # Stepping past the last value must not wrap around: the exit test `var + step <
         # stop` is done as `var < stop` after the step, which a step of 1 cannot carry
         # past int32 (var < stop), and neither can a larger one that stops well below it.
-        # A compile-time stop within a step of the limit is tested against stop - step
-        # before stepping instead (`guarded`); a run-time stop keeps the cheap test and
-        # the step checks, free of cycles, that it does not wrap (docs/language.md).
+        # A compile-time stop that the step from the last value could pass is tested
+        # against stop - step before stepping instead (`guarded`); a run-time stop keeps
+        # the cheap test and the step checks, free of cycles, that it does not wrap
+        # (docs/language.md).
         const_stop = isinstance(s.stop, ir.Const)
-        guarded = const_stop and not isinstance(s.start, ir.Const) and s.stop.value - 1 + s.step > INT32_MAX
+        guarded = const_stop and _last_step_passes_int32(s)
         checked = not const_stop and s.step > 1
         self.scopes.append([])
         kind, where = self.home(var)
@@ -1039,16 +1058,11 @@ class KernelCompiler(TileLowering):
             (self.free_sregs if stop_home[0] == "r" else self.free_spills).append(stop_home[1])
 
     def check_loop_bounds(self, s: ir.For) -> None:
-        """The loop variable is an int32: a compile-time bound must fit, and with both
-        bounds known, stepping past the last value must not pass the int32 limit."""
+        """The loop variable is an int32: a compile-time bound must fit."""
         for bound in (s.start, s.stop):
             if isinstance(bound, ir.Const) and not INT32_MIN <= bound.value <= INT32_MAX:
                 self.error(f"the loop bound {bound.value:,} does not fit in 32 bits (a loop variable is an "
                            f"int32, {INT32_MIN:,}..{INT32_MAX:,})", bound.span)
-        if isinstance(s.start, ir.Const) and isinstance(s.stop, ir.Const) and s.start.value < s.stop.value \
-                and s.stop.value - 1 - (s.stop.value - 1 - s.start.value) % s.step + s.step > INT32_MAX:
-            self.error(f"with step {s.step:,} the loop variable would pass {INT32_MAX:,} and wrap before it "
-                       f"reaches {s.stop.value:,}", s.stop.span)
 
     def loop_step(self, s: ir.For, kind: str, where: int, check: RangeCheck | None) -> None:
         """var += step, in the caller's arena (`check`: a RangeCheck of the value stepped
@@ -1189,6 +1203,19 @@ def _declared(entity: ir.Buffer | ir.Semaphore) -> str:
         return "this var"
     kind = f"{entity.space} buffer"
     return f"this {kind}" if entity.slots is None else f"this {kind} array of {entity.slots:,}"
+
+
+def _last_step_passes_int32(s: ir.For) -> bool:
+    """Whether the step from the last value of a loop with a compile-time stop could carry
+    its variable past 2,147,483,647: with a compile-time start the last value is known (a
+    loop that stops short of the limit keeps the cheap exit test), else it may be any value
+    below the stop."""
+    stop = s.stop.value
+    if not isinstance(s.start, ir.Const):
+        return stop - 1 + s.step > INT32_MAX
+    start = s.start.value
+    last = stop - 1 - (stop - 1 - start) % s.step
+    return start < stop and last + s.step > INT32_MAX
 
 
 def dma_parts(dma: ir.Dma) -> tuple[tuple[ir.Ref, ir.Ref, str | None], ...]:

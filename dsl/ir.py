@@ -399,14 +399,25 @@ class Dma:
 
 
 @attrs.frozen
-class LetScalar:
+class Statement:
+    """What every statement has besides its own fields: its `context`, for the back end's
+    errors in it, as the front end's put it: the fn call an inlined statement comes from,
+    or the launch of a generic kernel's instance (" (in fn 'f' inlined at t.mk:9:5)").
+    Empty in code written in the kernel itself, and in the statements a pipeline makes
+    inside its own loops and ifs, which are in the context of the statement around them."""
+
+    context: str = attrs.field(default="", kw_only=True)
+
+
+@attrs.frozen
+class LetScalar(Statement):
     var: ScalarVar
     value: ScalarExpr
     span: SourceSpan
 
 
 @attrs.frozen
-class SetScalar:
+class SetScalar(Statement):
     """Assignment to a `var` scalar (also its initialiser)."""
 
     var: ScalarVar
@@ -415,14 +426,14 @@ class SetScalar:
 
 
 @attrs.frozen
-class LetTile:
+class LetTile(Statement):
     value: TileValue
     expr: TileExpr
     span: SourceSpan
 
 
 @attrs.frozen
-class StoreTile:
+class StoreTile(Statement):
     """ref = value (op None) or ref = ref op value (op + - * /); value broadcasts to
     `ref.tile_shape` and has the buffer's dtype."""
 
@@ -433,20 +444,20 @@ class StoreTile:
 
 
 @attrs.frozen
-class StoreSmem:
+class StoreSmem(Statement):
     ref: Ref
     value: ScalarExpr
     span: SourceSpan
 
 
 @attrs.frozen
-class DmaStart:
+class DmaStart(Statement):
     dma: Dma
     span: SourceSpan
 
 
 @attrs.frozen
-class DmaWait:
+class DmaWait(Statement):
     """side: "local" (a local copy landed), "send" (a remote copy left this core),
     "recv" (the bytes of the matching remote copy arrived here, on dma.recv_sem)."""
 
@@ -456,7 +467,7 @@ class DmaWait:
 
 
 @attrs.frozen
-class Signal:
+class Signal(Statement):
     """Add `amount` to a semaphore, on core `target` if set (else locally)."""
 
     sem: SemRef
@@ -466,7 +477,7 @@ class Signal:
 
 
 @attrs.frozen
-class SemWait:
+class SemWait(Statement):
     """Block until the semaphore holds at least `amount`, then subtract it."""
 
     sem: SemRef
@@ -475,7 +486,7 @@ class SemWait:
 
 
 @attrs.frozen
-class Barrier:
+class Barrier(Statement):
     """All cores of all chips (axis None) or of the chips along one mesh axis."""
 
     axis: int | None
@@ -483,7 +494,7 @@ class Barrier:
 
 
 @attrs.frozen
-class For:
+class For(Statement):
     """for var in start..stop step step (step a positive compile-time int)."""
 
     var: ScalarVar
@@ -495,7 +506,7 @@ class For:
 
 
 @attrs.frozen
-class If:
+class If(Statement):
     cond: ScalarExpr
     then: tuple["Stmt", ...]
     orelse: tuple["Stmt", ...]
@@ -503,7 +514,7 @@ class If:
 
 
 @attrs.frozen
-class Region:
+class Region(Statement):
     name: str
     index: ScalarExpr | None
     body: tuple["Stmt", ...]

@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 
 from mkemu.dsl import ir, layout
+from mkemu.dsl.values import count_of
 from mkemu.isa.numerics import bf16_round
 
 UNROLL_BLOCKS = 8
@@ -90,7 +91,9 @@ class TileLowering:
 
     def vreg(self) -> int:
         if not self.free_vregs:
-            self.error("this expression needs more than 32 vector registers; split it with `let`")
+            n = self.profile.vregs
+            self.error(f"this expression needs more than {count_of(n, 'vector register')}; split it with `let` "
+                       f"{self.register_note(n, 'vector')}")
         return self.free_vregs.pop()
 
     def vfree(self, v: int) -> None:
@@ -103,7 +106,9 @@ class TileLowering:
                 key = next(iter(arena.masks))
                 self.free_mregs.append(arena.masks.pop(key))
         if not self.free_mregs:
-            self.error("this expression needs more than 7 mask registers; split it with `let`")
+            n = self.profile.mregs
+            self.error(f"this expression needs more than {count_of(n - 1, 'mask register')}; split it with `let` "
+                       f"{self.register_note(n, 'mask', ', m0 being the all-true mask')}")
         return self.free_mregs.pop()
 
     def mfree(self, m: int) -> None:

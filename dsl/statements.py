@@ -73,11 +73,21 @@ class Statements(Expressions):
                 self.skipped()
                 return
             self.copied_stmts += 1
+        made = len(out)
         self.stmt_depth += 1
         try:
             self.stmt_at_depth(s, scope, out)
         finally:
             self.stmt_depth -= 1
+        self.mark_context(out, made)
+
+    def mark_context(self, out: list, made: int) -> None:
+        """Give the statements from out[made] on (what one statement made) the context of
+        the fn call or generic instance they come from, for the back end's errors in them;
+        those of an fn called here already carry their own call's."""
+        context = self.error_context()
+        if context:
+            out[made:] = [st if st.context else attrs.evolve(st, context=context) for st in out[made:]]
 
     def skipped(self) -> None:
         """Statements past a limit are left out: a DMA started (or waited) in them may be the
