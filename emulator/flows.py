@@ -58,6 +58,9 @@ fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").r
 #: The integer cycle at which an event for a float completion time should fire
 #: (flowcore.completion_cycle: the ceiling, except a few ulps above an integer).
 completion_cycle = fc.completion_cycle
+#: `completion_cycle` of a time so late (or infinite) that its bytes never land in 64-bit
+#: cycles: one past 2^62, the largest max-cycle guard.
+FAR_CYCLE = fc.FAR_CYCLE
 
 
 class FlowNetwork:

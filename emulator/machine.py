@@ -26,7 +26,7 @@ from mkemu.emulator.config import RunConfig
 from mkemu.emulator.core import Core, max_cycles_message
 from mkemu.emulator.decode import decode_kernel, unit_names
 from mkemu.emulator.dma import DMA_BEGIN, FLOWS, LAND, Dma, DmaMixin
-from mkemu.emulator.flows import FlowNetwork
+from mkemu.emulator.flows import FAR_CYCLE, FlowNetwork
 from mkemu.emulator.hbm import ChipMemories
 from mkemu.emulator.memory import Trap
 from mkemu.emulator.safety import Safety
@@ -606,6 +606,7 @@ class Machine(DmaMixin):
         message = max_cycles_message(self.config.max_cycles, self.profile)
         if kind == RESUME:
             return self._fault(payload, "max-cycles", message, t)
+        what, late = ("signal" if kind == SIGNAL else "DMA"), ""
         if kind in (DMA_BEGIN, LAND):
             by = (payload.src_core, payload.pc, payload.text)
         elif kind == SIGNAL:
@@ -613,11 +614,17 @@ class Machine(DmaMixin):
         else:
             oldest = min(self.dmas.values(), key=lambda d: d.seq, default=None)
             by = (oldest.src_core, oldest.pc, oldest.text) if oldest is not None else None
+            # No flow moves its last byte before `t`, a prediction the run never reaches
+            # (FAR_CYCLE: never, in 64-bit cycles): the fault is at the first cycle past
+            # the guard, and says how late the DMA would be.
+            late = (": at the profile's bandwidths it would not finish "
+                    + ("within 2^62 cycles" if t >= FAR_CYCLE else f"before cycle {t}"))
+            t = self.config.max_cycles + 1
         if by is None:
             return EmulatorFault("max-cycles", message, cycle=t)
         core, pc, text = by
-        what = "signal" if kind == SIGNAL else "DMA"
-        return EmulatorFault("max-cycles", f"kernel {self.kernel.name}: {message}, with this {what} still in flight",
+        return EmulatorFault("max-cycles",
+                             f"kernel {self.kernel.name}: {message}, with this {what} still in flight{late}",
                              chip=core.chip, core=core.index, cycle=t, pc=pc, instruction=text,
                              source=self.kernel.source_line(pc))
 

@@ -9,7 +9,7 @@ The assembly file format (`.s`) adds a few directives:
     ; comment (or #)
     .reference vector_add_ref.py:reference   numpy reference "file:function"
     .buffer NAME DTYPE 8x128 KIND             an HBM buffer (kind: input, output, ...)
-    .kernel NAME                              start a kernel
+    .kernel NAME                              start a kernel (at least one instruction)
     .smem OFFSET WORD ...                     initial SMEM words at a byte offset
     label:                                    a branch target
     .launch NAME [ARG ...]                    append a launch (default: each kernel once);
@@ -273,7 +273,8 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         if words[0].startswith("."):
             directive, args = words[0], words[1:]
             if directive == ".kernel" and len(args) == 1:
-                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "smem_line": {}, "line": line_no}
+                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "smem_line": {}, "line": line_no,
+                           "col": col}
                 kernels.append(current)
             elif directive == ".buffer" and len(args) == 4:
                 name, dtype, shape_text, kind = args
@@ -359,8 +360,11 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     built: dict[str, Kernel] = {}
     for k in kernels:
         if names.count(k["name"]) > 1 and k["name"] in built:
-            error(k["line"], 1, f"kernel {k['name']!r} defined twice")
+            error(k["line"], k["col"], f"kernel {k['name']!r} defined twice")
             continue
+        if not k["items"]:
+            # (it would assemble, and every run of it fault `ran-off-end` at pc 0, naming no line)
+            error(k["line"], k["col"], f"kernel {k['name']!r} has no instructions (a kernel must end with halt)")
         symbols = dict(symbols_base, **k["labels"])
         code, spans = [], []
         for line_no, col, text in k["items"]:

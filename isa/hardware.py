@@ -13,7 +13,8 @@ seconds round up to whole cycles.
 
 A user file may start with `extends = "tpu-v7-like"` (a shipped name, or a path
 relative to that file) and give only the values it changes; tables merge key by
-key, including the inline tables of `[timing]`.
+key, including the inline tables of `[timing]`. The base may extend another in turn,
+in a chain of any length (profiles that extend each other in a cycle are an error).
 """
 
 from __future__ import annotations
@@ -338,7 +339,7 @@ def list_profiles() -> list[str]:
 
 def load_profile(name_or_path: str | os.PathLike[str] = DEFAULT_PROFILE) -> HardwareProfile:
     """A shipped profile by name (see `list_profiles`) or a user's TOML file by path."""
-    raw, file, source = _load_raw(name_or_path, base_dir=Path.cwd(), chain=())
+    raw, file, source = _load_raw(name_or_path, base_dir=Path.cwd())
     return _build(raw, file, source)
 
 
@@ -420,35 +421,53 @@ def _reject_huge(value: Any, file: str, key: str) -> None:
                           file=file, key=key)
 
 
-def _load_raw(
-    name_or_path: str | os.PathLike[str], base_dir: Path, chain: tuple[str, ...]
-) -> tuple[dict[str, Any], str, str]:
-    """The merged TOML tables of a profile (its `extends` chain applied), checked for shape."""
+def _load_raw(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[dict[str, Any], str, str]:
+    """The merged TOML tables of a profile (its `extends` chain applied), checked for shape.
+
+    The chain is walked in a loop, not by recursion: it may be as long as the user
+    makes it (a chain of a thousand files overflowed Python's stack)."""
+    chain = _read_chain(name_or_path, base_dir)
+    merged, merged_file, merged_source = chain[-1]    # (the profile that extends nothing)
+    for raw, file, source in reversed(chain[:-1]):
+        # The base is complete on its own: check all of it so its errors name its file.
+        _build(merged, merged_file, merged_source)
+        base_raw = {k: v for k, v in merged.items() if k not in _TOP_KEYS}
+        merged = _merge(base_raw, {k: v for k, v in raw.items() if k != "extends"})
+        merged.setdefault("description", f"{merged_source} with overrides from {file}")
+        merged_file, merged_source = file, source
+    return merged, merged_file, merged_source
+
+
+def _read_chain(name_or_path: str | os.PathLike[str], base_dir: Path) -> list[tuple[dict[str, Any], str, str]]:
+    """(tables, file, source) of the profile and of each profile it extends in turn, each
+    read and checked for shape: the profile first, the one that extends nothing last."""
+    chain: list[tuple[dict[str, Any], str, str]] = []
+    seen: set[str] = set()
     resource, file, source = _locate(name_or_path, base_dir)
-    if source in chain:
-        cycle = " -> ".join((*chain, source))
-        raise ConfigError(f"profiles extend each other in a cycle: {cycle}", file=file, key="extends")
-    raw = _read_toml(resource, file)
-    _check_shape(raw, file)
-    if "extends" not in raw:
-        return raw, file, source
-    base_name = raw["extends"]
-    here = Path(file).parent
-    # A base that is no shipped profile and no file is this file's error, at its key.
+    while True:
+        if source in seen:
+            cycle = " -> ".join([s for _, _, s in chain] + [source])
+            raise ConfigError(f"profiles extend each other in a cycle: {cycle}", file=file, key="extends")
+        seen.add(source)
+        raw = _read_toml(resource, file)
+        _check_shape(raw, file)
+        chain.append((raw, file, source))
+        if "extends" not in raw:
+            return chain
+        resource, file, source = _locate_base(raw["extends"], file)
+
+
+def _locate_base(base_name: str, file: str) -> tuple[Any, str, str]:
+    """`_locate` of the profile `file` extends: a base that is no shipped profile and no
+    file is this file's error, at its key."""
     try:
-        base_resource, base_file, _ = _locate(base_name, here)
+        resource, base_file, source = _locate(base_name, Path(file).parent)
     except ConfigError as err:
         raise ConfigError(err.message, file=file, key="extends") from None
-    if isinstance(base_resource, Path) and not base_resource.exists():
+    if isinstance(resource, Path) and not resource.exists():
         raise ConfigError(f"cannot read the profile it extends, {base_file}: no such file",
                           file=file, key="extends")
-    base_raw, base_file, base_source = _load_raw(base_name, here, (*chain, source))
-    # The base is complete on its own: check all of it so its errors name its file.
-    _build(base_raw, base_file, base_source)
-    base_raw = {k: v for k, v in base_raw.items() if k not in _TOP_KEYS}
-    merged = _merge(base_raw, {k: v for k, v in raw.items() if k != "extends"})
-    merged.setdefault("description", f"{base_source} with overrides from {file}")
-    return merged, file, source
+    return resource, base_file, source
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any], section: str = "") -> dict[str, Any]:
