@@ -106,6 +106,8 @@ def setup(path: str, text: str, options: Options) -> Setup:
     if is_driver(reference):
         if hasattr(reference, "params"):
             driver_params = dict(reference.params(options.driver_options(), machine_info(profile, mesh)))
+        if hasattr(reference, "check_overrides"):   # (before the compile: see programs/k3/driver.py)
+            reference.check_overrides(driver_params, dict(options.params))
     elif options.driver_options_set():
         raise ConfigError(f"{', '.join(options.driver_options_set())} appl"
                           f"{'ies' if len(options.driver_options_set()) == 1 else 'y'} only to programs "
@@ -224,10 +226,8 @@ class Kernel:
                                   file=self.path)
             session = self.session()
             with self._trace_on_fault(session.recorder):
-                try:
-                    figures = self.reference(session, {**self.options.driver_options(), "progress": progress})
-                except SystemExit as exc:   # (it would end mkemu with its status, as if the run passed)
-                    raise ConfigError(f"the program's driver raised SystemExit: {exc}", file=self.path) from None
+                figures = runner.call_driver(self.reference, session,
+                                             {**self.options.driver_options(), "progress": progress}, self.path)
             self._save_trace(figures, session.recorder)
             return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
         machine, recorder = self._machine()
@@ -401,7 +401,8 @@ class Report:
         self.figures = figures
         if "cycles" in figures:
             self.cycles = int(figures["cycles"])
-            self.breakdown = {**figures["stall_cycles"], "idle": figures["idle_cycles"]}
+            # (a driver's own figures may have cycles without the stall and idle counts of a run's)
+            self.breakdown = {**figures.get("stall_cycles", {}), "idle": figures.get("idle_cycles", 0)}
         else:
             self.cycles = int(sum(figures.get("cycles_per_step", [])))
             self.breakdown = dict(figures.get("breakdown_us", {}))

@@ -312,8 +312,9 @@ def cmd_run(args) -> int:
     if not 0 <= args.schedules <= MAX_SCHEDULES:
         raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {args.schedules}",
                           key="--schedules")
-    _check_outputs([("--trace", args.trace), ("--record-routing", args.record_routing)],
-                   _inputs_read(args, [resolve(args.file)]))
+    outputs = [("--trace", args.trace), ("--record-routing", args.record_routing)]
+    _check_outputs(outputs, _inputs_read(args, [resolve(args.file)]))
+    _check_outside_dump(args.dump, outputs)
     if args.schedules and args.timing_only:
         raise ConfigError("--schedules compares each schedule's computed bits, and a timing-only run computes "
                           "none (nor checks races): run the schedules without --timing-only", key="--schedules")
@@ -470,6 +471,18 @@ def _check_outputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str
                 raise ConfigError(f"{other_flag} and {flag} both write {out}; give each its own file", key=flag)
 
 
+def _check_outside_dump(dump: str | None, outputs: list[tuple[str, str | None]]) -> None:
+    """No other output is the --dump folder or lies in it: the dump writes its files
+    there (`--trace DIR/weights.npz` was replaced by the dumped weights, silently)."""
+    if not dump:
+        return
+    folder = Path(dump).resolve()
+    for flag, out in outputs:
+        if out and (Path(out).resolve() == folder or folder in Path(out).resolve().parents):
+            raise ConfigError(f"{out} is in the --dump folder {dump}, whose files the dump writes; write {flag} "
+                              "outside it", key=flag)
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -603,7 +616,7 @@ def cmd_tune(args) -> int:
                 scheduler=args.scheduler)
     tune.plan()   # (without optuna for a space it needs: one error line, before the header)
     if args.resume:
-        tune.cache = load_resume(args.resume, tune.settings())
+        tune.cache = load_resume(args.resume, tune.settings(), {"budget": tune.budget, "space": space.recorded()})
     where = f"Dask scheduler {args.scheduler}" if args.scheduler else (
         f"{args.jobs} local processes" if args.jobs > 1 else "this process")
     print(f"tune {args.file}: {plural(space.size, 'variant')} of {', '.join(space.names)}, budget {args.budget}, "

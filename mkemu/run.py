@@ -61,7 +61,7 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     elif not kernel.is_driven and kernel.reference is not None:
         run.check()
         report["reference"] = kernel.program.reference
-    render = getattr(kernel.reference, "render", render_plain) if kernel.is_driven else render_plain
+    render = getattr(kernel.reference, "render", render_figures) if kernel.is_driven else render_plain
     # (a trace given as a path was written by the run: report["trace"] names it)
     report["program"] = kernel.path
     report["compile_s"] = round(kernel.compile_s, 3)
@@ -146,6 +146,18 @@ def render_plain(report: dict) -> str:
         f"stall cycles (all cores): {stalls or 'none'}",
         f"wall {report['wall_s']:.2f} s",
     ]
+    return "\n".join(lines)
+
+
+def render_figures(report: dict) -> str:
+    """A driven program's report, when its driver renders none of its own: whether it
+    checked out, then each figure that is a number or a string."""
+    bit_exact = report.get("bit_exact")
+    lines = ["PASS (the driver's check)" if bit_exact is True else
+             f"FAIL: {report.get('mismatch') or 'the driver says the bits differ'}" if bit_exact is False else
+             "(the driver's figures say nothing of a check)"]
+    lines += [f"{key}: {value}" for key, value in report.items()
+              if key not in ("bit_exact", "mismatch") and isinstance(value, (int, float, str))]
     return "\n".join(lines)
 
 

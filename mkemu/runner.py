@@ -308,6 +308,23 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
                           f"{_failed_at(exc, fn)}", file=program_path) from None
 
 
+def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
+    """fn(session, options), a program's driver: one that raises (an error of its own,
+    not one of mkemu's), or returns anything but a dict of figures, is the program's
+    error, named at the line of the driver it failed at."""
+    try:
+        figures = fn(session, options)
+    except MkemuError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the driver is the program's code, not ours
+        raise ConfigError(f"the program's driver {fn.__qualname__} raised {type(exc).__name__}: {exc}"
+                          f"{_failed_at(exc, fn)}", file=program_path) from None
+    if not isinstance(figures, dict):
+        raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
+                          f"of figures{_defined_at(fn)}", file=program_path)
+    return figures
+
+
 def _defined_at(fn) -> str:
     """' (defined at FILE:LINE)' for a Python function, else ''."""
     code = getattr(fn, "__code__", None)

@@ -66,6 +66,14 @@ class Space:
         """Is the default build one of the space's variants?"""
         return all(self.default[n] in self.values[n] for n in self.names)
 
+    def variants(self):
+        """Every variant, in the order of the values (the first name's vary slowest)."""
+        return (dict(zip(self.names, vs)) for vs in itertools.product(*(self.values[n] for n in self.names)))
+
+    def recorded(self) -> dict[str, list[int]]:
+        """The values searched, as a tune record holds them."""
+        return {n: list(self.values[n]) for n in self.names}
+
 
 @attrs.frozen
 class DefaultBuild:
@@ -107,9 +115,8 @@ def check_default_error(base: Trial, default: DefaultBuild, space: Space, budget
 
     if default.error is None:
         return
-    variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
     first = None
-    for variant in itertools.islice((v for v in variants if v != space.default), max(budget - 1, 1)):
+    for variant in itertools.islice((v for v in space.variants() if v != space.default), max(budget - 1, 1)):
         try:
             load_program(base.file, {**default.values, **variant})
             return
@@ -270,8 +277,7 @@ class Tune:
         in_space = space.holds_default
         self.search = self.plan()
         if self.search == "exhaustive":
-            variants = (dict(zip(space.names, vs)) for vs in itertools.product(*(space.values[n] for n in space.names)))
-            self.evaluate([space.default] + [v for v in variants if v != space.default])
+            self.evaluate([space.default] + [v for v in space.variants() if v != space.default])
         else:
             if not in_space:
                 self.evaluate([space.default])   # the baseline, outside what the sampler picks from
@@ -303,6 +309,8 @@ class Tune:
             if build is not None:
                 self.builds[build] = record["index"]
             cached = self.cache.get(label(record["params"]))
+            if record["default"] and self.base.options.record_routing is not None:
+                cached = None     # (its run writes --record-routing: taken from the record, it would not)
             if cached is not None:
                 self.finish(record, cached, resumed=True)
             else:
@@ -390,7 +398,7 @@ class Tune:
         ranked = self.ranking()
         return {
             "format": FORMAT, "settings": self.settings(), "search": self.search, "budget": self.budget,
-            "space": {n: list(self.space.values[n]) for n in self.space.names},
+            "space": self.space.recorded(),
             "default": self.space.default, "finished": finished,
             "best": ranked[0]["index"] if ranked else None,
             "wall_s": round(time.perf_counter() - self.started, 3),
@@ -437,8 +445,10 @@ def _without_outputs(setting):
     return {k: v for k, v in setting.items() if k not in _OUTPUT_OPTIONS} if isinstance(setting, dict) else setting
 
 
-def load_resume(path: str, settings: dict) -> dict[str, dict]:
-    """The finished trials of a tune record, by label, after checking it is the same tune."""
+def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[str, dict]:
+    """The finished trials of a tune record, by label, after checking it is the same tune:
+    the same `settings`, and the same `search` (its `budget` and `space`: another would
+    run other variants, and writing the record back would drop trials it holds)."""
     try:
         doc = json.loads(_read_record(path).decode("utf-8"))
     except OSError as exc:
@@ -465,6 +475,11 @@ def load_resume(path: str, settings: dict) -> dict[str, dict]:
         if recorded != mine:
             raise ConfigError(f"the record is of another tune: its {key} is {recorded!r}, this tune's is "
                               f"{mine!r}", file=path, key=key)
+    for key, mine in (search or {}).items():
+        if key in doc and doc[key] != mine:
+            flag = "--param" if key == "space" else f"--{key}"
+            raise ConfigError(f"the record is of another search: its {key} is {doc[key]!r}, this tune's is "
+                              f"{mine!r} ({flag}: resume with the record's, or start a new tune)", file=path, key=key)
     trials = doc.get("trials", [])
     if not isinstance(trials, list):
         raise ConfigError("bad tune record: \"trials\" is not a list", file=path, key="trials")

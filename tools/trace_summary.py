@@ -404,7 +404,10 @@ def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, by_resourc
         rows = rows[np.argsort(dma["begun"][rows], kind="stable")]
         nxt = np.searchsorted(dma["begun"][rows], idle.ends, side="left")
         for a, b, k in zip(idle.starts.tolist(), idle.ends.tolist(), nxt.tolist()):
-            d = int(rows[k]) if k < rows.size else -1
+            # The DMA whose bytes started at the bubble's end ended it; a bubble cut by the
+            # window's edge (a launch's end: the next launch's first DMA comes after the
+            # launch overhead) was ended by none.
+            d = int(rows[k]) if k < rows.size and dma["begun"][rows[k]] <= b else -1
             key = (trace.launches[dma["launch"][d]]["kernel"], int(dma["pc"][d])) if d >= 0 else None
             site = sites.setdefault(key, {"count": 0, "total": 0.0, "chips": set(), "longest": None})
             site["count"] += 1
@@ -420,7 +423,8 @@ def hbm_bubbles(trace: Trace, gids, chip_set, win: Spans, segs: dict, by_resourc
                  "chip": int(chip), "start": float(a), "end": float(b), "cycles": float(length)}
         if d >= 0:
             launch, pc, core = int(dma["launch"][d]), int(dma["pc"][d]), int(dma["src_core"][d])
-            entry["next_dma"] = {"core": trace.core_name(core), "issued": int(dma["issued"][d]),
+            entry["next_dma"] = {"chip": int(trace.cores[core]["chip"]), "core": int(trace.cores[core]["core"]),
+                                 "issued": int(dma["issued"][d]),
                                  "pc": pc, "instruction": trace.text(launch, pc),
                                  "source": trace.source(launch, pc)}
             # What held up the issue of that DMA (the rest of the bubble is its start latency).
@@ -572,8 +576,11 @@ def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
                          f"pc {w['pc']:#06x} "
                          f"`{w['instruction']}`" + (f"  [{w['source']}]" if w["source"] else ""))
         n = b.get("next_dma")
+        if not n:
+            lines.append("    ended by no DMA: cut at the end of a launch or of the window")
         if n:
-            lines.append(f"    ended by DMA from {n['core']} issued at {n['issued']:,}: pc {n['pc']:#06x} "
+            lines.append(f"    ended by DMA from chip {n['chip']} core {n['core']} issued at {n['issued']:,}: "
+                         f"pc {n['pc']:#06x} "
                          f"`{n['instruction']}`" + (f"  [{n['source']}]" if n["source"] else ""))
     lines.append("")
     lines.append("DMA/compute overlap")

@@ -112,17 +112,22 @@ def _spec_rows(opts: dict, cfg) -> int | None:
 USER_SETTABLE = ("EXPERT_MX",)
 
 
+def check_overrides(driver_params: dict[str, int], given: dict[str, int]) -> None:
+    """The params the driver sets (`params`: the model's shape, BATCH, SPEC, the machine)
+    must be the driver's: a `--set` that overrides one would compile a program the
+    driver's weights, tokens and state do not fit. Called before the program compiles
+    (a shape the model's asserts refuse would otherwise be reported as the program's
+    error), and again by the driver on what was compiled."""
+    expected = {"SPEC": 0, **driver_params}
+    for name, value in given.items():
+        want = expected.get(name)
+        if want is not None and name not in USER_SETTABLE and value != want:
+            raise ConfigError(f"{name} is set by the K3 driver (here {want}, from --model, --batch, "
+                              f"--spec-rows and the machine), not by --set {name}={value}", key="--set")
+
+
 def _check_overrides(session, opts: dict) -> None:
-    """The params the driver sets (the model's shape, BATCH, SPEC, the machine) must be
-    the driver's: a `--set` that overrides one would compile a program the driver's
-    weights, tokens and state do not fit."""
-    expected = {"SPEC": 0, **params(opts, session.info)}
-    for param in getattr(session.program, "params", ()):
-        want = expected.get(param.name)
-        if want is not None and param.name not in USER_SETTABLE and param.value != want:
-            raise ConfigError(f"{param.name} is set by the K3 driver (here {want}, from --model, --batch, "
-                              f"--spec-rows and the machine), not by --set {param.name}={param.value}",
-                              key="--set")
+    check_overrides(params(opts, session.info), {p.name: p.value for p in getattr(session.program, "params", ())})
 
 
 def _check_mode(opts: dict, cfg) -> None:
@@ -406,6 +411,7 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
 
 drive.mkemu_driver = True
 drive.params = params
+drive.check_overrides = check_overrides
 
 
 def _compare_step(session, cfg, buffers, expected, trace, rerun):

@@ -86,7 +86,8 @@ def test_json_has_the_documented_keys(loop, capsys):
     for b in s["bubbles"]:
         assert {"count", "total_cycles", "chips", "chip", "start", "end", "cycles"} <= set(b)
         if "next_dma" in b:
-            assert set(b["next_dma"]) == {"core", "issued", "pc", "instruction", "source"}
+            assert set(b["next_dma"]) == {"chip", "core", "issued", "pc", "instruction", "source"}
+            assert isinstance(b["next_dma"]["chip"], int) and isinstance(b["next_dma"]["core"], int)
             assert b["waited_on"] is None or set(b["waited_on"]) == {"reason", "cycles", "pc", "instruction",
                                                                      "source"}
 
