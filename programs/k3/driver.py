@@ -14,6 +14,7 @@ to it by `mkemu run` or by `mkemu.compile("k3_megakernel")(...)`); the reference
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import numpy as np
 
 import mkemu
 from mkemu import ConfigError
+from mkemu.errors import EmulatorFault
 
 from . import reference as ref
 from .config import load_config
@@ -213,7 +215,9 @@ def drive(session, options: dict) -> dict:
     generated, per_step, ref_logits_all, emu_logits_all = [], [], [], []
     mismatch = None
     progress = opts.get("progress")
-    with ReferenceSteps(cfg, weights, prompt, n_steps, traced=check_layers) as reference:
+    with _dump_at_fault(opts, cfg, weights, prompt, ref_logits_all, emu_logits_all,
+                        lambda: reference_state(cfg, weights, prompt, len(ref_logits_all))), \
+            ReferenceSteps(cfg, weights, prompt, n_steps, traced=check_layers) as reference:
         for step in range(n_steps):
             session.write("tokens", tokens.astype(np.int32))
             session.write("pos", np.array([step], np.int32))
@@ -241,7 +245,7 @@ def drive(session, options: dict) -> dict:
         report["routing_record"] = opts["record_routing"]
     if opts.get("dump"):
         _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all,
-              reference_state(cfg, weights, prompt, len(per_step)))
+              reference_state(cfg, weights, prompt, len(per_step)), batch, cfg.vocab)
         report["dump"] = str(opts["dump"])
     return report
 
@@ -335,59 +339,61 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
     mismatch = None
     check_layers = bool(opts.get("check_layers"))
     progress = opts.get("progress")
-    while len(generated) < gen:
-        forced = min(rows, len(remaining))
-        length = fixed if fixed is not None else int(accept_rng.integers(1, rows + 1))
-        right = min(length - 1, rows - forced)  # drafts the drafter gets right this step
+    with _dump_at_fault(opts, cfg, weights, prompt, ref_logits_all, emu_logits_all, lambda: state,
+                        rows=rows):
+        while len(generated) < gen:
+            forced = min(rows, len(remaining))
+            length = fixed if fixed is not None else int(accept_rng.integers(1, rows + 1))
+            right = min(length - 1, rows - forced)  # drafts the drafter gets right this step
 
-        def draft(r, greedy, forced=forced, right=right):
-            if r - forced < right:
-                return greedy
-            return (greedy + 1 + int(wrong_rng.integers(cfg.vocab - 1))) % cfg.vocab
+            def draft(r, greedy, forced=forced, right=right):
+                if r - forced < right:
+                    return greedy
+                return (greedy + 1 + int(wrong_rng.integers(cfg.vocab - 1))) % cfg.vocab
 
-        if timing_only:
-            tokens = np.array(remaining[:forced] + filler_rng.integers(0, cfg.vocab, rows - forced).tolist())
-        else:
-            trace = {} if check_layers else None
-            before = state
-            expected, states, tokens = ref.verify_step(cfg, weights, state, remaining[:forced], trace=trace,
-                                                       rows=rows, draft=draft)
-        session.write("tokens", tokens.astype(np.int32))
-        session.write("pos", np.array([pos], np.int32))
-        session.write("spec_base", np.array([base], np.int32))
-        if timing_only:
-            session.feed_readbacks(timing.synthetic_routing(cfg, rows, seed, float(opts.get("routing_skew") or 0.0),
-                                                            len(per_step)))
-        figures = session.run()
-        per_step.append(figures)
-        if len(remaining) > rows:               # all prompt: nothing to accept but the rows
-            kept, new = rows, []
-        elif timing_only:
-            kept = forced + right
-            new = filler_rng.integers(0, cfg.vocab, right + 1).tolist()   # (nothing is computed)
-        else:
-            greedy = ref.next_tokens(expected)
-            matched = 0
-            while forced + matched < rows and tokens[forced + matched] == greedy[forced + matched - 1]:
-                matched += 1
-            kept = forced + matched
-            new = [int(t) for t in greedy[forced - 1:kept]]
-        if not timing_only:
-            got, bad = _compare_step(session, cfg, buffers, expected, trace,
-                                     lambda t: ref.verify_step(cfg, weights, before, tokens, trace=t))
-            ref_logits_all.append(expected)
-            emu_logits_all.append(got)
-            if bad is not None:
-                mismatch = f"step {len(per_step) - 1}: {bad}"
-            state = states[kept - 1]
-        accepted.append(len(new))
-        generated += new
-        remaining = remaining[rows:] if len(remaining) > rows else [new[-1]]
-        pos, base = pos + kept, kept - 1
-        if progress:
-            progress(min(len(generated), gen), gen, figures)
-        if mismatch:
-            break
+            if timing_only:
+                tokens = np.array(remaining[:forced] + filler_rng.integers(0, cfg.vocab, rows - forced).tolist())
+            else:
+                trace = {} if check_layers else None
+                before = state
+                expected, states, tokens = ref.verify_step(cfg, weights, state, remaining[:forced], trace=trace,
+                                                           rows=rows, draft=draft)
+            session.write("tokens", tokens.astype(np.int32))
+            session.write("pos", np.array([pos], np.int32))
+            session.write("spec_base", np.array([base], np.int32))
+            if timing_only:
+                session.feed_readbacks(timing.synthetic_routing(cfg, rows, seed, float(opts.get("routing_skew") or 0.0),
+                                                                len(per_step)))
+            figures = session.run()
+            per_step.append(figures)
+            if len(remaining) > rows:               # all prompt: nothing to accept but the rows
+                kept, new = rows, []
+            elif timing_only:
+                kept = forced + right
+                new = filler_rng.integers(0, cfg.vocab, right + 1).tolist()   # (nothing is computed)
+            else:
+                greedy = ref.next_tokens(expected)
+                matched = 0
+                while forced + matched < rows and tokens[forced + matched] == greedy[forced + matched - 1]:
+                    matched += 1
+                kept = forced + matched
+                new = [int(t) for t in greedy[forced - 1:kept]]
+            if not timing_only:
+                got, bad = _compare_step(session, cfg, buffers, expected, trace,
+                                         lambda t: ref.verify_step(cfg, weights, before, tokens, trace=t))
+                ref_logits_all.append(expected)
+                emu_logits_all.append(got)
+                if bad is not None:
+                    mismatch = f"step {len(per_step) - 1}: {bad}"
+                state = states[kept - 1]
+            accepted.append(len(new))
+            generated += new
+            remaining = remaining[rows:] if len(remaining) > rows else [new[-1]]
+            pos, base = pos + kept, kept - 1
+            if progress:
+                progress(min(len(generated), gen), gen, figures)
+            if mismatch:
+                break
     report = _with_budget(_report(session, cfg, opts, per_step, [], mismatch), cfg, per_step, session.info)
     gen_steps = [i for i, n in enumerate(accepted) if n]
     gen_us = sum(per_step[i]["cycles"] for i in gen_steps) / session.info.clock_hz * 1e6
@@ -404,7 +410,7 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
     else:
         report["tokens"] = [generated]
         if opts.get("dump"):
-            _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all, state)
+            _dump(opts["dump"], weights, prompt, ref_logits_all, emu_logits_all, state, rows, cfg.vocab)
             report["dump"] = str(opts["dump"])
     return report
 
@@ -529,6 +535,22 @@ def _sum_dicts(items) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _dump_at_fault(opts: dict, cfg, weights, prompt, ref_logits: list, emu_logits: list, state,
+                   rows: int | None = None):
+    """A run that faults still writes its --dump, of the steps run before the fault (the
+    weights and prompt, their logits, and `state()`, the reference's state after them),
+    as a trace is written up to the fault: the fault names the folder."""
+    try:
+        yield
+    except EmulatorFault as fault:
+        if opts.get("dump") and weights is not None:
+            _dump(opts["dump"], weights, prompt, ref_logits, emu_logits, state(),
+                  rows if rows is not None else prompt.shape[0], cfg.vocab)
+            fault.details = (*fault.details, f"dump of the steps before the fault: {opts['dump']}")
+        raise
+
+
 def _dump_dir(directory: str) -> Path:
     """The --dump folder, created (if needed) before the first step, so that a bad one
     is said before the run, not after it."""
@@ -540,14 +562,18 @@ def _dump_dir(directory: str) -> Path:
     return path
 
 
-def _dump(directory: str, weights, prompt, ref_logits, emu_logits, ref_state) -> None:
+def _dump(directory: str, weights, prompt, ref_logits, emu_logits, ref_state, rows: int, vocab: int) -> None:
     """weights, inputs, the reference's logits and its decode state after the last step
-    run (the `state_*` keys of docs/k3.md), and the emulator's logits."""
+    run (the `state_*` keys of docs/k3.md), and the emulator's logits ([steps, rows,
+    vocab]: none before a fault in the first step)."""
+    def stacked(logits: list) -> np.ndarray:
+        return np.stack(logits) if logits else np.zeros((0, rows, vocab), np.float32)
+
     path = _dump_dir(directory)
     for name, arrays in (("weights.npz", weights),
                          ("inputs.npz", {"prompt": prompt}),
-                         ("reference.npz", {"logits": np.stack(ref_logits), **ref_state.arrays()}),
-                         ("emulator.npz", {"logits": np.stack(emu_logits)})):
+                         ("reference.npz", {"logits": stacked(ref_logits), **ref_state.arrays()}),
+                         ("emulator.npz", {"logits": stacked(emu_logits)})):
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
         mkemu.atomic_write(str(path / name), buf.getvalue())

@@ -43,6 +43,28 @@ def test_dump_holds_the_reference_state_after_the_last_step(capsys, tmp_path):
         assert int(dumped["state_pos"]) == 4 and dumped["state_kda_s"].shape == (3, 2, 2, 128, 128)
 
 
+@pytest.mark.parametrize("max_cycles, steps_before", [(20_000, 0), (150_000, 1)])
+def test_a_run_that_faults_still_dumps_the_steps_before_the_fault(capsys, tmp_path, max_cycles, steps_before):
+    """"Nothing is lost on a fault": the dump folder was left empty (k3.md: the dump holds
+    the steps run before the fault, and the fault names it). Each k3-tiny step on the
+    default mesh takes 105,109 cycles, so the guard stops the first step or the second."""
+    code = main(["run", PROGRAMS[0], "--model", "k3-tiny", "--prompt-len", "1", "--steps", "2",
+                 "--max-cycles", str(max_cycles), "--dump", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "fault [max-cycles]" in err and f"dump of the steps before the fault: {tmp_path}" in err
+    cfg = load_config("k3-tiny")
+    weights = dict(np.load(tmp_path / "weights.npz"))
+    prompt = np.load(tmp_path / "inputs.npz")["prompt"]
+    with np.load(tmp_path / "reference.npz") as dumped, np.load(tmp_path / "emulator.npz") as emulated:
+        assert dumped["logits"].shape == emulated["logits"].shape == (steps_before, 1, cfg.vocab)
+        assert np.array_equal(dumped["logits"], emulated["logits"])
+        assert int(dumped["state_pos"]) == steps_before
+        if steps_before:
+            expected = ref.generate(cfg, weights, prompt, steps_before).state.arrays()
+            for key in STATE_KEYS:
+                assert np.array_equal(np.asarray(expected[key]), dumped[key]), key
+
+
 def test_verify_rows_dump_holds_the_state_after_the_last_accepted_row(capsys, tmp_path):
     report = run_json(capsys, PROGRAMS[0], "--model", "k3-tiny", "--mesh", "1", "--prompt-len", "3",
                       "--steps", "3", "--spec-rows", "3", "--accept", "2", "--dump", str(tmp_path))
