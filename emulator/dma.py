@@ -224,8 +224,10 @@ class DmaMixin:
         one; the links or the core-to-core path to the target.
 
         A chip's HBM is a resource only where its DMA engines together could
-        outrun it; otherwise it can never be the bottleneck and leaving it out keeps
-        the flows of different cores independent (much cheaper to re-divide).
+        outrun it; otherwise its own engines never make it the bottleneck, and leaving
+        it out keeps the flows of different cores independent (much cheaper to
+        re-divide). Pushes from other chips into it are then not charged against it
+        either (docs/architecture.md): bound by the links, they add little.
         """
         resources = [self.engine_res[core.gid]]
         if self.hbm_shared:
