@@ -360,7 +360,7 @@ def test_hbm_is_shared_only_where_the_engines_could_outrun_it_and_dmas_land_on_w
 
 
 def test_which_hbm_a_dma_crosses(tmp_path, capsys):
-    assert "otherwise HBM can never be the bottleneck and is left out, as on every shipped profile" in FLAT
+    assert "(otherwise it is left out, as on every shipped profile: the chip's own engines can never outrun it" in FLAT
     capsys.readouterr()
     assert main(["hw", "list"]) == 0
     shipped = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
