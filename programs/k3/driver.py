@@ -391,7 +391,7 @@ def drive_spec(session, opts: dict, cfg, rows: int) -> dict:
             remaining = remaining[rows:] if len(remaining) > rows else [new[-1]]
             pos, base = pos + kept, kept - 1
             if progress:
-                progress(min(len(generated), gen), gen, figures)
+                progress(len(generated), gen, figures)    # (the last step may accept more than gen)
             if mismatch:
                 break
     report = _with_budget(_report(session, cfg, opts, per_step, [], mismatch), cfg, per_step, session.info)

@@ -129,13 +129,15 @@ class RoutingRecord:
 
 
 def _check_shape(doc: dict, cfg, path: str) -> None:
-    """A record that keeps its model's config (every one --record-routing writes) must be
-    of this run's model key for key, not only by name."""
+    """The record keeps its model's config (every one --record-routing writes does): it
+    must be this run's model key for key, not only by name (its `description` aside)."""
     if "model_config" not in doc:
-        return
+        raise ConfigError("the routing record keeps no model config (every record --record-routing writes has "
+                          "one): it cannot be checked against this run's model", file=path, key="model_config")
     theirs, ours = doc["model_config"], model_shape(cfg)
     if not isinstance(theirs, dict):
         raise ConfigError("expected the recorded model's config keys", file=path, key="model_config")
+    theirs = {key: value for key, value in theirs.items() if key != "description"}
     for key in sorted(set(ours) | set(theirs)):
         if theirs.get(key) != ours.get(key):
             raise ConfigError(f"the routing record is for another model named {cfg.name!r}: its {key} is "

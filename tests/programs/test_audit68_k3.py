@@ -72,3 +72,56 @@ def test_verify_step_refuses_tokens_that_are_not_integers(tokens):
     cfg = load_config("k3-tiny")
     with pytest.raises(ValueError, match="integers"):
         ref.verify_step(cfg, generate_weights(cfg, 0), ref.init_state(cfg, 1), tokens)
+
+
+# -- Second audit of the K3 docs (helper-100): each failed before its fix.
+
+def _recorded(capsys, tmp_path: Path) -> tuple[str, dict]:
+    import json
+
+    record = tmp_path / "routing.json"
+    assert main(["run", "k3_megakernel", *ONE_STEP, "--record-routing", str(record)]) == 0
+    capsys.readouterr()
+    return str(record), json.loads(record.read_text())
+
+
+def _replay(capsys, record: str) -> tuple[int, str]:
+    code = main(["run", "k3_megakernel", *ONE_STEP, "--timing-only", "--routing", record])
+    return code, capsys.readouterr().err
+
+
+def test_a_routing_record_with_a_description_replays(capsys, tmp_path):
+    """k3.md: every key of the record's model config but `description` must match (a
+    record holding one was refused, against None)."""
+    import json
+
+    record, doc = _recorded(capsys, tmp_path)
+    for description in ("k3-tiny's own words", "other words"):
+        doc["model_config"]["description"] = description
+        Path(record).write_text(json.dumps(doc))
+        code, err = _replay(capsys, record)
+        assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_routing_record_without_the_models_config_is_refused(capsys, tmp_path):
+    """A record without it skipped the model check and replayed on another model of the
+    same name; every record --record-routing writes has it."""
+    import json
+
+    record, doc = _recorded(capsys, tmp_path)
+    del doc["model_config"]
+    Path(record).write_text(json.dumps(doc))
+    code, err = _replay(capsys, record)
+    assert code == 1 and err.startswith(f"{record}: model_config: error: the routing record keeps no model config")
+
+
+def test_verify_step_progress_counts_every_token_generated():
+    """api.md: progress gets the tokens generated so far (it was capped at --steps, though
+    the last step may accept more)."""
+    import mkemu
+
+    calls = []
+    kernel = mkemu.compile("k3_megakernel", model="k3-tiny", mesh="1", prompt_len=2, steps=5, spec_rows=3, accept=2)
+    run = kernel(progress=lambda done, total, figures: calls.append((done, total)))
+    tokens = len(run.report.figures["tokens"][0])
+    assert tokens == 6 and calls[-1] == (6, 5) and [total for _, total in calls] == [5] * len(calls)
