@@ -160,7 +160,7 @@ def test_a_routing_record_decodes_each_payload_once(tmp_path, monkeypatch):
     from mkemu.programs.k3.config import load_config
 
     cfg = load_config("k3-tiny")
-    record = timing.RoutingRecord(cfg.name, 1, 2)
+    record = timing.RoutingRecord(cfg.name, 1, 2, shape=timing.model_shape(cfg))
     ids = [0, 1] * 3
     for step in range(2):
         record.add([7], step, [ids, ids], [[bytes([step, 1, 2])], [b"", b"\xff" * 5]])
