@@ -266,14 +266,15 @@ class Pipe:
         # the fresh slots of the other streams take it (else 2).
         for st in sorted(streams, key=lambda st: st.via is None):
             tile = self.view(st, probe)
-            if tile is None:
-                return
-            got = self.slots_for(st, tile, default_depth)
-            if got is None:
-                return
+            got = self.slots_for(st, tile, default_depth) if tile is not None else None
+            if got is None:     # (reported; the other streams and the body are still checked)
+                continue
             got_slots[st.name] = (tile, *got)
             if st.via is not None and default_depth is None:
                 default_depth = got[0].slots
+        if len(got_slots) < len(streams):
+            self.check_body(got_slots, probe)
+            return
         slots = {st.name: got_slots[st.name] for st in streams}
         owners: dict = {}   # two streams of one pipeline in one ring would overwrite each other's tiles
         for st in (st for st in streams if st.via is not None):
@@ -313,6 +314,17 @@ class Pipe:
             self.wait_copy(sems, self.mod(ir.ScalarRead(e, self.span), depth), tile.size_bytes, waits)
             first = self.op("max", self.const(0), self.op("-", n, self.const(depth)))
             out.append(ir.For(e, first, n, 1, tuple(waits), self.span))
+
+    def check_body(self, slots: dict, probe: Scope) -> None:
+        """A stream in error (reported): the body is checked for errors of its own all the
+        same, its code dropped; a stream in error stands for nothing there (it is not an
+        error of the body's)."""
+        c, views = self.c, Scope(probe)
+        for st in self.streams:
+            got = slots.get(st.name)
+            c.define(views, st.name, self.slot_ref(got[1], self.const(0), got[0]) if got else POISON,
+                     st.name_span, "pipeline stream")
+        c.block(ast.Block(tuple(self.body), self.s.body.span), views)
 
     def issue(self, k, depth: int, slots: dict, scope: Scope, out: list) -> None:
         """Start the input copies of tile k into slot k % depth."""

@@ -71,3 +71,26 @@ def test_bool_cannot_be_declared(declaration, column):
 def test_an_smem_buffer_of_another_dtype_says_smem_holds_i32():
     assert error_lines("kernel k(y: hbm i32[4]) {\n    smem t: f32[4];\n}\n") == [
         "prog.mk:2:5: error: an smem buffer's dtype is i32 (SMEM holds i32 only), not f32"]
+
+
+# -- Errors: "all errors of a program are reported together" (after one stream of a
+#    pipeline in error, its other streams and its body were not checked)
+
+PIPELINE = """const TN = 128;
+kernel k(x: hbm f32[16, 512], y: hbm f32[16, 512]) {
+    vmem v: f32[8, 256];
+    pipeline j in 0..4 {
+        input xt = x[16 +: 8, j * TN +: TN];
+        output yt = y[16 +: 8, j * TN +: TN];
+        v = v + v[:, 0:128];
+        yt = xt;
+    }
+}
+"""
+
+
+def test_every_stream_of_a_pipeline_and_its_body_are_checked_after_one_stream_fails():
+    assert error_lines(PIPELINE) == [
+        "prog.mk:5:22: error: slice 16:24 is out of range for dimension 0 of 'x' (size 16)",
+        "prog.mk:6:23: error: slice 16:24 is out of range for dimension 0 of 'y' (size 16)",
+        "prog.mk:7:13: error: shape mismatch: f32[8, 256] + f32[8, 128] cannot be broadcast together"]
