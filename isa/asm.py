@@ -264,6 +264,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 error(line_no, col, f"label {m.group(1)!r} defined twice")
             else:
                 current["labels"][m.group(1)] = len(current["items"])
+                current["label_at"][m.group(1)] = (line_no, col)
             rest = stripped[m.end():]
             col += len(stripped) - len(rest.lstrip())
             stripped = rest.strip()
@@ -273,8 +274,8 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         if words[0].startswith("."):
             directive, args = words[0], words[1:]
             if directive == ".kernel" and len(args) == 1:
-                current = {"name": args[0], "items": [], "labels": {}, "smem": {}, "smem_line": {}, "line": line_no,
-                           "col": col}
+                current = {"name": args[0], "items": [], "labels": {}, "label_at": {}, "smem": {}, "smem_line": {},
+                           "line": line_no, "col": col}
                 kernels.append(current)
             elif directive == ".buffer" and len(args) == 4:
                 name, dtype, shape_text, kind = args
@@ -301,7 +302,10 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                     buffer_lines[name] = line_no
                     buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
             elif directive == ".reference" and len(args) == 1:
-                if reference is not None:     # (a program has one reference: the later would silently win)
+                target, colon, function = args[0].rpartition(":")
+                if not (colon and target and function.isidentifier()):
+                    error(line_no, col, f".reference takes FILE.py:FUNCTION (or module:function), got {args[0]!r}")
+                elif reference is not None:     # (a program has one reference: the later would silently win)
                     error(line_no, col, f".reference given twice (first at line {reference_line})", len(words[0]))
                 else:
                     reference, reference_line = args[0], line_no
@@ -365,6 +369,11 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         if not k["items"]:
             # (it would assemble, and every run of it fault `ran-off-end` at pc 0, naming no line)
             error(k["line"], k["col"], f"kernel {k['name']!r} has no instructions (a kernel must end with halt)")
+        for label, at in k["labels"].items():
+            if at == len(k["items"]) and k["items"]:
+                # (a branch to it would run off the kernel's end: a fault at run time, naming no line)
+                error(*k["label_at"][label], f"label {label!r} labels no instruction (it is after the last of "
+                                             f"kernel {k['name']!r})")
         symbols = dict(symbols_base, **k["labels"])
         code, spans = [], []
         for line_no, col, text in k["items"]:

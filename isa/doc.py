@@ -52,7 +52,8 @@ ASSEMBLY = """
 `mkemu run FILE.s` assembles and runs a file, `mkemu asm FILE.s` lists it (address,
 encoding, disassembly under each source line); `programs/examples/vector_add.s` is a
 complete example. One instruction or directive a line; `;` or `#` starts a comment;
-`name:` labels the next instruction (several labels may precede one instruction).
+`name:` labels the next instruction (several labels may precede one instruction); a label
+with no instruction after it in its kernel is an error.
 Mnemonics are lower case as in the tables; spaces around `,` `(` `)` `[` `]` `@` are
 optional.
 
@@ -62,7 +63,7 @@ optional.
 | `.kernel NAME` | start a kernel: the instructions, labels and `.smem` lines that follow belong to it. A kernel has at least one instruction (its last one executed must be `halt`; an empty kernel is an error at its `.kernel` line). A name is defined once. |
 | `.smem OFFSET WORD ...` | the kernel's initial SMEM words, from byte OFFSET (4-aligned), inside the profile's SMEM; each word set by one `.smem` line only |
 | `.launch NAME [ARG ...]` | append a launch of kernel NAME; ARG i is SMEM word i (byte 4*i) at its start, over the `.smem` image. Without any `.launch`, every kernel runs once, in file order. |
-| `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md); one per file |
+| `.reference FILE.py:FUNCTION` | the numpy reference (or `module:function`; see docs/api.md), the function named; one per file |
 
 Numbers are decimal, `0x` hex or `0b` binary, with an optional sign; a decimal with a
 leading zero (`010`) is an error, not octal, and so is one in a float32 immediate's whole

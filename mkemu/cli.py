@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", metavar="NPZ", help="input arrays (default: generated from --seed)")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                     help="set a program parameter (repeatable)")
+                     help="set a .mk program's parameter (repeatable)")
     run.add_argument("--trace", metavar="PATH", help="record a trace to PATH (read it with `mkemu trace`)")
     run.add_argument("--schedules", type=int, default=0, metavar="N",
                      help="also run N adversarial DMA schedules (the first lands every DMA as late as "
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
     asm.add_argument("--params", action="store_true",
-                     help="list the program's params (value, default, values, description, file:line) instead")
+                     help="list a .mk program's params (value, default, values, description, file:line) instead")
     asm.set_defaults(func=cmd_asm)
 
     tune = sub.add_parser("tune", help="search a program's params for the fastest bit-exact build",

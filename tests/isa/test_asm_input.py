@@ -252,3 +252,19 @@ def test_zero_itself_still_starts_float_immediates_and_registers():
                        "  vli.f32 v3, 0\n  li s0, 0\n  halt\n", "ok.s")
     assert [decode(int(w))[1].get("imm") for w in program.kernels["k"].code[:4]] == \
         [0x3F000000, 0x80000000, 0, 0]
+
+
+@pytest.mark.parametrize("source, where, message", [
+    # a label after a kernel's last instruction resolved to the kernel's length: a branch
+    # to it faulted at run time, naming no line
+    (".kernel k\n  halt\nend:\n", "prog.s:3:1", "label 'end' labels no instruction (it is after the last of "
+                                               "kernel 'k')"),
+    (".kernel k\n  jmp out\nout:\n.kernel j\n  halt\n", "prog.s:3:1", "label 'out' labels no instruction"),
+    # `.reference FILE.py` took a function named `reference` silently
+    (".reference r.py\n.kernel k\n  halt\n", "prog.s:1:1", ".reference takes FILE.py:FUNCTION (or "
+                                                        "module:function), got 'r.py'"),
+    (".reference r.py:\n.kernel k\n  halt\n", "prog.s:1:1", ".reference takes FILE.py:FUNCTION"),
+])
+def test_labels_name_an_instruction_and_a_reference_names_its_function(source, where, message):
+    text = error_of(source)
+    assert text.startswith(f"{where}: error: ") and message in text, text
