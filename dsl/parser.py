@@ -196,12 +196,16 @@ def _keyword_message(text: str, tok: Token) -> str:
 def _contextual_keyword_hint(text: str, tok: Token) -> str | None:
     """Why the parse broke at `tok` if the word before it is a name the lexer read as a
     contextual keyword: `recv` right after `wait` (`wait recv * h;`, a count named recv),
-    `input` or `output` starting a statement (`input = 3;`, a var named input). None
+    `input` or `output` starting a statement (`input = 3;`, a var named input); or
+    `scratch`, the role a host array declared `hbm` takes, written as if a keyword. None
     otherwise."""
     before = re.sub(r'//[^\n]*|"[^"\n]*"', "", text[:tok.start_pos])
     if re.search(r"\bwait\s+recv\s*$", before):
         return ("'recv' right after 'wait' is the receive keyword (`wait recv h;`), so a count or copy "
                 "named 'recv' must be in parentheses there: `wait (recv) * h;`")
+    if re.search(r"(?:^|[;{}])\s*scratch\s*$", before):
+        return ("'scratch' is the role of a host array that is neither input nor output, not a keyword: "
+                "declare one `hbm NAME: TYPE;`")
     stream = re.search(r"(?:^|[;{}])\s*(input|output)\s*$", before)
     if stream:
         word = stream.group(1)

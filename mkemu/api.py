@@ -508,7 +508,7 @@ class Run:
                 raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers{hint}",
                                   file=source, key=key)
             for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
-                mismatch = runner.compare(value, self.output(buf.name, chip), name, chip)
+                mismatch = runner.compare(value, self.output(buf.name, chip), name, chip, buf.dtype)
                 if mismatch:
                     break
             if mismatch:

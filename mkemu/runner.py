@@ -33,13 +33,14 @@ class Mismatch:
     expected: str
     actual: str
     count: int
+    note: str = ""     # what may be behind it, when something is known (e.g. an unrounded bf16)
 
     def render(self) -> str:
         if self.count < 0:   # the shapes differ: there is no element to point at
             return (f"FAIL: {self.buffer} on chip {self.chip}: the expected value has {self.expected}, "
                     f"the output has {self.actual}")
         return (f"FAIL: {self.buffer} on chip {self.chip} differs at index {list(self.index)}: "
-                f"expected {self.expected}, got {self.actual} ({self.count} element(s) differ)")
+                f"expected {self.expected}, got {self.actual} ({self.count} element(s) differ){self.note}")
 
 
 def generate_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
@@ -354,8 +355,9 @@ def _package_of(path: Path) -> str | None:
     return ".".join(("mkemu.programs", *rel.with_suffix("").parts))
 
 
-def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int) -> Mismatch | None:
-    """Bit-exact comparison; any NaN equals any NaN (payloads are not part of the contract)."""
+def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int, dtype: str = "") -> Mismatch | None:
+    """Bit-exact comparison; any NaN equals any NaN (payloads are not part of the contract).
+    `dtype`: the buffer's, for a note when a bf16 one's expected values are not bf16 values."""
     expected = np.asarray(expected)
     actual = np.asarray(actual)
     if expected.shape != actual.shape:
@@ -374,7 +376,13 @@ def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int) -> M
         return None
     bad = np.argwhere(~same)
     idx = tuple(int(i) for i in bad[0])
-    return Mismatch(name, chip, idx, _show(expected[idx]), _show(actual[idx]), len(bad))
+    note = ""
+    if dtype == "bf16" and expected.dtype.kind == "f":
+        e32 = expected.astype(np.float32)
+        if ((bf16_round(e32).view(np.uint32) != e32.view(np.uint32)) & ~np.isnan(e32)).any():
+            note = ("; the expected values are not all bf16 values: the buffer holds bf16, so round the "
+                    "reference's result to bf16 where the program does")
+    return Mismatch(name, chip, idx, _show(expected[idx]), _show(actual[idx]), len(bad), note)
 
 
 def _show(value) -> str:

@@ -113,3 +113,38 @@ def test_a_reference_function_the_file_lacks_is_an_error_at_the_reference_line(t
     assert code == 1
     assert err.splitlines() == [f"{tmp_path / 'p.mk'}:2:12: error: reference file {tmp_path / 'r.py'} has no "
                                 "function 'refrence'"]
+
+
+BF16_OUT = """
+reference "r.py:{fn}";
+kernel k(x: hbm f32[8, 128], y: hbm bf16[8, 128]) {{
+    vmem xv: f32[8, 128];
+    vmem yv: bf16[8, 128];
+    sem s;
+    start copy(x, xv, s);
+    wait copy(x, xv, s);
+    yv = bf16(xv * 1.0001);
+    start copy(yv, y, s);
+    wait copy(yv, y, s);
+}}
+"""
+BF16_REFS = """
+import numpy as np
+from mkemu.isa.numerics import bf16_round
+def unrounded(inputs, *, chips, cores_per_chip):
+    return {"y": inputs["x@0"] * np.float32(1.0001)}
+def rounded(inputs, *, chips, cores_per_chip):
+    return {"y": bf16_round(inputs["x@0"] * np.float32(1.0001))}
+"""
+
+
+def test_a_bf16_output_whose_expected_values_are_not_bf16_says_so(tmp_path):
+    # A reference that forgot to round its bf16 output just failed, with no hint.
+    (tmp_path / "r.py").write_text(BF16_REFS)
+    x = np.linspace(1, 2, 8 * 128, dtype=np.float32).reshape(8, 128)
+    kernel = mkemu.compile_source(BF16_OUT.format(fn="unrounded"), tmp_path / "p.mk", hw="test", mesh="1")
+    assert kernel(x=x).check().render().endswith(
+        "; the expected values are not all bf16 values: the buffer holds bf16, so round the reference's result to "
+        "bf16 where the program does")
+    kernel = mkemu.compile_source(BF16_OUT.format(fn="rounded"), tmp_path / "p2.mk", hw="test", mesh="1")
+    assert kernel(x=x).check() is None

@@ -556,7 +556,8 @@ def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
     lines.append("")
     lines.append("regions")
     lines.append(f"  {'region':30s}{'n':>6s}{'cycles':>14s}{'share %':>9s}{'DMA bytes':>14s}{'GB/s':>10s}")
-    regions = sorted(s["regions"], key=lambda r: (not r["region"].startswith("kernel:"), -r["cycles"], r["region"]))
+    regions = sorted(s["regions"], key=lambda r: (not r["region"].startswith("kernel:"), -r["cycles"],
+                                                  _natural(r["region"])))
     for r in regions[:max_regions]:
         lines.append(f"  {r['region'][:30]:30s}{r['instances']:6d}{r['cycles']:14,.0f}{100 * r['share']:9.1f}"
                      f"{r['dma_bytes']:14,d}{r['gb_per_s']:10.2f}")
@@ -589,6 +590,11 @@ def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
                      f"{o['compute_cycles']:,.0f}, both {o['both_cycles']:,.0f} "
                      f"({100 * o['dma_hidden']:.1f}% of DMA time hidden under compute)")
     return "\n".join(lines) + "\n"
+
+
+def _natural(name: str) -> list:
+    """A name's sort key with its numbers as numbers: `load[2]` before `load[10]`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _time(seconds: float) -> str:

@@ -94,3 +94,13 @@ def test_every_stream_of_a_pipeline_and_its_body_are_checked_after_one_stream_fa
         "prog.mk:5:22: error: slice 16:24 is out of range for dimension 0 of 'x' (size 16)",
         "prog.mk:6:23: error: slice 16:24 is out of range for dimension 0 of 'y' (size 16)",
         "prog.mk:7:13: error: shape mismatch: f32[8, 256] + f32[8, 128] cannot be broadcast together"]
+
+
+# -- Host: a host array that is neither input nor output is declared `hbm` (the docs call
+#    it scratch, its role: `scratch y: ...` said only "unexpected name 'y'")
+
+def test_a_scratch_declaration_in_the_host_says_to_write_hbm():
+    (line,) = error_lines("kernel k(x: hbm f32[8, 128]) { }\nhost {\n    input x: f32[8, 128];\n"
+                          "    scratch y: f32[8, 128];\n    launch k(x);\n}\n")
+    assert line == ("prog.mk:4:13: error: unexpected name 'y'; 'scratch' is the role of a host array that is "
+                    "neither input nor output, not a keyword: declare one `hbm NAME: TYPE;`")

@@ -494,3 +494,22 @@ def test_a_window_of_a_trace_without_kernel_time_selects_none(tmp_path, capsys):
     path.write_bytes(record(".kernel main\n    halt\n").data)      # a launch of 0 cycles
     assert main(["trace", str(path), "--from", "0", "--to", "5000"]) == 1
     assert "select no kernel time: the trace has none (its launches take no cycles)" in capsys.readouterr().err
+
+
+def test_region_instances_of_equal_cycles_are_listed_in_index_order():
+    # Ties were listed as strings: load[0], load[10], load[11], load[1], ...
+    source = """
+    .kernel main
+        li s1, 0
+        li s2, 12
+    loop:
+        mark.push 0, s1
+        addi s3, s3, 1
+        mark.pop
+        addi s1, s1, 1
+        bne s1, s2, loop
+        halt
+    """
+    text = render_text(summarize(record(source, regions=("load",)).trace))
+    listed = re.findall(r"load\[(\d+)\]", text)
+    assert len(listed) == 12 and listed == sorted(listed, key=int), listed
