@@ -222,7 +222,7 @@ def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
 
 
 def _scale_out_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="run N trials at a time in local processes (default 1: in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the trials on a Dask distributed cluster (e.g. tcp://host:8786)")
@@ -661,14 +661,17 @@ def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
 
 
 def _check_scale_out(args) -> None:
-    if args.jobs < 1:
+    """--jobs or --scheduler, checked (the scheduler reached); --jobs then 1 if not given."""
+    if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}", key="--jobs")
     if args.scheduler is not None and not args.scheduler.strip():
         raise ConfigError("--scheduler wants a Dask scheduler's address (e.g. tcp://host:8786), got an empty one",
                           key="--scheduler")
-    if args.scheduler and args.jobs != 1:
+    if args.scheduler and args.jobs is not None:   # (even --jobs 1: the two are alternatives)
         raise ConfigError("--jobs and --scheduler do not go together: the cluster's workers run the trials",
                           key="--jobs")
+    if args.jobs is None:
+        args.jobs = 1
     if args.scheduler:
         from mkemu.trials import reach_scheduler
 

@@ -91,12 +91,12 @@ def _split_top(text: str) -> list[str]:
 
 
 def mesh_axis(text: str) -> Axis:
-    from mkemu.emulator.topology import parse_mesh
+    from mkemu.emulator.topology import Mesh, parse_mesh
 
     meshes = tuple(m.strip() for m in text.split(","))
     for m in meshes:
         try:
-            parse_mesh(m)
+            Mesh(parse_mesh(m))     # (the chip limit too: every point is checked before the first runs)
         except ConfigError as exc:
             raise ConfigError(exc.message, key="--mesh") from None
     return Axis("mesh", meshes)

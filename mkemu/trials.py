@@ -24,7 +24,9 @@ alike.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -140,7 +142,9 @@ def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, job
                                    initializer=_ignore_interrupts)
         try:
             futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
-            _collect(as_completed(futures), futures, on_done)
+            _collect(as_completed(futures), futures, on_done, lambda exc: MkemuError(
+                f"a worker process ended before its trial did ({type(exc).__name__}: killed, or out of memory?); "
+                "the runs that finished are in the record"))
         except BaseException:
             # An interrupt (or an error in `on_done`): the trials running are dropped with
             # those not started, and the workers stopped now. Waiting for them to finish
@@ -180,9 +184,21 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         manager.join(STOP_WAIT_S)
 
 
-def _collect(done: Iterable, index_of: dict, on_done) -> None:
-    for future in done:
-        on_done(index_of[future], future.result())
+def _collect(done: Iterable, index_of: dict, on_done, lost: Callable[[Exception], MkemuError]) -> None:
+    """on_done(index, result) of each future as it finishes. `run_trial` returns a
+    trial's own errors as its result, so a future or an iterator that fails is the
+    pool's or the cluster's failure: `lost(exc)` is raised for it, one line for the user
+    (a worker killed, a scheduler gone), not a traceback from their machinery."""
+    done = iter(done)
+    while True:
+        try:
+            future = next(done, None)
+            if future is None:
+                return
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - see above
+            raise lost(exc) from None
+        on_done(index_of[future], result)
 
 
 def reach_scheduler(scheduler: str) -> None:
@@ -212,10 +228,20 @@ def _run_dask(trials: list[Trial], on_done, scheduler: str) -> None:
     from distributed import Client, as_completed as dask_completed
 
     client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    with client, client.as_current():
+    # A scheduler lost mid-run is our one-line error (`_collect`): the client's own log of
+    # it, a traceback from its reconnection attempts, is left out.
+    log = logging.getLogger("distributed.client")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    with contextlib.ExitStack() as stack:
+        stack.callback(log.setLevel, level)
+        stack.enter_context(client)
+        stack.enter_context(client.as_current())
         # pure=False: no caching of results by Dask; which trials to run is the caller's business.
         futures = {client.submit(run_trial, trial, pure=False): index for index, trial in enumerate(trials)}
-        _collect(dask_completed(list(futures)), futures, on_done)
+        _collect(dask_completed(list(futures)), futures, on_done, lambda exc: MkemuError(
+            f"lost the Dask scheduler {scheduler} before every run finished ({type(exc).__name__}); the runs that "
+            "finished are in the record"))
 
 
 # ----------------------------------------------------------------- reports

@@ -181,3 +181,18 @@ def test_a_bubble_cut_by_a_launchs_end_names_no_dma_and_next_dma_names_chip_and_
     code, out, _ = cli(capsys, "trace", trace)
     assert code == 0 and "ended by no DMA: cut at the end of a launch or of the window" in out
     assert "ended by DMA from chip 0 core 0 issued at" in out
+
+
+# -- A worker that dies is one error line, not a BrokenProcessPool traceback (tuning.md:
+#    --jobs runs trials in local processes)
+
+def test_a_tune_whose_worker_dies_ends_with_one_line_and_keeps_its_record(capsys, tmp_path):
+    program, out = scale_copy(tmp_path), tmp_path / "t.json"
+    # The reference runs in the worker: ending that process there is a worker killed mid-trial.
+    (tmp_path / "tune_scale_ref.py").write_text("import os\ndef reference(inputs, **kw):\n    os._exit(3)\n")
+    code, _, err = cli(capsys, "tune", program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0",
+                       "--jobs", "2", "--out", out)
+    assert code == 1 and err.splitlines()[-1] == (
+        "error: a worker process ended before its trial did (BrokenProcessPool: killed, or out of memory?); the "
+        "runs that finished are in the record")
+    assert not out.exists() or json.loads(out.read_text())["finished"] is False   # (saved as trials finish)

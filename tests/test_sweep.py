@@ -170,3 +170,13 @@ def test_an_unreadable_routing_record_is_one_error_before_any_point_runs(capsys,
                                    "--prompt-len", "1", "--timing-only", "--routing", missing, "--mesh", "1,2")
     assert code == 1 and record == {} and out == ""
     assert err == f"{missing}: error: cannot read the routing record: No such file or directory\n"
+
+
+def test_a_mesh_past_the_chip_limit_is_refused_before_any_point_runs(capsys):
+    # It was rejected as a point, after the good points had run (tuning.md: every point
+    # is checked before the first run).
+    code = main(["sweep", str(Path(__file__).parents[1] / "programs" / "examples" / "vector_add.mk"), "--hw", "test",
+                 "--mesh", "2x1x1,64x64x64"])
+    out, err = capsys.readouterr()
+    assert code == 1 and err.strip() == "--mesh: error: mesh 64x64x64 has 262,144 chips; the emulator takes at most 1,024"
+    assert "vector_add" not in out

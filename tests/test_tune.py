@@ -177,6 +177,9 @@ def test_tune_the_k3_megakernel(capsys, tmp_path):
     (("--param", "TN=a"), "--param: error: --param wants NAME or NAME=V1,V2,... with integer values, got 'TN=a'"),
     (("--budget", "0"), "--budget: error: --budget must be at least 1, got 0"),
     (("--jobs", "0"), "--jobs: error: --jobs must be at least 1, got 0"),
+    # (--jobs 1 too: the two are alternatives, and the one given second was ignored)
+    (("--jobs", "1", "--scheduler", "tcp://127.0.0.1:1"), "--jobs: error: --jobs and --scheduler do not go "
+                                                          "together: the cluster's workers run the trials"),
     (("--param", "TN=512", "--scheduler", "foo"), "--scheduler: error: cannot reach the Dask scheduler at foo: "
                                                   "missing port number in address 'foo'"),
 ])
