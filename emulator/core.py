@@ -403,12 +403,21 @@ class Core:
         entry, space = self.in_flight[k]
         what = (f"{'writes' if writes else 'reads'} the destination of a DMA that has not been waited for"
                 if entry.write else "overwrites the source of a DMA still in flight")
+        where = f"{space.upper()} [{lo}, {hi}){self._buffer_at(self.pc, space, lo, hi)}"
         if entry.dma.src_core is not self:
-            return Trap("race", f"{access} {space.upper()} [{lo}, {hi}) {what}, a DMA into it from another "
+            return Trap("race", f"{access} {where} {what}, a DMA into it from another "
                                 f"core: {describe_dma(entry.dma)}; nothing ordered the access and the DMA (a "
                                 "semaphore this core waits on, a signal, a barrier)")
-        return Trap("race", f"{access} {space.upper()} [{lo}, {hi}) {what}: {describe_dma(entry.dma)}; "
-                            "wait for it first")
+        return Trap("race", f"{access} {where} {what}: {describe_dma(entry.dma)}; wait for it first")
+
+    def _buffer_at(self, pc: int, space: str, lo: int, hi: int) -> str:
+        """' of buffer NAME' when the compiler named the buffer instruction `pc` accesses
+        in `space` (its memory operands' extents) and [lo, hi) lies in it, else ''."""
+        for extent in self.kernel.extents.get(pc, ()):
+            if extent is not None and extent.space == space and extent.param is None \
+                    and extent.lo <= lo and hi <= extent.lo + extent.size:
+                return f" of buffer '{extent.name}'"
+        return ""
 
     def logged_race(self, entry, space: str, time: int, pc: int, addr: int, stride: int, rows: int,
                     lo_off: int, hi_off: int, write: int) -> EmulatorFault:
@@ -417,7 +426,8 @@ class Core:
         lo, hi = block_span(addr + lo_off, hi_off - lo_off, rows, stride, 1, 0)
         what = "writes" if write else "reads"
         return EmulatorFault(
-            "race", f"kernel {self.kernel.name}: this access {what} {space.upper()} [{lo}, {hi}) while a DMA "
+            "race", f"kernel {self.kernel.name}: this access {what} {space.upper()} [{lo}, {hi})"
+                    f"{self._buffer_at(pc, space, lo, hi)} while a DMA "
                     f"into it from another core is in flight: {describe_dma(entry.dma)}; nothing ordered "
                     "the access and the DMA (a semaphore this core waits on, a signal, a barrier)",
             chip=self.chip, core=self.index, cycle=time, pc=pc, instruction=self.decoded.ops[pc].text,

@@ -499,3 +499,4 @@ def test_a_barrier_along_one_axis_orders_only_its_line():
         fault = fault_of(BARRIER_LINE, mesh="2x2x1", schedule=schedule, inputs={"x": x}, AXIS=0)
         assert_both_sides(fault, "acc = inbox * 2.0;", "start h;")
         assert fault.chip in (2, 3) and "a DMA into it from another core" in fault.message
+        assert "of buffer 'inbox'" in fault.message       # (the access's buffer, not bytes alone)

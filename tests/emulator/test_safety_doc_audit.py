@@ -34,10 +34,10 @@ def fault_of(src: str, filename: str = "/tmp/safety_audit.mk", **options) -> Emu
 @pytest.mark.parametrize("body, instruction, what", [
     # a weight-tile load (mxu.ldw) of bytes a DMA in flight writes
     ("start copy(w, wv, s);\n o = matmul(a, wv);\n wait copy(w, wv, s);", "mxu.ldw",
-     "this access to VMEM [0, 32768) reads the destination of a DMA that has not been waited for"),
+     "this access to VMEM [0, 32768) of buffer 'wv' reads the destination of a DMA that has not been waited for"),
     # a vector store into bytes a DMA in flight writes
     ("start copy(w, wv, s);\n wv[0 +: 8, :] = a;\n wait copy(w, wv, s);", "vst",
-     "this access to VMEM [0, 2048) writes the destination of a DMA that has not been waited for"),
+     "this access to VMEM [0, 2048) of buffer 'wv' writes the destination of a DMA that has not been waited for"),
     # an SMEM store over the source of a copy still going out
     ("start copy(m, i, s);\n m[3] = 7;\n wait copy(m, i, s);", "sts", "overwrites the source of a DMA still in flight"),
     # two copies into one SMEM buffer
