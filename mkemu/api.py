@@ -468,8 +468,10 @@ class Run:
         missing = [b.name for b in kinds if b.name not in given]
         if missing:
             names = ", ".join(repr(n) for n in missing)
+            returned = ", ".join(repr(str(key)) for key in list(expected)[:8]) + (", ..." if len(expected) > 8 else "")
             raise ConfigError(f"the reference gives no expected value for output {names}, so it would not be "
-                              f"checked: return {missing[0]!r} (every chip) or '{missing[0]}@CHIP'", file=source)
+                              f"checked: return {missing[0]!r} (every chip) or '{missing[0]}@CHIP' (it returned "
+                              f"{returned or 'nothing'})", file=source)
 
     def check(self, expected: Mapping[str, np.ndarray] | None = None) -> runner.Mismatch | None:
         """Compare bit for bit with `expected` (`name@chip` or `name` for every chip;

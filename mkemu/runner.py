@@ -305,8 +305,13 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
     except MkemuError:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
+        hint = ""
+        if isinstance(exc, KeyError) and exc.args and exc.args[0] not in inputs:
+            # (most often `inputs["x"]`: the inputs are by buffer and chip)
+            keys = sorted(map(str, inputs))
+            hint = f"; its inputs are {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''} (name@chip)"
         raise ConfigError(f"reference function {fn.__qualname__} raised {type(exc).__name__}: {exc}"
-                          f"{_failed_at(exc, fn)}", file=program_path) from None
+                          f"{_failed_at(exc, fn)}{hint}", file=program_path) from None
 
 
 def call_driver(fn, session, options: dict, program_path: str | None) -> dict:

@@ -82,7 +82,7 @@ def test_mkemu_run_with_an_empty_reference_fails_in_one_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 1 and "PASS" not in out and "Traceback" not in err
     assert err.strip() == ("r.py:empty: error: the reference gives no expected value for output 'y', so it would "
-                           "not be checked: return 'y' (every chip) or 'y@CHIP'")
+                           "not be checked: return 'y' (every chip) or 'y@CHIP' (it returned nothing)")
 
 
 def cli(tmp_path, capsys, fn: str, refs: str = REFS) -> tuple[int, str, str]:
@@ -148,3 +148,20 @@ def test_a_bf16_output_whose_expected_values_are_not_bf16_says_so(tmp_path):
         "bf16 where the program does")
     kernel = mkemu.compile_source(BF16_OUT.format(fn="rounded"), tmp_path / "p2.mk", hw="test", mesh="1")
     assert kernel(x=x).check() is None
+
+
+@pytest.mark.parametrize("refs, fn, message", [
+    # reading inputs["x"]: a bare KeyError 'x', not the keys it was given
+    ("def by_name(inputs, *, chips, cores_per_chip):\n    return {'y': inputs['x'] * 2}\n", "by_name",
+     "raised KeyError: 'x' (at {r}:2); its inputs are x@0 (name@chip)"),
+    # returning another output's key: not what it did return
+    ("def other_key(inputs, *, chips, cores_per_chip):\n    return {'out@0': inputs['x@0'] * 2}\n", "other_key",
+     "gives no expected value for output 'y', so it would not be checked: return 'y' (every chip) or 'y@CHIP' "
+     "(it returned 'out@0')"),
+])
+def test_a_reference_keyed_wrong_is_told_the_keys(tmp_path, refs, fn, message):
+    (tmp_path / "r.py").write_text(refs)
+    kernel = mkemu.compile_source(DOUBLE.format(fn=fn), tmp_path / "p.mk", hw="test", mesh="1")
+    with pytest.raises(mkemu.ConfigError) as info:
+        kernel(x=np.ones((8, 128), np.float32)).check()
+    assert message.format(r=tmp_path / "r.py") in info.value.message
