@@ -48,6 +48,7 @@ class Declarations:
         self.param_defaults: dict[str, int | None] = {}
         self.param_domains: dict[str, tuple[int, ...] | None] = {}
         self.evaluating: list[str] = []
+        self.refused_names: set[str] = set()     # globals declared with a reserved name (reported there)
         self.chain_depth: dict[str, int] = {}   # const or param -> the others it is defined through, at most
         self.chain_below: list[int] = []        # ... so far, of each on `evaluating` that is one
         self.dtype_forms: dict[str, bool] = {}  # const -> is its value a dtype form (`is_dtype_form`)
@@ -121,6 +122,7 @@ class Declarations:
                     continue
                 span = item.name_span
                 if self.reserved(name, span, integer=isinstance(item, ast.ParamDecl)):
+                    self.refused_names.add(name)
                     continue
                 prev = self.globals.local(name)
                 if prev is not None:

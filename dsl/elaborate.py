@@ -237,6 +237,8 @@ class Elaborator(Calls):
         kernels = self.ctx.kernels
         b = self.globals.local(s.kernel)
         if b is None or not isinstance(b.entity, ast.KernelDecl):
+            if b is None and s.kernel in self.refused_names:
+                return    # (a kernel declared with a reserved name: the error is at its declaration)
             what = f"'{s.kernel}' is a {b.what}, not a kernel" if b else f"unknown kernel '{s.kernel}'"
             self.error(s.kernel_span, what)
             return

@@ -104,3 +104,10 @@ def test_a_scratch_declaration_in_the_host_says_to_write_hbm():
                           "    scratch y: f32[8, 128];\n    launch k(x);\n}\n")
     assert line == ("prog.mk:4:13: error: unexpected name 'y'; 'scratch' is the role of a host array that is "
                     "neither input nor output, not a keyword: declare one `hbm NAME: TYPE;`")
+
+
+def test_a_kernel_named_like_a_builtin_is_one_error_not_two():
+    # Its launch said "unknown kernel 'matmul'" as well.
+    assert error_lines("kernel matmul(x: hbm f32[8, 128]) { }\nhost {\n    input x: f32[8, 128];\n"
+                       "    launch matmul(x);\n}\n") == [
+        "prog.mk:1:8: error: 'matmul' is a builtin function; it cannot be declared as a name"]
