@@ -310,8 +310,7 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
             # (most often `inputs["x"]`: the inputs are by buffer and chip)
             keys = sorted(map(str, inputs))
             hint = f"; its inputs are {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''} (name@chip)"
-        raise ConfigError(f"reference function {fn.__qualname__} raised {type(exc).__name__}: {exc}"
-                          f"{_failed_at(exc, fn)}{hint}", file=program_path) from None
+        raise _raised(f"reference function {fn.__qualname__}", exc, fn, program_path, hint) from None
 
 
 def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
@@ -323,12 +322,17 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
     except MkemuError:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the driver is the program's code, not ours
-        raise ConfigError(f"the program's driver {fn.__qualname__} raised {type(exc).__name__}: {exc}"
-                          f"{_failed_at(exc, fn)}", file=program_path) from None
+        raise _raised(f"the program's driver {fn.__qualname__}", exc, fn, program_path) from None
     if not isinstance(figures, dict):
         raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
                           f"of figures{_defined_at(fn)}", file=program_path)
     return figures
+
+
+def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
+    """The error for the program's own code (`who`, function `fn`) raising `exc`: named
+    at the line of its file it failed at."""
+    return ConfigError(f"{who} raised {type(exc).__name__}: {exc}{_failed_at(exc, fn)}{hint}", file=program_path)
 
 
 def _defined_at(fn) -> str:

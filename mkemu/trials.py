@@ -24,7 +24,6 @@ alike.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -233,15 +232,15 @@ def _run_dask(trials: list[Trial], on_done, scheduler: str) -> None:
     log = logging.getLogger("distributed.client")
     level = log.level
     log.setLevel(logging.CRITICAL)
-    with contextlib.ExitStack() as stack:
-        stack.callback(log.setLevel, level)
-        stack.enter_context(client)
-        stack.enter_context(client.as_current())
-        # pure=False: no caching of results by Dask; which trials to run is the caller's business.
-        futures = {client.submit(run_trial, trial, pure=False): index for index, trial in enumerate(trials)}
-        _collect(dask_completed(list(futures)), futures, on_done, lambda exc: MkemuError(
-            f"lost the Dask scheduler {scheduler} before every run finished ({type(exc).__name__}); the runs that "
-            "finished are in the record"))
+    try:
+        with client, client.as_current():
+            # pure=False: no caching of results by Dask; which trials to run is the caller's business.
+            futures = {client.submit(run_trial, trial, pure=False): index for index, trial in enumerate(trials)}
+            _collect(dask_completed(list(futures)), futures, on_done, lambda exc: MkemuError(
+                f"lost the Dask scheduler {scheduler} before every run finished ({type(exc).__name__}); the runs "
+                "that finished are in the record"))
+    finally:
+        log.setLevel(level)
 
 
 # ----------------------------------------------------------------- reports
