@@ -616,7 +616,7 @@ def cmd_tune(args) -> int:
                 scheduler=args.scheduler)
     tune.plan()   # (without optuna for a space it needs: one error line, before the header)
     if args.resume:
-        tune.cache = load_resume(args.resume, tune.settings(), {"budget": tune.budget, "space": space.recorded()})
+        tune.cache = load_resume(args.resume, tune.settings(), tune.searched())
     where = f"Dask scheduler {args.scheduler}" if args.scheduler else (
         f"{args.jobs} local processes" if args.jobs > 1 else "this process")
     print(f"tune {args.file}: {plural(space.size, 'variant')} of {', '.join(space.names)}, budget {args.budget}, "

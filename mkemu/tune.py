@@ -70,10 +70,6 @@ class Space:
         """Every variant, in the order of the values (the first name's vary slowest)."""
         return (dict(zip(self.names, vs)) for vs in itertools.product(*(self.values[n] for n in self.names)))
 
-    def recorded(self) -> dict[str, list[int]]:
-        """The values searched, as a tune record holds them."""
-        return {n: list(self.values[n]) for n in self.names}
-
 
 @attrs.frozen
 class DefaultBuild:
@@ -250,6 +246,10 @@ class Tune:
     started: float = attrs.Factory(time.perf_counter)
     inputs_identity: dict | None = None                   # `identity(base)`, read once
 
+    def searched(self) -> dict:
+        """What a resumed record's search must be too (`load_resume`): its budget and space."""
+        return {"budget": self.budget, "space": {n: list(self.space.values[n]) for n in self.space.names}}
+
     def settings(self) -> dict:
         """What makes two tunes' trials interchangeable (checked on --resume)."""
         if self.inputs_identity is None:
@@ -397,8 +397,7 @@ class Tune:
     def document(self, finished: bool) -> dict:
         ranked = self.ranking()
         return {
-            "format": FORMAT, "settings": self.settings(), "search": self.search, "budget": self.budget,
-            "space": self.space.recorded(),
+            "format": FORMAT, "settings": self.settings(), "search": self.search, **self.searched(),
             "default": self.space.default, "finished": finished,
             "best": ranked[0]["index"] if ranked else None,
             "wall_s": round(time.perf_counter() - self.started, 3),
