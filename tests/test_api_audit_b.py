@@ -4,7 +4,6 @@ against behaviour (helper audit, second round): each test failed before its fix.
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -13,7 +12,8 @@ import pytest
 import mkemu
 from mkemu.cli import main
 
-DATA = Path(__file__).parent / "data"
+from tune_scale import scale_copy
+
 TEST_HW = ("--hw", "test", "--mesh", "1")
 K3_TINY = ("k3_megakernel", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1")
 
@@ -113,10 +113,6 @@ def test_a_driver_returning_figures_of_its_own_runs_and_prints_them(tmp_path, ca
 # -- tuning.md: --resume "runs the same search" (another --param space or --budget was
 #    taken silently, and writing the record back dropped its trials)
 
-def scale_copy(tmp_path: Path) -> Path:
-    for name in ("tune_scale.mk", "tune_scale_ref.py"):
-        shutil.copy(DATA / name, tmp_path / name)
-    return tmp_path / "tune_scale.mk"
 
 
 @pytest.mark.parametrize("change, key", [(("--param", "TN=256"), "space"), (("--budget", "5"), "budget")])

@@ -5,12 +5,11 @@ program, hardware profile and inputs; an ok trial without a report is a bad reco
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 from mkemu.cli import main
 
-DATA = Path(__file__).parent / "data"
+from tune_scale import scale_copy
+
 TEST_HW = ("--hw", "test", "--mesh", "1")
 
 
@@ -21,12 +20,6 @@ def tune(capsys, *argv) -> tuple[int, str, str]:
     assert "Traceback" not in out + err
     return code, out, err
 
-
-def scale_copy(tmp_path: Path) -> Path:
-    """The tuner's test program and its reference, in a folder of the test's own."""
-    for name in ("tune_scale.mk", "tune_scale_ref.py"):
-        shutil.copy(DATA / name, tmp_path / name)
-    return tmp_path / "tune_scale.mk"
 
 
 def test_a_default_build_that_does_not_fit_is_rejected_and_the_tune_goes_on(capsys, tmp_path):
