@@ -517,6 +517,11 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
         "kernels_per_step": launches,
         "breakdown_us": breakdown,
         "instructions_per_step": sum(f["instructions"] for f in per_step) / n,
+        # The run's totals over its steps, under the keys a plain program's report has.
+        "cycles": sum(f["cycles"] for f in per_step), "seconds": sum(f["seconds"] for f in per_step),
+        "instructions": sum(f["instructions"] for f in per_step),
+        "unit_busy_cycles": _sum_dicts(f["unit_busy_cycles"] for f in per_step),
+        "hbm_bytes": sum(f["hbm_bytes"] for f in per_step),
         "region_us_per_core": {k: per_core_us(v / n) for k, v in sorted(region.items())},
         "timing_only": False,
     }

@@ -35,6 +35,12 @@ def test_k3_tiny_logits_bit_exact_every_step(capsys, program, scheme, mesh, batc
     for key in ("tokens_per_s", "hbm_bw_fraction", "floor_us_per_step", "fraction_of_floor",
                 "kernels_per_step", "breakdown_us", "wall_s", "chips", "cores"):
         assert key in report
+    # The run's totals, under a plain program's keys.
+    assert report["cycles"] == sum(report["cycles_per_step"])
+    assert report["hbm_bytes"] == pytest.approx(report["hbm_bytes_per_step"] * 5)
+    assert report["instructions"] == pytest.approx(report["instructions_per_step"] * 5)
+    assert report["seconds"] == pytest.approx(report["us_per_step"] * 5e-6)
+    assert sum(report["unit_busy_cycles"].values()) > 0 and report["unit_busy_cycles"]["mxu0"] > 0
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
