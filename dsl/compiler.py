@@ -317,6 +317,7 @@ class KernelCompiler(TileLowering):
         self.free_spills: list[int] = []
         # Semaphores: static ids, arrays contiguous.
         self.sem_base: dict = {}
+        self.sem_names: list[str] = []     # id -> its source name, for the emulator's messages
         n = 0
         crossing = None
         for sem in k.sems:
@@ -328,6 +329,12 @@ class KernelCompiler(TileLowering):
             # At the declaration that crosses the limit; the first line is the kernel's total.
             raise CompileError(crossing.span, f"kernel '{k.name}' uses {n} semaphores; the profile has "
                                               f"{p.semaphores}\n" + crossing.describe("semaphores", p.semaphores, p))
+        for sem in k.sems:
+            # (a semaphore of an inlined fn is named `fn#call.name` inside the compiler)
+            fn, dot, local = sem.name.partition(".")
+            name, where = (local, f" of fn {fn.partition('#')[0]}") if dot and "#" in fn else (sem.name, "")
+            self.sem_names += ([f"'{name}'{where}"] if sem.count is None
+                               else [f"'{name}[{i}]'{where}" for i in range(sem.count or 1)])
 
     def vmem_push(self, size: int) -> int:
         addr = self.vmem_top
@@ -1180,7 +1187,8 @@ class KernelCompiler(TileLowering):
             name=k.name, code=words, smem_init=bytes(smem_init), source_map=tuple(spans),
             source_text=self.source_text,
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
-            vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges)
+            vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges,
+            semaphores=tuple(self.sem_names))
 
     def smem_alloc_end(self) -> int:
         end = self.desc_base + 28 * len(self.descs)

@@ -300,7 +300,7 @@ class Machine(DmaMixin):
         parts = []
         for sem, value in left:
             raiser = core.sem_raisers.get(sem)
-            part = f"semaphore {sem} = {value}"
+            part = f"{kernel.semaphore(sem)} = {value}"
             if raiser is not None:
                 (chip, index), pc, text, cycle = raiser
                 source = kernel.source_line(pc)
@@ -395,7 +395,7 @@ class Machine(DmaMixin):
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
-        _check_amount("signal", value, sem)
+        _check_amount("signal", value, sem, self.kernel)
         if self.safety is not None:
             self.safety.signal_arrived(core, sem, self.safety.signal_payload(core))
         self._add_sem(core, sem, value, t, raiser=self._raiser(core, op))
@@ -408,7 +408,7 @@ class Machine(DmaMixin):
         sem, value = s[op.args[0]], s[op.args[1]]
         target = self._target_core(core, s[op.args[2]])
         self._check_sem(target, sem)
-        _check_amount("signal", value, sem)
+        _check_amount("signal", value, sem, self.kernel)
         arrival = t + self._signal_latency(core, target)
         carried = self.safety.signal_payload(core) if self.safety is not None else None
         self._push(arrival, SIGNAL, (target, sem, value, carried, self._raiser(core, op)))
@@ -420,7 +420,7 @@ class Machine(DmaMixin):
         s = core.s
         sem, value = s[op.args[0]], s[op.args[1]]
         self._check_sem(core, sem)
-        _check_amount("wait", value, sem)
+        _check_amount("wait", value, sem, self.kernel)
         if core.sems[sem] >= value:
             core.sems[sem] -= value
             if self.safety is not None:
@@ -641,7 +641,7 @@ class Machine(DmaMixin):
                     what += " (" + ", ".join(f"chip {c.chip} core {c.index} halted at cycle {c.end_time}"
                                              for c in skipped) + " without reaching it)"
             elif w:
-                what = (f"waits for semaphore {w[0]} to reach {w[1]} (it is {core.sems[w[0]]}) "
+                what = (f"waits for {self.kernel.semaphore(w[0])} to reach {w[1]} (it is {core.sems[w[0]]}) "
                         f"since cycle {w[2]}")
             else:
                 what = "is stuck"
@@ -685,11 +685,11 @@ GLOBAL_OPS = {"halt": Machine._halt, "signal": Machine._signal, "signal_remote":
               "dma_remote": Machine._dma_op}
 
 
-def _check_amount(what: str, value: int, sem: int) -> None:
+def _check_amount(what: str, value: int, sem: int, kernel) -> None:
     """Semaphores count up: a signal adds, a wait takes away, 0 or more either way. A
     negative amount would do the opposite (e.g. `wait recv (num_chips() - 2) * copy(...)`
     on one chip raised the semaphore, ending in a semaphore-nonzero report that could
     name no raiser)."""
     if value < 0:
-        raise Trap("bad-operand", f"{what} of a negative amount ({value}) on semaphore {sem}: "
+        raise Trap("bad-operand", f"{what} of a negative amount ({value}) on {kernel.semaphore(sem)}: "
                                   f"a {what} takes a count of 0 or more")

@@ -123,6 +123,13 @@ class Kernel:
     # footprints (a DMA: source, destination); None where an operand is not checked.
     extents: dict[int, tuple[Extent | None, ...]] = attrs.Factory(dict)
     ranges: dict[int, RangeCheck] = attrs.Factory(dict)   # pc -> a value it must check
+    # semaphore id -> its name in the source: "'ws[1]'", "'credit[3]' of fn all_reduce"
+    semaphores: tuple[str, ...] = ()
+
+    def semaphore(self, sem: int) -> str:
+        """`semaphore N`, with its source name when the compiler gave one: `semaphore 2 ('ws[1]')`."""
+        name = self.semaphores[sem] if 0 <= sem < len(self.semaphores) else None
+        return f"semaphore {sem} ({name})" if name else f"semaphore {sem}"
 
     def source_of(self, pc: int) -> SourceSpan | None:
         return self.source_map[pc] if 0 <= pc < len(self.source_map) else None

@@ -196,9 +196,9 @@ def test_semaphore_nonzero_names_each_semaphore_its_value_and_its_last_raiser():
     assert fault.kind == "semaphore-nonzero"
     text = fault.message
     # q: 3 + 4096 (the copy, which raised it last, when it landed) - 1; r: 2 - 1
-    assert "kernel k ended with semaphore 0 = 4098 (last raised at cycle" in text
+    assert "kernel k ended with semaphore 0 ('q') = 4098 (last raised at cycle" in text
     assert "by `dma.start" in text and "of chip 0 core 0, pc 0x" in text and "start copy(x, v, q);" in text
-    assert "semaphore 1 = 1 (last raised at cycle" in text and "`sem.signal" in text and "signal(r, 2);" in text
+    assert "semaphore 1 ('r') = 1 (last raised at cycle" in text and "`sem.signal" in text and "signal(r, 2);" in text
     assert fault.instruction.startswith("dma.start") and "start copy(x, v, q);" in fault.source
     build(SEMAPHORES, checks={"races"})()                   # --no-check semaphores
 
@@ -217,7 +217,7 @@ host { input x: f32[8, 128]; launch k(3, x); }
     assert len(fault.details) == 2
     for core, line in enumerate(fault.details):
         assert line.startswith(f"chip 0 core {core} pc 0x")
-        assert "`sem.wait" in line and "waits for semaphore 0 to reach 3 (it is 1) since cycle" in line
+        assert "`sem.wait" in line and "waits for semaphore 0 ('q') to reach 3 (it is 1) since cycle" in line
         assert line.endswith("wait(q, n);]")
 
 
@@ -235,10 +235,44 @@ host { input x: f32[8, 128]; launch k(CORE, x); }
         build(src.replace("global_core(0, n)", "global_core(0, 2)").replace("CORE", "0"))
 
 
+
+def test_faults_name_semaphores_as_the_source_declares_them():
+    """A single semaphore, an element of an array, and one of an inlined fn's (ids count
+    in declaration order, arrays contiguous, the fn's after the kernel's own)."""
+    src = """
+fn handshake(n: i32) {
+    sem credit[2];
+    signal(credit[1], 1);
+    wait(credit[1], n);
+}
+kernel k(n: i32, x: hbm f32[8, 128]) {
+    sem q;
+    sem ws[3];
+    if core_id() == 0 { handshake(n); } else { signal(q, 1); wait(q, n); }
+    signal(ws[2], n + 1);
+    wait(ws[2], n);
+}
+host { input x: f32[8, 128]; launch k(2, x); }
+"""
+    fault = fault_of(src)
+    assert fault.kind == "deadlock"
+    assert "waits for semaphore 5 ('credit[1]' of fn handshake) to reach 2 (it is 1)" in fault.details[0]
+    assert "waits for semaphore 0 ('q') to reach 2 (it is 1)" in fault.details[1]
+    fault = fault_of(src.replace("launch k(2, x)", "launch k(1, x)"))
+    assert fault.kind == "semaphore-nonzero" and "semaphore 3 ('ws[2]') = 1 (last raised" in fault.message
+
+
+def test_an_assembled_program_s_semaphores_are_named_by_number():
+    kernel = mkemu.compile_source(".kernel k\n    li s1, 1\n    sem.signal s1, s1\n    halt\n"
+                                  ".launch k\n", filename="/tmp/sems.s", hw="test", mesh="1")
+    with pytest.raises(EmulatorFault) as info:
+        kernel()
+    assert "ended with semaphore 1 = 1 (last raised" in info.value.message
+
 @pytest.mark.parametrize("stmt, what", [
-    ("signal(s, n); wait(s, n);", "signal of a negative amount (-1) on semaphore 0"),
-    ("signal(s, num_chips() - 2); wait(s, num_chips() - 2);", "signal of a negative amount (-1) on semaphore 0"),
-    ("start copy(x, v, s); wait (num_chips() - 2) * copy(x, v, s);", "wait of a negative amount (-4096) on semaphore 0"),
+    ("signal(s, n); wait(s, n);", "signal of a negative amount (-1) on semaphore 0 ('s')"),
+    ("signal(s, num_chips() - 2); wait(s, num_chips() - 2);", "signal of a negative amount (-1) on semaphore 0 ('s')"),
+    ("start copy(x, v, s); wait (num_chips() - 2) * copy(x, v, s);", "wait of a negative amount (-4096) on semaphore 0 ('s')"),
 ])
 def test_a_negative_amount_at_run_time_is_a_bad_operand(stmt, what):
     src = f"""
