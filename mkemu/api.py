@@ -229,7 +229,12 @@ class Kernel:
                 figures = runner.call_driver(self.reference, session,
                                              {**self.options.driver_options(), "progress": progress}, self.path)
             self._save_trace(figures, session.recorder)
-            return Run(self, {}, {}, figures, session.recorder, time.perf_counter() - wall0)
+            # The buffers as the driver's last run left them (a timing-only run's hold no data).
+            outputs = {f"{b.name}@{chip}": session.read(b.name, chip)
+                       for b in self.program.buffers if b.kind in ("output", "inout") and session.holds_data(b.name)
+                       for chip in range(self.chips)}
+            return Run(self, {}, outputs, figures, session.recorder, time.perf_counter() - wall0,
+                       read=lambda chip, name: session.read(name, chip))
         machine, recorder = self._machine()
         written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
         with self._trace_on_fault(recorder):
@@ -399,13 +404,12 @@ class Report:
 
     def __init__(self, figures: dict, clock_hz: float, recorder):
         self.figures = figures
-        if "cycles" in figures:
-            self.cycles = int(figures["cycles"])
+        self.cycles = int(figures["cycles"] if "cycles" in figures else sum(figures.get("cycles_per_step", [])))
+        if "breakdown_us" in figures:       # a driver's (K3's)
+            self.breakdown = dict(figures["breakdown_us"])
+        else:
             # (a driver's own figures may have cycles without the stall and idle counts of a run's)
             self.breakdown = {**figures.get("stall_cycles", {}), "idle": figures.get("idle_cycles", 0)}
-        else:
-            self.cycles = int(sum(figures.get("cycles_per_step", [])))
-            self.breakdown = dict(figures.get("breakdown_us", {}))
         self.seconds = self.cycles / clock_hz
         self.bit_exact = figures.get("bit_exact")
         self.mismatch = figures.get("mismatch")

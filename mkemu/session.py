@@ -104,6 +104,11 @@ class Session:
         except ValueError as exc:   # a timing-only run holds no data in it
             raise ConfigError(str(exc), key=name) from None
 
+    def holds_data(self, name: str) -> bool:
+        """Does buffer `name` keep its bytes (every one does, except in a timing-only run,
+        where only the i32 ones do)?"""
+        return self._machine.holds_data(name)
+
     def _check_chip(self, chip, name: str) -> None:
         if not is_chip(chip, self.info.chips):
             raise ConfigError(f"buffer {name}: chip must be 0..{self.info.chips - 1}, not {chip!r}", key=name)

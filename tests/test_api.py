@@ -221,6 +221,13 @@ def test_a_driven_program_runs_through_its_driver():
     assert run.report.cycles == sum(figures["cycles_per_step"])
     assert set(run.report.breakdown) == set(figures["breakdown_us"])
     assert run.report.trace.end_cycle >= run.report.cycles
+    # The buffers as the last step left them: its logits give the last token (greedy).
+    assert set(run.outputs) >= {f"logits@{chip}" for chip in range(k3.chips)} and run.inputs == {}
+    assert int(np.argmax(run.output("logits")[0])) == figures["tokens"][0][-1]
+    assert run.output("tokens").dtype == np.int32
+    with pytest.raises(mkemu.ConfigError, match="checks the outputs itself"):
+        run.check()
+    assert run.check({"logits@0": run.output("logits")}) is None
     with pytest.raises(mkemu.ConfigError, match="driver writes its own inputs"):
         k3(tokens=np.zeros(1, np.int32))
     session = k3.session()
