@@ -39,9 +39,7 @@ class MachineInfo:
 
 def machine_info(profile, mesh) -> MachineInfo:
     p = profile
-    # From a corner chip (chip 0) the farthest chip is the mesh's diameter away.
-    far_hops = max(mesh.hops(0, chip) for chip in range(mesh.num_chips))
-    far_cycles = max(far_hops * p.hop_latency_cycles, p.sibling_latency_cycles if p.cores_per_chip > 1 else 0)
+    far_cycles = mesh.longest_path_cycles(p)
     return MachineInfo(
         hw=p.name, chips=mesh.num_chips, cores_per_chip=p.cores_per_chip,
         mesh=tuple(mesh.dims), clock_hz=p.clock_hz,

@@ -26,7 +26,7 @@ def fault_of(src: str, **options) -> EmulatorFault:
 # cycle (a race with the push, found only when the push is issued). The run's first fault
 # in simulated time is core 0's, whichever core the emulator ran first.
 RUN_AHEAD_LATER_RACE = """
-param LOOP = 20;
+param LOOP = 40;
 param CORE0_RACES = 1;
 kernel k(x: hbm f32[8, 128]) {
     vmem xv: f32[8, 128];
@@ -165,3 +165,43 @@ kernel k(x: hbm f32[8, 128], z: hbm f32[8, 128]) {
     assert fault.kind == "race" and "start copy(x, v, t);" in fault.source, fault.render()
     assert "share bytes of VMEM of chip 0 core 0 and it writes what the earlier one still reads" in fault.message
     assert "start copy(v, z, s);" in fault.message
+
+
+# Chip 0 waits for one of three pushes into its inbox and reads the one it assumes came
+# first (chip 1's, the nearest). On a line the farther chips' pushes come a hop or two
+# later, yet a shuffled schedule lands one of them first: the read races with chip 1's
+# push, still in flight.
+FIRST_PUSH_ASSUMED = """
+kernel k(x: hbm f32[8, 128], out: hbm f32[8, 128]) {
+    vmem a: f32[8, 128];
+    vmem inbox: f32[4][8, 128];
+    sem s;
+    sem send;
+    sem recv;
+    start copy(x, a, s);
+    wait copy(x, a, s);
+    if chip_id() != 0 {
+        start copy(a, inbox[chip_id()] @ global_core(0, core_id()), send, recv);
+        wait copy(a, inbox[chip_id()] @ global_core(0, core_id()), send, recv);
+    } else {
+        wait recv copy(a, inbox[0] @ 0, send, recv);
+        a = inbox[1] * 2.0;
+        wait recv 2 * copy(a, inbox[0] @ 0, send, recv);
+    }
+    start copy(a, out, s);
+    wait copy(a, out, s);
+}
+"""
+
+
+def test_shuffle_lands_a_far_chip_s_push_before_a_near_one_s():
+    outcomes = []
+    for seed in range(1, 8):
+        try:
+            build(FIRST_PUSH_ASSUMED, mesh="4x1x1", schedule="shuffle", schedule_seed=seed)()
+            outcomes.append("clean")
+        except EmulatorFault as fault:
+            assert fault.kind == "race" and "a = inbox[1] * 2.0;" in fault.source, fault.render()
+            outcomes.append("race")
+    assert "race" in outcomes
+    build(FIRST_PUSH_ASSUMED, mesh="4x1x1")()       # the normal schedule: chip 1's lands first
