@@ -25,7 +25,7 @@ from mkemu.isa.hardware import DEFAULT_PROFILE
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_values_joined(parser, sys.argv[1:] if argv is None else argv))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -44,6 +44,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--mesh -2x1x1` as `--mesh=-2x1x1`: argparse takes a value that starts with a dash
+    and is not a plain number for an option of its own, and fails with its usage text;
+    joined, the option's own check reports it in one line."""
+    takes_value: set[str] = set()
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += action.choices.values()
+            elif action.option_strings and action.nargs != 0:
+                takes_value.update(action.option_strings)
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token in takes_value and i + 1 < len(argv) and argv[i + 1][:2] in [f"-{d}" for d in "0123456789."]:
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(token)
+            i += 1
+    return out
 
 
 def entry() -> int:
@@ -130,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="at most N variants (default 32); a bigger space is searched with optuna")
     tune.add_argument("--objective", choices=("us_per_step", "cycles"), default="us_per_step",
                       help="what to minimise (default us_per_step; a plain program's run is one step)")
+    tune.add_argument("--schedules", type=int, default=None, metavar="N",
+                      help="also run every bit-exact variant under N adversarial DMA schedules (as mkemu run "
+                           "--schedules N: the first lands every DMA as late as synchronisation allows, the "
+                           "others in seeded random orders) and reject any that changes bits, faults or "
+                           "deadlocks (at most 1000). Default: only the best is run again, under the late "
+                           "schedule, and if it fails the next best; 0: no variant is")
     _scale_out_options(tune)
     tune.add_argument("--out", metavar="JSON", help="the record of every trial (default: PROGRAM's name "
                       "+ .tune.json in this folder; --resume's file when resuming)")
@@ -585,6 +615,7 @@ def _print_params(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    from mkemu.run import MAX_SCHEDULES
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
@@ -601,6 +632,9 @@ def cmd_tune(args) -> int:
     if args.timing_only:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
+    if args.schedules is not None and not 0 <= args.schedules <= MAX_SCHEDULES:   # (as `mkemu run`'s)
+        raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {args.schedules}",
+                          key="--schedules")
     out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
     out_flag = "--resume" if args.out is None and args.resume else "--out"   # (the flag that named it)
     check_writable(out, out_flag)
@@ -613,14 +647,17 @@ def cmd_tune(args) -> int:
     space = make_space(default.params, default.driver_set, base.options.params, _tune_params(args.param), args.file)
     check_default_error(base, default, space, args.budget)
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
-                scheduler=args.scheduler)
+                scheduler=args.scheduler, schedules=args.schedules)
     tune.plan()   # (without optuna for a space it needs: one error line, before the header)
     if args.resume:
         tune.cache = load_resume(args.resume, tune.settings(), tune.searched())
     where = f"Dask scheduler {args.scheduler}" if args.scheduler else (
         f"{args.jobs} local processes" if args.jobs > 1 else "this process")
+    # (without --schedules the best is run again under the late schedule: the last line says so)
+    schedules = ("" if args.schedules is None else ", no adversarial DMA schedules" if args.schedules == 0
+                 else f", every bit-exact variant also under {plural(args.schedules, 'adversarial DMA schedule')}")
     print(f"tune {args.file}: {plural(space.size, 'variant')} of {', '.join(space.names)}, budget {args.budget}, "
-          f"objective {args.objective}, seed {args.seed}, on {where}", file=sys.stderr)
+          f"objective {args.objective}, seed {args.seed}, on {where}{schedules}", file=sys.stderr)
 
     def progress(record):
         # ([N] is the trial's index in the record, as "same build as trial N" and the
@@ -629,6 +666,8 @@ def cmd_tune(args) -> int:
         what = (format_objective(record["objective"], tune.objective) if record["status"] == "ok"
                 else f"rejected: {record['reason']}")
         again = (f" ({same_build_text(tune, record)}: not run)" if record.get("same_as") is not None
+                 else " (the best so far, run again under the late DMA schedule)" if tune.checking == "run"
+                 else " (the best so far; its late DMA schedule from the record)" if tune.checking
                  else " (from the record)" if record.get("resumed") else f" ({record['wall_s']:.1f} s)")
         print(f"[{record['index']}] {' '.join(f'{k}={v}' for k, v in record['params'].items())}: {what}{again}",
               file=sys.stderr, flush=True)

@@ -165,3 +165,14 @@ def test_a_rejection_reason_is_one_line_when_the_compile_error_has_notes():
 
     error = SourceError([Diagnostic(SourceSpan("p.mk", 3, 5), "kernel 'k' needs 9 bytes\nthis buffer brings it to 9")])
     assert rejection(error) == "compile error: p.mk:3:5: kernel 'k' needs 9 bytes; this buffer brings it to 9"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "vector_add", "--hw", "test", "--mesh", "-2x1x1"], "--mesh: error: bad mesh '-2x1x1'"),
+    (["sweep", "vector_add", "--hw", "test", "--mesh", "-2x1x1"], "--mesh: error: bad mesh '-2x1x1'"),
+    (["run", "vector_add", "--hw", "test", "--seed", "-5"], "--seed: error: --seed must be an integer >= 0"),
+])
+def test_a_value_that_starts_with_a_dash_is_the_option_s_own_one_line_error(capsys, argv, message):
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert err.strip().startswith(message) and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
