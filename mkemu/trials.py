@@ -6,7 +6,11 @@ inputs file, and the text of a hardware profile when the trial's profile is a va
 made up by a sweep) and returns a JSON-ready dict: `status` ("ok" or "rejected"), `reason` (why rejected),
 the run's `report` and `wall_s`. A run that faults, deadlocks, races, fails to
 compile or has no bit-exact reference check is rejected with its reason, never
-raised: one bad variant must not stop a search.
+raised: one bad variant must not stop a search. A trial may also ask for adversarial
+DMA schedules (`Trial.schedules`, `mkemu run --schedules`'s runs: `run_schedules`):
+a bit-exact run is then run again under each, and rejected if one of them faults,
+deadlocks or changes a bit (`schedule_failure`); the outcomes are its report's
+`schedules`, as in `mkemu run --json`.
 
 `run_trials` runs a list of trials in this process (one job), in local processes
 (`jobs` > 1, a `ProcessPoolExecutor`), or on a Dask distributed cluster (a
@@ -24,12 +28,13 @@ alike.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -49,13 +54,15 @@ _DROPPED = ("per_core", "trace", "program", "dump", "routing_record")
 @attrs.frozen
 class Trial:
     """One run: the program (an absolute path), its options (no trace), a `.npz` of
-    inputs for a plain program, and the TOML text of the hardware profile when it is
-    not a shipped name or file (then `options.hw` is ignored)."""
+    inputs for a plain program, the TOML text of the hardware profile when it is
+    not a shipped name or file (then `options.hw` is ignored), and how many adversarial
+    DMA schedules a bit-exact run is checked under as well (`run_schedules`)."""
 
     file: str
     options: Options
     inputs: str | None = None
     hw_toml: str | None = None
+    schedules: int = 0
 
 
 def trial(file: str, options: Options, inputs: str | None = None) -> Trial:
@@ -78,14 +85,12 @@ def run_trial(trial: Trial) -> dict:
     from mkemu.run import execute
 
     t0 = time.perf_counter()
+    schedules = None
     try:
-        if trial.hw_toml is None:
-            report, _ = execute(trial.file, trial.options, inputs=trial.inputs)
-        else:
-            with tempfile.TemporaryDirectory(prefix="mkemu-hw-") as tmp:
-                hw = Path(tmp) / "variant.toml"
-                hw.write_text(trial.hw_toml)
-                report, _ = execute(trial.file, Options.of(trial.options, hw=str(hw)), inputs=trial.inputs)
+        with _options_of(trial) as options:
+            report, _ = execute(trial.file, options, inputs=trial.inputs)
+            if trial.schedules and report.get("bit_exact") is True:
+                schedules = _check_schedules(trial.file, options, trial.schedules, report, trial.inputs)
     except MkemuError as exc:
         return {"status": "rejected", "reason": rejection(exc), "report": None,
                 "wall_s": round(time.perf_counter() - t0, 3)}
@@ -98,8 +103,67 @@ def run_trial(trial: Trial) -> dict:
         # (a timing-only run computes nothing: its time is all it has, and a sweep takes it;
         # `mkemu tune` refuses --timing-only before any run)
         status, reason = "rejected", "no reference check: the program names no reference"
+    elif schedules is not None:
+        report["schedules"] = schedules
+        failed = schedule_failure(schedules)
+        if failed is not None:
+            status, reason = "rejected", failed
     return {"status": status, "reason": reason, "report": report,
             "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+@contextlib.contextmanager
+def _options_of(trial: Trial) -> Iterator[Options]:
+    """The trial's options; for a profile given as TOML text, naming a file of it that
+    lasts as long as the block."""
+    if trial.hw_toml is None:
+        yield trial.options
+        return
+    with tempfile.TemporaryDirectory(prefix="mkemu-hw-") as tmp:
+        hw = Path(tmp) / "variant.toml"
+        hw.write_text(trial.hw_toml)
+        yield Options.of(trial.options, hw=str(hw))
+
+
+def run_schedules(trial: Trial, count: int, normal: dict) -> list[dict]:
+    """The outcomes of `count` adversarial DMA schedules of `trial` (those of `mkemu run
+    --schedules count`: the late one, then shuffled with seeds 1, 2, ...), each compared
+    with `normal`, the report of its normal run (as a trial's record holds it): JSON-ready
+    entries `schedule`, `seed`, `outcome` (`same`, `changed bits`, `fault` or `deadlock`),
+    `detail` and, for a run that finished, `cycles`."""
+    with _options_of(trial) as options:
+        return _check_schedules(trial.file, options, count, normal, trial.inputs)
+
+
+def _check_schedules(file: str, options: Options, count: int, normal: dict, inputs: str | None) -> list[dict]:
+    from mkemu.run import check_schedules
+
+    return json.loads(json.dumps(check_schedules(file, options, count, normal, inputs=inputs), default=_json_default))
+
+
+SCHEDULE_OUTCOMES = ("same", "changed bits", "fault", "deadlock")
+
+
+def schedule_failure(entries: list[dict]) -> str | None:
+    """Why a run is rejected for its adversarial schedules (`run_schedules`), one line
+    naming the first that failed: "under the late schedule: [race] at chip 0, ...
+    (at FILE:LINE:COL: ...)"; None when every one gave the normal run's bits."""
+    for entry in entries:
+        if entry.get("outcome") == "same":
+            continue
+        name = ("the late schedule" if entry.get("schedule") == "late"
+                else f"the {entry.get('schedule')} schedule, seed {entry.get('seed')}")
+        lines = str(entry.get("detail") or entry.get("outcome")).splitlines() or [str(entry.get("outcome"))]
+        if entry.get("outcome") in ("fault", "deadlock"):
+            # (a fault's text, "fault [race] at ...: ..." then its instruction and source
+            # lines, as `rejection` words a fault of the normal run)
+            source = next((line.strip().removeprefix("source: ") for line in lines[1:]
+                           if line.strip().startswith("source: ")), None)
+            what = lines[0].removeprefix("fault ") + (f" (at {source})" if source else "")
+        else:
+            what = f"changed bits: {lines[0].removeprefix('FAIL: ')}"
+        return f"under {name}: {what}"
+    return None
 
 
 def rejection(exc: MkemuError) -> str:

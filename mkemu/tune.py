@@ -13,7 +13,16 @@ same as an earlier trial's (`build_of`) is not run but takes that trial's result
 marked `same_as` it, and does not count toward the budget (which is of runs). The
 others are run (`mkemu.trials`); one that fails to compile,
 faults, deadlocks, races, changes an output bit or has no reference check is
-rejected with its reason and can never win. The record (`--out`, JSON) holds every
+rejected with its reason and can never win.
+
+A race may show only when DMAs land in another order than the normal schedule's, so
+a variant is also run under adversarial DMA schedules (`mkemu run --schedules`'s) before
+it can win: by default only the best, under the late schedule, after the search
+(`Tune.check_best`: one that fails is rejected and the next best checked, until one
+passes); with `--schedules N` every bit-exact trial, under N schedules, as it runs
+(`Trial.schedules`); with `--schedules 0` none (`Tune.plan_schedules`).
+
+The record (`--out`, JSON) holds every
 trial and is rewritten atomically after each one; `--resume` reads such a record
 and reuses its finished trials instead of running them again, so an interrupted
 tune continues where it stopped and ends as an uninterrupted one would have.
@@ -36,7 +45,7 @@ from mkemu.errors import ConfigError, SourceError, not_text
 from mkemu.isa.program import ParamInfo
 from mkemu.options import Options
 from mkemu.runner import atomic_write
-from mkemu.trials import Trial, breakdown, objective_of, run_trials
+from mkemu.trials import SCHEDULE_OUTCOMES, Trial, breakdown, objective_of, run_schedules, run_trials, schedule_failure
 
 FORMAT = "mkemu-tune/1"
 # Variants asked from the sampler at a time: fixed, so that the sampler sees the same
@@ -46,6 +55,9 @@ BATCH = 8
 # is stopped after this many proposals per budgeted run, so a search of a space that
 # it keeps circling ends.
 MAX_ASKS_PER_RUN = 20
+# Adversarial DMA schedules the best bit-exact variant is checked under when the tune
+# is not given --schedules: the first of `mkemu run --schedules`, the late one.
+BEST_SCHEDULES = 1
 
 
 @attrs.frozen
@@ -245,10 +257,25 @@ class Tune:
     progress: Callable[[dict], None] | None = None
     started: float = attrs.Factory(time.perf_counter)
     inputs_identity: dict | None = None                   # `identity(base)`, read once
+    schedules: int | None = None                          # --schedules N (None: not given)
+    # In `check_best` (for `progress`): "run" when the best was just run under the
+    # schedules, "record" when their outcomes came from the resumed record; else None.
+    checking: str | None = None
+
+    def plan_schedules(self) -> dict[str, int]:
+        """The adversarial DMA schedules the tune runs (the record's `schedules`):
+        `trials`, how many every bit-exact trial runs as it runs (--schedules N), and
+        `best`, how many the best bit-exact variant runs after the search
+        (`check_best`): 1, the late schedule, when --schedules is not given."""
+        if self.schedules is None:
+            return {"trials": 0, "best": BEST_SCHEDULES}
+        return {"trials": self.schedules, "best": 0}
 
     def searched(self) -> dict:
-        """What a resumed record's search must be too (`load_resume`): its budget and space."""
-        return {"budget": self.budget, "space": {n: list(self.space.values[n]) for n in self.space.names}}
+        """What a resumed record's search must be too (`load_resume`): its budget, space
+        and adversarial schedules."""
+        return {"budget": self.budget, "space": {n: list(self.space.values[n]) for n in self.space.names},
+                "schedules": self.plan_schedules()}
 
     def settings(self) -> dict:
         """What makes two tunes' trials interchangeable (checked on --resume)."""
@@ -282,6 +309,7 @@ class Tune:
             if not in_space:
                 self.evaluate([space.default])   # the baseline, outside what the sampler picks from
             self.optuna_search(self.budget - len(self.trials), in_space)
+        self.check_best()
         self.save(finished=True)
 
     def build(self, params: dict[str, int]) -> str | None:
@@ -311,6 +339,10 @@ class Tune:
             cached = self.cache.get(label(record["params"]))
             if record["default"] and self.base.options.record_routing is not None:
                 cached = None     # (its run writes --record-routing: taken from the record, it would not)
+            if cached is not None and self.plan_schedules()["best"] and _failed_schedules(cached):
+                # A variant `check_best` rejected after the search was bit-exact in it (and
+                # the sampler was told so): it is again, until `check_best` rejects it again.
+                cached = {**cached, "status": "ok", "reason": None}
             if cached is not None:
                 self.finish(record, cached, resumed=True)
             else:
@@ -319,16 +351,51 @@ class Tune:
         # (now, or as soon as the trial it is the same build as finishes).
         self.waiting += same
         self.settle()
-        base = self.base
-        # Only the default build writes --record-routing: variants may route on other
-        # cores (SCHEME) or get other bits, and with --jobs the last to finish would win.
-        trials = [attrs.evolve(base, options=Options.of(
-                      base.options, params={**base.options.params, **r["params"]},
-                      record_routing=base.options.record_routing if r["default"] else None))
-                  for r in todo]
+        trials = [self.trial_of(r, schedules=self.plan_schedules()["trials"]) for r in todo]
         run_trials(trials, lambda i, result: self.finish(todo[i], result), jobs=self.jobs,
                    scheduler=self.scheduler)
         return records
+
+    def trial_of(self, record: dict, schedules: int = 0) -> Trial:
+        """The run of the trial `record`: the base run with its params."""
+        base = self.base
+        # Only the default build writes --record-routing: variants may route on other
+        # cores (SCHEME) or get other bits, and with --jobs the last to finish would win.
+        return attrs.evolve(base, options=Options.of(
+            base.options, params={**base.options.params, **record["params"]},
+            record_routing=base.options.record_routing if record["default"] else None), schedules=schedules)
+
+    def check_best(self) -> None:
+        """Run the best bit-exact variant under `plan_schedules()["best"]` adversarial DMA
+        schedules (in this process, after the search); one that faults, deadlocks or
+        changes a bit is rejected with the schedule's reason, with every trial of its
+        build, and the next best is checked, until one passes or none is left. A variant
+        whose report already holds its schedules' outcomes (a resumed record's) is not
+        run again."""
+        count = self.plan_schedules()["best"]
+        if not count:
+            return
+        try:
+            while ranked := self.ranking():
+                best = ranked[0]        # (never a trial of a build tried before: `ranking`)
+                entries = best["report"].get("schedules")
+                self.checking = "record" if entries is not None else "run"
+                if entries is None:
+                    entries = run_schedules(self.trial_of(best), count, best["report"])
+                    best["report"] = {**best["report"], "schedules": entries}
+                failed = schedule_failure(entries)
+                same = [t for t in self.trials if t.get("same_as") == best["index"]]
+                for t in (best, *same):
+                    t["report"] = best["report"]
+                    if failed is not None:
+                        t.update(status="rejected", reason=failed, objective=None)
+                self.save(finished=False)
+                if failed is None:
+                    return
+                for t in (best, *same) if self.progress else ():
+                    self.progress(t)
+        finally:
+            self.checking = None
 
     def finish(self, record: dict, result: dict, resumed: bool = False) -> None:
         record.update(status=result["status"], reason=result["reason"],
@@ -444,10 +511,36 @@ def _without_outputs(setting):
     return {k: v for k, v in setting.items() if k not in _OUTPUT_OPTIONS} if isinstance(setting, dict) else setting
 
 
+def _failed_schedules(trial: dict) -> bool:
+    """Was `trial` rejected for an adversarial schedule (its normal run bit-exact)?"""
+    report = trial.get("report")
+    return (trial.get("status") == "rejected" and isinstance(report, dict)
+            and isinstance(report.get("schedules"), list) and schedule_failure(report["schedules"]) is not None)
+
+
+def schedules_text(plan) -> str:
+    """What a tune's `schedules` (`Tune.plan_schedules`) checks, in words."""
+    if plan == {"trials": 0, "best": BEST_SCHEDULES}:
+        return "the best variant under the late schedule (no --schedules)"
+    if isinstance(plan, dict) and plan.get("best") == 0 and isinstance(plan.get("trials"), int):
+        n = plan["trials"]
+        if n == 0:
+            return "no adversarial schedule (--schedules 0)"
+        return f"every bit-exact trial under {n} adversarial schedule{'s' if n != 1 else ''} (--schedules {n})"
+    return repr(plan)
+
+
+# What a record written before tunes ran adversarial schedules is taken for: its trials
+# ran none, as a tune's without --schedules do (that tune runs them only to check the
+# best after the search, which resuming such a record then does).
+_OLD_SCHEDULES = {"trials": 0, "best": BEST_SCHEDULES}
+
+
 def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[str, dict]:
     """The finished trials of a tune record, by label, after checking it is the same tune:
-    the same `settings`, and the same `search` (its `budget` and `space`: another would
-    run other variants, and writing the record back would drop trials it holds)."""
+    the same `settings`, and the same `search` (its `budget`, `space` and `schedules`:
+    another would run other variants or check them otherwise, and writing the record
+    back would drop trials it holds)."""
     try:
         doc = json.loads(_read_record(path).decode("utf-8"))
     except OSError as exc:
@@ -475,6 +568,13 @@ def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[s
             raise ConfigError(f"the record is of another tune: its {key} is {recorded!r}, this tune's is "
                               f"{mine!r}", file=path, key=key)
     for key, mine in (search or {}).items():
+        if key == "schedules":
+            recorded = doc.get(key, _OLD_SCHEDULES)
+            if recorded != mine:
+                raise ConfigError(f"the record is of another search: it checked {schedules_text(recorded)}, this "
+                                  f"tune checks {schedules_text(mine)}: resume with the record's --schedules, or "
+                                  "start a new tune", file=path, key=key)
+            continue
         if key in doc and doc[key] != mine:
             flag = "--param" if key == "space" else f"--{key}"
             raise ConfigError(f"the record is of another search: its {key} is {doc[key]!r}, this tune's is "
@@ -550,17 +650,25 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
         bad("\"report\" is not an object")
     if t["status"] == "ok" and t["report"] is None:
         bad("an \"ok\" trial has no report (\"report\" is null)")
-    if t["status"] == "ok" or t["report"]:
+    schedules = t["report"].get("schedules") if t["report"] else None
+    if schedules is not None and not (isinstance(schedules, list) and all(
+            isinstance(e, dict) and e.get("outcome") in SCHEDULE_OUTCOMES and isinstance(e.get("schedule"), str)
+            for e in schedules)):
+        bad("its report's \"schedules\" is not a list of schedule outcomes")
+    # (a trial rejected for a schedule was bit-exact in its normal run: a resumed tune may
+    # rank it again until it checks it, `Tune.evaluate`)
+    ranked = t["status"] == "ok" or _failed_schedules(t)
+    if ranked or t["report"]:
         try:
             figures = breakdown(t["report"])
             figures = [figures["total"], *figures["parts"].values()]
-            if t["status"] == "ok":
+            if ranked:
                 figures.append(objective_of(t["report"], objective))
         except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
             bad(f"its report cannot be read ({type(exc).__name__}: {exc})")
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in figures):
             bad("its report's times are not all finite numbers")
-        if t["status"] == "ok" and not figures[-1] > 0:   # (a run takes time; speedups divide by it)
+        if ranked and not figures[-1] > 0:   # (a run takes time; speedups divide by it)
             bad(f"its {objective} is {figures[-1]!r}, not more than 0")
 
 
@@ -592,16 +700,27 @@ def render(tune: Tune) -> str:
     ranked = tune.ranking()
     if ranked:
         best = ranked[0]
+        checked = _checked_text(tune.plan_schedules())
         if best["default"]:
-            lines.append(f"best: the default ({label(best['params'])}); no variant was faster")
+            lines.append(f"best: the default ({label(best['params'])}); no variant was faster; {checked}")
         elif base:
             lines.append(f"best: {label(best['params'])}, {base / best['objective']:.3f}x the default "
-                         f"({label(space.default)})")
+                         f"({label(space.default)}); {checked}")
         else:
-            lines.append(f"best: {label(best['params'])} (the default was rejected)")
+            lines.append(f"best: {label(best['params'])} (the default was rejected); {checked}")
     else:
         lines.append("no variant was bit-exact: nothing to recommend")
     return "\n".join(lines)
+
+
+def _checked_text(plan: dict) -> str:
+    """What the best was checked under besides the normal DMA schedule, for its line."""
+    if plan["best"]:
+        return "the same bits under the late DMA schedule"
+    n = plan["trials"]
+    if n:
+        return f"the same bits under {n} adversarial DMA schedule{'s' if n != 1 else ''}"
+    return "not run under other DMA schedules (--schedules 0)"
 
 
 def same_build_text(tune: Tune, trial: dict) -> str:

@@ -45,7 +45,7 @@ def test_an_enumerated_tune_its_output_and_its_record(capsys, tmp_path):
     assert [t["default"] for t in record["trials"]] == [True, False, False, False]
     assert [t["status"] for t in record["trials"]] == ["ok", "rejected", "ok", "rejected"]
     # The record, key by key as the table in the doc.
-    assert set(record) == {"format", "settings", "search", "budget", "space", "default", "finished", "best",
+    assert set(record) == {"format", "settings", "search", "budget", "space", "default", "finished", "best", "schedules",
                            "wall_s", "trials"}
     assert record["format"] == "mkemu-tune/1" and set(record["settings"]) == SETTINGS
     assert record["settings"]["program"] == str(Path(SCALE).resolve())
