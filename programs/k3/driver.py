@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -579,9 +580,20 @@ def _dump(directory: str, weights, prompt, ref_logits, emu_logits, ref_state, ro
                          ("inputs.npz", {"prompt": prompt}),
                          ("reference.npz", {"logits": stacked(ref_logits), **ref_state.arrays()}),
                          ("emulator.npz", {"logits": stacked(emu_logits)})):
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
-        mkemu.atomic_write(str(path / name), buf.getvalue())
+        mkemu.atomic_write(str(path / name), _npz(arrays))
+
+
+def _npz(arrays: dict) -> bytes:
+    """What `np.savez_compressed` writes (`np.load` reads it), at zlib's fastest level: on
+    float32 arrays of bf16 values, whose low halves are zeros, the default level took
+    16x as long for 10% less (k3-mini's weights: 52.6 s against 3.3 s, 47% against 52%
+    of their bytes)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for key, array in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+    return buf.getvalue()
 
 
 def render(report: dict) -> str:
