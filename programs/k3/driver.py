@@ -30,7 +30,8 @@ from .config import load_config
 from .reference_steps import ReferenceSteps, next_input, reference_state, replay_reference
 from . import homes
 from . import timing
-from .config import param_counts
+from .config import param_counts, tensor_specs
+from mkemu.isa.program import storage_bytes
 from .weights import MAX_GENERATED_PARAMS, generate_weight_bits
 
 COLLECTIVE_REGIONS = ("allgather", "allreduce", "alltoall", "collective", "reduce_scatter")
@@ -146,10 +147,18 @@ def _check_mode(opts: dict, cfg) -> None:
             raise ConfigError(f"--{key.replace('_', '-')} applies to --timing-only runs", key=f"--{key.replace('_', '-')}")
     total = param_counts(cfg).total
     if total > MAX_GENERATED_PARAMS:
+        # (as stored: bf16, the routed experts in their own dtype, MXFP4 or bf16)
+        stored = sum(storage_bytes(cfg.expert_dtype if spec.routed else "bf16", spec.shape)
+                     for spec in tensor_specs(cfg))
         raise ConfigError(
-            f"model '{cfg.name}' has {total:,} parameters: a data run would hold about {2 * total:,} bytes "
-            f"of bf16 weights on every chip and {4 * total:,} more for the numpy reference; "
-            "run it with --timing-only", key="--model")
+            f"model '{cfg.name}' has {total:,} parameters: a data run would generate about {stored:,} bytes "
+            f"of weights ({_gib(stored)} as stored, the routed experts {cfg.expert_dtype}) and {4 * total:,} "
+            f"more for the numpy reference ({_gib(4 * total)} of float32); run it with --timing-only",
+            key="--model")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):,.0f} GiB"
 
 
 def _check_lengths(opts: dict) -> None:
