@@ -198,9 +198,10 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
     trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
     trace.add_argument("--top", type=int, metavar="N", help="how many HBM bubble sites to list (default 5)")
-    trace.add_argument("--perfetto", metavar="OUT.pftrace",
-                       help="write a Perfetto protobuf trace (open at ui.perfetto.dev); honours "
-                            "--chip/--core/--from/--to")
+    trace.add_argument("--perfetto", metavar="OUT",
+                       help="write a Perfetto trace (open at ui.perfetto.dev) to OUT.pftrace or OUT.json: a name "
+                            "ending in .json gets Chrome trace-event JSON (also chrome://tracing), any other a "
+                            "protobuf trace; honours --chip/--core/--from/--to")
     trace.add_argument("--html", metavar="OUT.html", help="write a timeline page (self-contained HTML/SVG); "
                        "honours --chip/--core/--from/--to")
     trace.add_argument("--plot", metavar="OUT.png", help="write a timeline PNG (needs the [plot] extra: "
@@ -461,7 +462,7 @@ def cmd_trace(args) -> int:
     if args.perfetto:
         from mkemu.tools.perfetto import to_perfetto
 
-        atomic_write(args.perfetto, to_perfetto(trace, v))
+        atomic_write(args.perfetto, to_perfetto(trace, v, path=args.perfetto))
     if args.html:
         from mkemu.tools.plot import to_html
 
