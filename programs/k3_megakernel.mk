@@ -14,9 +14,9 @@ import "k3/vmem.mk";
 
 reference "mkemu.programs.k3.driver:drive";
 
-// The collective buffers rotate over 2 slots by layer parity; a barrier every GROT layers
-// keeps a fast core from writing a slot a slow core still reads (docs/k3_programs.md).
-const GROT = 2;
+// The collective buffers rotate over GROT slots by layer with a barrier every GROT layers, so a
+// fast core never writes a slot a slow core still reads (docs/k3_programs.md: why not 1 or 4).
+param GROT = 2 in {2, 3} "slots the collective buffers rotate over by layer (slot l % GROT), a barrier every GROT layers";
 
 // The next layer's attention (or, after the last layer, the LM head) starts streaming:
 // its tiles in the weight ring's first half, free once this layer's experts are done.

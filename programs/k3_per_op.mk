@@ -26,7 +26,7 @@ reference "mkemu.programs.k3.driver:drive";
 
 // The library's VMEM all-reduce is not used here (kernel boundaries, HBM parts); its
 // buffers, sized for one slot, are only part of the working sets the kernels share.
-const GROT = 1;
+param GROT = 1 in {1} "slots of the library's collective buffers: one (not used here: kernel boundaries order everything)";
 
 assert NMLA == NLAYERS / 4 + i32(NLAYERS % 4 != 0),
     "k3_per_op.mk unrolls the K3 layer layout (MLA at l % 4 == 3 and at the last layer)";

@@ -20,7 +20,7 @@ import "k3/embed.mk";
 reference "mkemu.programs.k3.driver:drive";
 
 // One layer per launch: one set of collective buffers (launch boundaries order the uses).
-const GROT = 1;
+param GROT = 1 in {1} "slots of the collective buffers: one, as a super-operator is one layer (launch boundaries order the uses)";
 
 // What every layer's super-operator starts with: the residual stream h (from this chip's
 // HBM), this layer's plan row and norm weight, the position, and the normed input.

@@ -18,9 +18,9 @@ import "coll.mk";
 const KWC = (5 * NTL + 1) * HD;      // KDA x-projection columns: 5 blocks per task, then beta
 const MXC = (NLATC + NHL) * HD;      // MLA x-projection columns: the latent blocks, then the gates
 const NOL = max(NHL, NTL);           // heads or tasks a core holds
-
-// A kernel's attention working set.
-struct AttnBufs {
+param HR_SLOTS = 2 in {1, 2, 3, 4} "slots of the head-row ring (megakernel, super-operators): the depth of the attention output projection's pipeline, a tile one head's 128 rows of wo";
+param CR_SLOTS = 2 in {1, 2, 3, 4} "slots of the MLA cache ring (megakernel, super-operators): the depth of the absorbed attention's pipeline, a tile one sequence's cache";
+struct AttnBufs {                                // a kernel's attention working set
     kcw: vmem bf16[2 * NTL][3 * CONVK, HD];      // conv taps of q, k, v, per task (slot set sl)
     kad: vmem bf16[2 * NTL][2, HD];              // A_log, dt_bias
     kon: vmem bf16[2][1, HD];                    // the output norm
@@ -37,11 +37,11 @@ struct AttnBufs {
     ctx: vmem f32[NHL][BATCH, KVRANK];           // MLA: each head's context
     ckv: vmem bf16[BATCH, KVRANK];               // MLA: the new latent (the cache row)
     cqb: vmem bf16[BATCH, QRANK];                // MLA: the normalised query latent
-    hr: vmem bf16[2][HD, DIM];                   // a head's rows of wo (its ring)
-    cr: vmem bf16[2][MAXSEQ, KVRANK];            // one sequence's MLA cache (its ring)
-    hrs: sem[2];
-    crs: sem[2];
-    wa: sem[2];                                  // side fetches of slot set sl
+    hr: vmem bf16[HR_SLOTS][HD, DIM];            // a head's rows of wo (its ring)
+    cr: vmem bf16[CR_SLOTS][MAXSEQ, KVRANK];     // one sequence's MLA cache (its ring)
+    hrs: sem[HR_SLOTS];
+    crs: sem[CR_SLOTS];
+    wa: sem[max(2, GROT)];                       // side fetches, by the layer rotation's slot g (coll.mk)
     stw: sem;                                    // state and cache write-backs
     sb: smem i32[1];                             // SPEC: spec_base (K3Io), loaded by the kernel first
 }

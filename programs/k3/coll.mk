@@ -1,7 +1,7 @@
 // The collective buffers of the megakernel and the super-operators: where other cores'
 // pushes land (written by DMAs only, read after their semaphore counted every byte),
-// one set per slot g = 0 .. GROT-1 (the megakernel rotates them by layer parity, GROT =
-// 2, with a barrier every second layer; a super-operator is one layer, GROT = 1).
+// one set per slot g = 0 .. GROT-1 (the megakernel rotates them by layer, slot l % GROT,
+// GROT = 2 or 3, with a barrier every GROT layers; a super-operator is one layer, GROT = 1).
 import "reduce.mk";
 import "stream.mk";
 

@@ -88,7 +88,7 @@ fn ag_finish<NS>(site: vmem f32[BATCH, NS], nb: i32, me: i32, nt: i32, rsem: sem
 // waits for its blocks and pushes them on to the rest of its group (counted on rsem as
 // before): two rounds of about sqrt(nt) pushes instead of one of nt, the same bytes,
 // the same bits. A relay's semaphore must not see the next use of its site early: the
-// super-operators (GROT = 1) order the uses by kernel boundaries; the megakernel's two
+// super-operators (GROT = 1) order the uses by kernel boundaries; the megakernel's GROT
 // slots would need one per site and slot, which its semaphore budget does not have, so
 // it always pushes directly.
 param AG_DIRECT_MAX = 64 in {0, 16, 32, 64, 128, 256, 1024} "cores up to which an all-gather of the super-operators pushes every block straight to every consumer, instead of through one relay per group of consumers";

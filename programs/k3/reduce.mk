@@ -13,8 +13,8 @@
 //   core receives only its blocks.
 //
 // Either way every output element is psum over all parts in the contract's order, so
-// the bits are the same. The parts buffers rotate over GROT slots (defined by the
-// program: the megakernel 2, by layer parity; the super-operators 1).
+// the bits are the same. The parts buffers rotate over GROT slots (a param of the
+// program: the megakernel 2 or 3, by layer; the super-operators 1).
 import "allreduce.mk";
 import "gather.mk";
 import "shard.mk";
