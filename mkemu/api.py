@@ -494,6 +494,9 @@ class Run:
         elif not isinstance(expected, Mapping):
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "
                               f"{type(expected).__name__}", key="expected")
+        elif not expected:
+            raise ConfigError("check() was given no expected outputs: nothing would be compared, and the run "
+                              "would be recorded bit-exact", key="expected")
         mismatch = None
         for key, value in expected.items():
             if not isinstance(key, str):

@@ -47,22 +47,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """`--mesh -2x1x1` as `--mesh=-2x1x1`: argparse takes a value that starts with a dash
-    and is not a plain number for an option of its own, and fails with its usage text;
-    joined, the option's own check reports it in one line."""
+    """`--mesh -2x1x1` as `--mesh=-2x1x1` (and `-o -x.txt` as `-o-x.txt`): argparse takes
+    a value that starts with a dash for an option of its own, and fails with its usage
+    text; joined, the option's own check reports it in one line. A following token that
+    is an option of the command is left alone."""
     takes_value: set[str] = set()
+    options: set[str] = {"--"}
     parsers = [parser]
     while parsers:
         for action in parsers.pop()._actions:
             if isinstance(action, argparse._SubParsersAction):
                 parsers += action.choices.values()
-            elif action.option_strings and action.nargs != 0:
+                continue
+            options.update(action.option_strings)
+            if action.option_strings and action.nargs != 0:
                 takes_value.update(action.option_strings)
     out, i = [], 0
     while i < len(argv):
         token = argv[i]
-        if token in takes_value and i + 1 < len(argv) and argv[i + 1][:2] in [f"-{d}" for d in "0123456789."]:
-            out.append(f"{token}={argv[i + 1]}")
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if token in takes_value and value is not None and value.startswith("-") and value != "-" \
+                and value.partition("=")[0] not in options:
+            out.append(f"{token}={value}" if token.startswith("--") else f"{token}{value}")
             i += 2
         else:
             out.append(token)

@@ -228,6 +228,8 @@ def test_a_driven_program_runs_through_its_driver():
     with pytest.raises(mkemu.ConfigError, match="checks the outputs itself"):
         run.check()
     assert run.check({"logits@0": run.output("logits")}) is None
+    with pytest.raises(mkemu.ConfigError, match="no expected outputs"):
+        run.check({})
     with pytest.raises(mkemu.ConfigError, match="driver writes its own inputs"):
         k3(tokens=np.zeros(1, np.int32))
     session = k3.session()

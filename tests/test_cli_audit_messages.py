@@ -171,6 +171,9 @@ def test_a_rejection_reason_is_one_line_when_the_compile_error_has_notes():
     (["run", "vector_add", "--hw", "test", "--mesh", "-2x1x1"], "--mesh: error: bad mesh '-2x1x1'"),
     (["sweep", "vector_add", "--hw", "test", "--mesh", "-2x1x1"], "--mesh: error: bad mesh '-2x1x1'"),
     (["run", "vector_add", "--hw", "test", "--seed", "-5"], "--seed: error: --seed must be an integer >= 0"),
+    (["run", "vector_add", "--hw", "-test"], "--hw: error: unknown hardware profile '-test'"),
+    (["run", "vector_add", "--hw", "test", "--set", "-N=1"], "--set: error: --set wants NAME=INTEGER, got '-N=1'"),
+    (["run", "k3_megakernel", "--model", "-k3-tiny"], "--model: error: unknown model '-k3-tiny'"),
 ])
 def test_a_value_that_starts_with_a_dash_is_the_option_s_own_one_line_error(capsys, argv, message):
     assert main(argv) == 1
