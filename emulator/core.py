@@ -40,7 +40,7 @@ from mkemu.isa.semantics import FAULTS, LANES, ROWS
 TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop hands them over
 TRACE_REGION_ROWS = 1 << 12
 RACE_SLOTS = 64            # DMAs in flight a core's race check sees at once (grown on demand)
-LOG_ROWS = 1 << 12         # accesses logged per run-ahead before the loop hands them over
+LOG_ROWS = 1 << 12         # accesses logged before the loop hands them over (`Core.run_local`)
 
 
 @functools.lru_cache(maxsize=256)
@@ -243,14 +243,22 @@ class Core:
         self.dma_wait_cycles = {}
         self.sem_raisers: dict[int, tuple] = {}   # semaphore -> ((chip, core), pc, text, cycle)
         self.clear_in_flight()
+        self.log_paused = False    # the next `run_local` goes on with this run-ahead's log
         self.halted = False
 
     # -- the issue loop ------------------------------------------------------
 
-    def run_local(self) -> tuple[Op, int]:
+    def run_local(self) -> tuple[Op | None, int]:
         """Run until the next global instruction; return it and its issue time. The
-        accesses of this run-ahead are logged (for races found after the fact)."""
-        self.I[lp.H_NLOG] = 0
+        accesses of this run-ahead are logged (for races found after the fact). When the
+        log is full, the core pauses instead: (None, its clock), for the machine to catch
+        up with it and drop what no DMA issued from then on can race with
+        (`drop_logged_before`); the next call goes on with the same run-ahead. So the log
+        stays small however long a core runs without a global instruction."""
+        if self.log_paused:
+            self.log_paused = False
+        else:
+            self.I[lp.H_NLOG] = 0
         while True:
             code = self._loop(self.code, self.I, self.V, self.M, self.vmem, self.smem, self.mx_w,
                               self.mx_lhs, self.mx_acc, self.rstack, self.rstat, self.races,
@@ -262,13 +270,25 @@ class Core:
             if code == lp.EXIT_FAULT:
                 raise self._trap()
             if code == lp.EXIT_LOG_FULL:
-                self.access_log = np.concatenate([self.access_log, np.zeros_like(self.access_log)])
+                self.log_paused = True
+                return None, int(self.I[lp.H_T])
             if code == lp.EXIT_READBACK:
                 if self.I[lp.H_FLAGS] & lp.FLAG_TIMING_ONLY:
                     raise Trap("readback", f"this timing-only run reads back value {int(self.I[lp.H_RB_N]) + 1} "
                                            f"into a scalar, but only {int(self.I[lp.H_RB_N])} were supplied "
                                            "(the router's choices: see docs/k3.md, timing-only runs)")
                 self.readback = np.concatenate([self.readback, np.zeros_like(self.readback)])
+
+    def drop_logged_before(self, now: int) -> None:
+        """The machine's clock reached `now`: a DMA from now on is issued at `now` or
+        later, so the logged accesses before it can race with none (`Safety`). Drops
+        them; grows the log if what is left still fills half of it."""
+        log, n = self.access_log, int(self.I[lp.H_NLOG])
+        keep = np.flatnonzero(log[:n, 0] >= now)
+        log[:keep.size] = log[keep]
+        self.I[lp.H_NLOG] = keep.size
+        if 2 * keep.size >= log.shape[0]:
+            self.access_log = np.concatenate([log, np.zeros_like(log)])
 
     def retire(self, op: Op, issue: int) -> None:
         """Book the unit and the results of global `op` issued at `issue`."""

@@ -373,6 +373,10 @@ class Machine(DmaMixin):
                 t = issue
                 self.now = max(self.now, issue)
             core.pending = None
+            if op is None:
+                # Paused with its access log full: the machine has caught up with the core.
+                core.drop_logged_before(self.now)
+                continue
             try:
                 core.retire(op, issue)    # (a Trap: the max-instructions guard of global instructions)
                 blocked = self._global(core, op, issue)

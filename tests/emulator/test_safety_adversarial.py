@@ -205,3 +205,31 @@ def test_shuffle_lands_a_far_chip_s_push_before_a_near_one_s():
             outcomes.append("race")
     assert "race" in outcomes
     build(FIRST_PUSH_ASSUMED, mesh="4x1x1")()       # the normal schedule: chip 1's lands first
+
+
+@pytest.mark.parametrize("schedule", [("normal", 0), ("late", 0), ("shuffle", 1)])
+def test_a_long_run_ahead_keeps_its_race_check(schedule):
+    """Core 1 makes thousands of accesses before its racy read: its access log fills
+    many times over, and the core pauses each time for the machine to catch up (so the
+    log stays small); the read still races with the push, named at its own line."""
+    options = dict(schedule=schedule[0], schedule_seed=schedule[1])
+    fault = fault_of(RUN_AHEAD_LATER_RACE, params={"CORE0_RACES": 0, "LOOP": 5000}, **options)
+    assert fault.kind == "race" and (fault.chip, fault.core) == (0, 1), fault.render()
+    assert "o = inbox + 1.0;" in fault.source and "start copy(xv, inbox @" in fault.message
+
+
+def test_a_long_run_ahead_s_access_log_stays_small():
+    """A core that runs 100,000 vector loads without a global instruction: its log of
+    accesses (for races found after the fact) is cut back each time it fills."""
+    from mkemu.emulator.core import LOG_ROWS
+    from mkemu.emulator.machine import Machine
+    from mkemu.emulator.topology import Mesh
+    from mkemu.isa.asm import assemble
+    from mkemu.isa.hardware import load_profile
+
+    machine = Machine(load_profile("test"), Mesh((1, 1, 1)))
+    machine.load(assemble(".kernel main\n    li s6, 512\n    li s2, 100000\nloop:\n    vld.w v0, 0(s0), s6, m0\n"
+                          "    addi s1, s1, 1\n    blt s1, s2, loop\n    halt\n", "spin.s"))
+    result = machine.run()
+    assert result.instructions >= 2 * 300_000
+    assert max(core.access_log.shape[0] for core in machine.cores) <= 2 * LOG_ROWS
