@@ -39,6 +39,7 @@ import importlib.util
 import math
 import os
 import pickle
+import stat
 import sys
 import tempfile
 import threading
@@ -53,6 +54,7 @@ try:
 except ImportError:     # (not on Windows)
     fcntl = None
 
+from mkemu.errors import ConfigError
 from mkemu.shipped import programs_root
 
 MAX_PROGRAMS = 4096
@@ -63,13 +65,23 @@ MAX_MODULES = 8      # versions kept of each kind of generated module
 
 
 def cache_dir(sub: str = "") -> Path:
-    """A writable directory for mkemu's caches: `$XDG_CACHE_HOME/mkemu` or
-    `~/.cache/mkemu`, else a per-user temporary directory."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """A writable directory for mkemu's caches: `$XDG_CACHE_HOME/mkemu` (an absolute
+    `XDG_CACHE_HOME` only, as the XDG spec says) or `~/.cache/mkemu`, else a per-user
+    temporary directory, used only if this user owns it and no one else may write to it
+    (its code is imported: another user must not be able to plant a module there)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    for root in (Path(base) / "mkemu", Path(tempfile.gettempdir()) / f"mkemu-cache-{uid}"):
+    shared = Path(tempfile.gettempdir()) / f"mkemu-cache-{uid}"
+    for root in (Path(base) / "mkemu", shared):
         candidate = root / sub if sub else root
         try:
+            if root == shared:
+                root.mkdir(mode=0o700, exist_ok=True)
+                st = os.lstat(root)
+                if hasattr(os, "getuid") and (st.st_uid != uid or not stat.S_ISDIR(st.st_mode)
+                                              or st.st_mode & 0o022):
+                    continue
             candidate.mkdir(parents=True, exist_ok=True)
             # (a probe of this thread's own: threads of one process sharing one would
             # unlink each other's, and the cache would seem not writable)
@@ -79,7 +91,9 @@ def cache_dir(sub: str = "") -> Path:
             return candidate
         except OSError:
             continue
-    raise OSError("no writable cache directory for mkemu")
+    raise ConfigError(f"no writable cache directory for mkemu: neither {Path(base) / 'mkemu'} nor {shared} "
+                      "(one of this user's own) can be written; set XDG_CACHE_HOME to a writable folder",
+                      key="XDG_CACHE_HOME")
 
 
 def module_in_cache(prefix: str, source: str, *depends: str, announce: str | None = None) -> ModuleType:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import mkemu
 from mkemu.api import build_program
 from mkemu.cache import cached_program
 from mkemu.isa.hardware import load_profile
@@ -270,3 +271,32 @@ def test_processes_importing_a_version_not_yet_compiled_take_turns(tmp_path):
     assert all(float(events[i][1]) <= float(events[i + 1][1]) for i in range(len(events) - 1))
     marked = list((tmp_path / "cache" / "mkemu").glob("mkemu_slowtest_*.compiled"))
     assert len(marked) == 1
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    """The XDG spec: a relative XDG_CACHE_HOME is invalid (each folder would get a cache
+    of its own, compiling the issue loop again)."""
+    from mkemu.cache import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.chdir(tmp_path)
+    assert cache_dir() == tmp_path / "home" / ".cache" / "mkemu"
+    assert not (tmp_path / "relative").exists()
+
+
+def test_the_temporary_fallback_must_be_the_user_s_own(tmp_path, monkeypatch):
+    """With the user's cache unwritable, the per-user folder under the temporary
+    directory is used, but not one other users may write to (modules there are imported)."""
+    from mkemu import cache
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))           # (a file: no folder can be made in it)
+    monkeypatch.setattr(cache.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    shared = tmp_path / "tmp" / f"mkemu-cache-{os.getuid()}"
+    assert cache.cache_dir() == shared and shared.stat().st_mode & 0o777 == 0o700
+    shared.chmod(0o777)                                          # (as if another user had made it)
+    with pytest.raises(mkemu.ConfigError, match="no writable cache directory for mkemu"):
+        cache.cache_dir()
