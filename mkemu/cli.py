@@ -12,6 +12,7 @@ import gc
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,11 +40,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the host ran out of memory: {exc or 'an allocation failed'} (smaller buffers, or a smaller "
               "model, batch or mesh, need less; a --timing-only run keeps data in i32 buffers only)", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:
         return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C's KeyboardInterrupt is."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
 
 
 def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -87,12 +97,15 @@ def entry() -> int:
 
     An interrupted command (exit status 130) ends at once, without joining the threads
     a worker pool may leave behind (its workers are stopped; a pool's manager thread
-    caught mid-operation by the interrupt could otherwise hold the exit forever)."""
+    caught mid-operation by the interrupt could otherwise hold the exit forever). A
+    terminated one (SIGTERM, exit status 143) ends the same way: the signal is raised as
+    an interrupt, so an output being written is removed, not left half-written."""
+    signal.signal(signal.SIGTERM, _terminate)
     code = main()
-    if code == 130:
+    if code in (130, 143):
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(code)
     gc.freeze()
     return code
 

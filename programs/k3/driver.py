@@ -191,12 +191,27 @@ def drive(session, options: dict) -> dict:
     _check_lengths(opts)
     rows = _spec_rows(opts, cfg)
     _check_overrides(session, opts)
+    made = None       # the --dump folder, if this run created it
     if opts.get("dump") and not session.timing_only:
+        made = None if Path(opts["dump"]).exists() else Path(opts["dump"])
         _dump_dir(opts["dump"])
-    if rows is not None:
-        return drive_spec(session, opts, cfg, rows)
-    if session.timing_only:
-        return drive_timing_only(session, opts, cfg)
+    try:
+        if rows is not None:
+            return drive_spec(session, opts, cfg, rows)
+        if session.timing_only:
+            return drive_timing_only(session, opts, cfg)
+        return _drive_data(session, opts, cfg)
+    except BaseException:
+        # A run that ends with nothing dumped (interrupted, or an error) leaves no empty
+        # folder behind it; a fault's dump stays.
+        if made is not None:
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
+
+
+def _drive_data(session, opts: dict, cfg) -> dict:
+    """Decode steps with the reference beside them (`drive`'s data run)."""
     batch, prompt_len = opts["batch"], opts["prompt_len"]
     n_steps = _steps(opts, cfg)
     seed = opts.get("seed", 0)

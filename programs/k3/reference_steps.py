@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import warnings
 
 import numpy as np
@@ -63,6 +64,9 @@ def replay_reference(cfg, weights, prompt: np.ndarray, step: int, trace: dict) -
 
 
 def _child(conn, cfg, weights, prompt, steps) -> None:
+    # (the parent's SIGTERM handler, which makes it an interrupt, is not this child's:
+    # terminated, it just ends, and the parent computes the steps itself)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         for logits, _ in reference_logits(cfg, weights, prompt, steps):
             conn.send(("logits", logits))
