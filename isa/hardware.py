@@ -212,6 +212,13 @@ def _all_at_least_one(v: tuple[int, ...]) -> str | None:
     return None if all(x >= 1 for x in v) else f"every entry must be at least 1, got {list(v)}"
 
 
+def _the_modelled_tile(v: tuple[int, ...]) -> str | None:
+    """The vector registers, memory accesses and VMEM allocation are (8, 128) tiles of
+    32-bit words throughout (the ISA's encoding and the compiler's layout): another
+    tile would be shown, not emulated."""
+    return None if tuple(v) == (8, 128) else f"must be [8, 128], the tile the emulator models; got {list(v)}"
+
+
 def _mesh_dims(v: tuple[int, ...]) -> str | None:
     problem = _all_at_least_one(v)
     if problem is None and v[0] * v[1] * v[2] > MAX_CHIPS:
@@ -238,7 +245,7 @@ _SCHEMA = (
     ),
     _Key("core", "smem_bytes", "smem_bytes", "int",
          _at_most(_positive_multiple(4, "whole 32-bit words"), MAX_SMEM_BYTES, "emulator limit")),
-    _Key("core", "vmem_tile", "vmem_tile", "ints", _all_at_least_one, length=2),
+    _Key("core", "vmem_tile", "vmem_tile", "ints", _the_modelled_tile, length=2),
     _Key("core", "sregs", "sregs", "int", _between(2, MAX_SREGS, "s0 reads as zero; encoding limit")),
     _Key("core", "vregs", "vregs", "int", _between(1, MAX_VREGS, "encoding limit")),
     _Key("core", "mregs", "mregs", "int", _between(2, MAX_MREGS, "m0 is all true; encoding limit")),

@@ -289,6 +289,8 @@ def test_unknown_section_and_timing_class_suggest(tmp_path):
             "expected an integer",
         ),
         ('name = "test"', "name = 3", "name", "expected a string"),
+        # (a tile other than the one the ISA models would be shown, not emulated)
+        ("vmem_tile = [8, 128]", "vmem_tile = [8, 100]", "core.vmem_tile", "must be [8, 128]"),
     ],
 )
 def test_wrong_type_names_file_and_key(tmp_path, old, new, key, words):
