@@ -253,14 +253,6 @@ class FlowNetwork:
         row = self._F[slot]
         return max(float(row[fc.F_REM] - row[fc.F_RATE] * (self._MF[0] - row[fc.F_TREF])), 0.0)
 
-    def completion_time(self, flow_key: Hashable) -> float:
-        """When the flow ends (or ended) if rates stay as they are now."""
-        slot = self._flows[flow_key]
-        row = self._F[slot]
-        if self._FI[slot, fc.FI_STATE] != fc.ACTIVE:
-            return float(row[fc.F_DONE])
-        return float(row[fc.F_TREF] + row[fc.F_REM] / row[fc.F_RATE])
-
     def active(self) -> list[Hashable]:
         """Keys of the flows still moving bytes, in start order."""
         return [key for key, _ in self.active_rates()]
