@@ -9,8 +9,8 @@ the whole issue loop with them, and the same code also runs uncompiled
 
 The numeric helpers are a second, element-at-a-time implementation of the numeric
 contract in `numerics.py` (which stays the definition the numpy references use);
-tests/isa/test_semantics.py proves them bit-identical, including NaN, infinities,
-signed zeros and subnormals. The memory helpers implement vector tile loads and
+tests/isa/test_semantics_numerics.py and tests/emulator/test_semantics.py prove them
+bit-identical, including NaN, infinities, signed zeros and subnormals. The memory helpers implement vector tile loads and
 stores with the exact bounds and alignment checks and fault reports of the ISA.
 
 Faults: a helper that finds a problem stores a fault code and its numbers in the
