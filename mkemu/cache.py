@@ -64,6 +64,11 @@ MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
 
 
+class NoCacheDirectory(ConfigError, OSError):
+    """No cache directory can be written: an OSError to the caches that do without
+    (compiled programs, arrays), a one-line error where the code must be compiled."""
+
+
 def cache_dir(sub: str = "") -> Path:
     """A writable directory for mkemu's caches: `$XDG_CACHE_HOME/mkemu` (an absolute
     `XDG_CACHE_HOME` only, as the XDG spec says) or `~/.cache/mkemu`, else a per-user
@@ -91,7 +96,7 @@ def cache_dir(sub: str = "") -> Path:
             return candidate
         except OSError:
             continue
-    raise ConfigError(f"no writable cache directory for mkemu: neither {Path(base) / 'mkemu'} nor {shared} "
+    raise NoCacheDirectory(f"no writable cache directory for mkemu: neither {Path(base) / 'mkemu'} nor {shared} "
                       "(one of this user's own) can be written; set XDG_CACHE_HOME to a writable folder",
                       key="XDG_CACHE_HOME")
 
