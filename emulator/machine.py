@@ -303,12 +303,13 @@ class Machine(DmaMixin):
         parts = []
         for sem, value in left:
             raiser = core.sem_raisers.get(sem)
-            part = f"{kernel.semaphore(sem)} = {value}"
+            part = f"semaphore {sem} = {value}"
             if raiser is not None:
                 (chip, index), pc, text, cycle = raiser
                 source = kernel.source_line(pc)
                 part += (f" (last raised at cycle {cycle} by `{text}` of chip {chip} core {index}, "
                          f"pc {pc:#06x}{', ' + source if source else ''})")
+            part += kernel.semaphore_named(sem, ", which is {name}")
             parts.append(part)
         first = core.sem_raisers.get(left[0][0])
         return EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {'; '.join(parts)} "
@@ -648,14 +649,18 @@ class Machine(DmaMixin):
                     what += " (" + ", ".join(f"chip {c.chip} core {c.index} halted at cycle {c.end_time}"
                                              for c in skipped) + " without reaching it)"
             elif w:
-                what = (f"waits for {self.kernel.semaphore(w[0])} to reach {w[1]} (it is {core.sems[w[0]]}) "
+                what = (f"waits for semaphore {w[0]} to reach {w[1]} (it is {core.sems[w[0]]}) "
                         f"since cycle {w[2]}")
             else:
                 what = "is stuck"
             lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
         first = waiting[0]
+        # The semaphores waited on, by their .mk names.
+        sems = dict.fromkeys(c.waiting[0] for c in waiting if c.waiting and c.waiting[0] != "barrier")
+        named = "; ".join(filter(None, (self.kernel.semaphore_named(s, "semaphore {sem} is {name}")
+                                        for s in sorted(sems))))
         return EmulatorFault("deadlock", f"kernel {self.kernel.name}: no core can make progress and nothing "
-                             f"is in flight; {len(waiting)} core(s) wait forever",
+                             f"is in flight; {len(waiting)} core(s) wait forever" + (f" ({named})" if named else ""),
                              cycle=self.now, details=tuple(lines), chip=first.chip, core=first.index,
                              pc=first.pc, instruction=self.decoded_op_text(first.pc),
                              source=self.kernel.source_line(first.pc))
@@ -698,5 +703,5 @@ def _check_amount(what: str, value: int, sem: int, kernel) -> None:
     on one chip raised the semaphore, ending in a semaphore-nonzero report that could
     name no raiser)."""
     if value < 0:
-        raise Trap("bad-operand", f"{what} of a negative amount ({value}) on {kernel.semaphore(sem)}: "
-                                  f"a {what} takes a count of 0 or more")
+        raise Trap("bad-operand", f"{what} of a negative amount ({value}) on semaphore {sem}: "
+                                  f"a {what} takes a count of 0 or more{kernel.semaphore_named(sem)}")

@@ -126,10 +126,12 @@ class Kernel:
     # semaphore id -> its name in the source: "'ws[1]'", "'credit[3]' of fn all_reduce"
     semaphores: tuple[str, ...] = ()
 
-    def semaphore(self, sem: int) -> str:
-        """`semaphore N`, with its source name when the compiler gave one: `semaphore 2 ('ws[1]')`."""
+    def semaphore_named(self, sem: int, how: str = " (semaphore {sem} is {name})") -> str:
+        """`how` filled in with semaphore `sem`'s source name when the compiler gave one
+        (" (semaphore 2 is 'ws[1]')"), else nothing: what a message adds after naming it
+        by number."""
         name = self.semaphores[sem] if 0 <= sem < len(self.semaphores) else None
-        return f"semaphore {sem} ({name})" if name else f"semaphore {sem}"
+        return how.format(sem=sem, name=name) if name else ""
 
     def source_of(self, pc: int) -> SourceSpan | None:
         return self.source_map[pc] if 0 <= pc < len(self.source_map) else None

@@ -1152,7 +1152,7 @@ kernel k(x: hbm f32[8, 128]) {
     line = where(src, "wait recv copy")
     for chip in range(2):
         for core in range(2):
-            assert re.search(rf"chip {chip} core {core} pc 0x[0-9a-f]+ .* waits for semaphore \d+ \('recv'\) to reach 4096 "
+            assert re.search(rf"chip {chip} core {core} pc 0x[0-9a-f]+ .* waits for semaphore \d+ to reach 4096 "
                              rf"\(it is 0\) since cycle \d+ \[{re.escape(line)}", text), text
 
 
@@ -1588,7 +1588,7 @@ kernel k(x: hbm f32[8, 128]) {
     info = fault(src)
     text = info.render()
     assert info.kind == "semaphore-nonzero", text
-    assert "semaphore 3 ('ws[2]') = 1" in text and where(src, "signal(ws[2], 2)") in text, text
+    assert "semaphore 3 = 1" in text and "), which is 'ws[2]'" in text and where(src, "signal(ws[2], 2)") in text, text
     assert "chip 0, core 0" in text, text
 
 
