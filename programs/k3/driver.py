@@ -642,8 +642,6 @@ def render(report: dict) -> str:
         f"= {report['cores']} cores of {report['hw']}",
         f"time per step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} tok/s per "
         f"sequence, {report['tokens_per_s_aggregate']:.0f} tok/s aggregate",
-        f"cycles: {report['cycles']:,} in all, {report['cycles'] / max(report['steps_run'], 1):,.0f} per step; "
-        f"{report['instructions']:,} instructions",
         f"HBM bytes per step: {report['hbm_bytes_per_step'] / 1e6:.2f} MB, achieved "
         f"{report['hbm_bw_fraction'] * 100:.1f}% of peak HBM bandwidth",
         f"floor (HBM bytes / bandwidth + {report['collective_phases_per_step']:.0f} collective phases x "
@@ -663,6 +661,8 @@ def render(report: dict) -> str:
             f"(each step: {report['accepted_per_step']}) -> {report['accepted_tokens_per_s']:.0f} accepted tok/s")
     if report.get("timing_only") and "budget" in report:
         lines += timing.render_budget(report["budget"])
+    lines.append(f"cycles: {report['cycles']:,} in all, {report['cycles'] / max(report['steps_run'], 1):,.0f} per "
+                 f"step; {report['instructions']:,} instructions")
     if "wall_s" in report:
         lines.append(f"wall {report['wall_s']:.1f} s (compile {report.get('compile_s', 0):.2f} s)")
     return "\n".join(lines)
