@@ -110,11 +110,12 @@ class Machine(DmaMixin):
         # An `emulator.trace.Recorder`, or None: every hook below is one `is not None` test.
         self.trace = trace
         # The shuffle schedule's landing delays: seeded, so a schedule is repeatable. Up to
-        # twice the start latency plus the machine's longest path: enough to move a landing
-        # past that of a DMA issued about as early from anywhere (pushes from a near and a far
-        # chip land in either order).
+        # twice the start latency plus the mesh's diameter in hops: enough to move a landing
+        # past that of a DMA issued about as early from any chip (pushes from a near and a
+        # far chip land in either order).
         self.schedule_rng = np.random.default_rng([self.config.seed, self.config.schedule_seed])
-        self.shuffle_cycles = 2 * (p.dma_start_latency_cycles + self.mesh.longest_path_cycles(p))
+        diameter = max(self.mesh.hops(0, chip) for chip in range(self.mesh.num_chips))   # (chip 0: a corner)
+        self.shuffle_cycles = 2 * (p.dma_start_latency_cycles + diameter * p.hop_latency_cycles)
         # Race checks in simulated time (`safety.py`), or None with --no-check races.
         races = "races" in self.config.checks and not self.config.timing_only
         self.safety = Safety(self.cores) if races else None

@@ -301,7 +301,7 @@ done:
 """
 
 
-def test_shuffle_delays_a_landing_by_0_to_twice_the_start_latency_and_longest_path():
+def test_shuffle_delays_a_landing_by_0_to_twice_the_start_latency():
     def landing(**options) -> int:
         [(issued, begun, done)] = _dmas(_run(ONE_COPY, **options)())
         assert (issued, begun) == (1003, 1013)
@@ -309,9 +309,7 @@ def test_shuffle_delays_a_landing_by_0_to_twice_the_start_latency_and_longest_pa
 
     assert landing() == 1023                        # 320 bytes at 32 B/cycle
     shuffled = [landing(schedule="shuffle", schedule_seed=k) for k in range(1, 30)]
-    # (one chip of two cores: the longest path is the on-chip one, SIBLING_DMA cycles)
-    assert {t - 1023 for t in shuffled} <= set(range(2 * (START + SIBLING_DMA) + 1)) and len(set(shuffled)) > 8
-    assert max(shuffled) - 1023 > 2 * START
+    assert {t - 1023 for t in shuffled} <= set(range(2 * START + 1)) and len(set(shuffled)) > 8
     # The run's seed takes part in the draw too.
     assert any(landing(schedule="shuffle", schedule_seed=1, seed=s) != shuffled[0] for s in range(1, 6))
     # late: the wait that needs it comes before anything else could happen.

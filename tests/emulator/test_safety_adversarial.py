@@ -26,7 +26,7 @@ def fault_of(src: str, **options) -> EmulatorFault:
 # cycle (a race with the push, found only when the push is issued). The run's first fault
 # in simulated time is core 0's, whichever core the emulator ran first.
 RUN_AHEAD_LATER_RACE = """
-param LOOP = 40;
+param LOOP = 20;
 param CORE0_RACES = 1;
 kernel k(x: hbm f32[8, 128]) {
     vmem xv: f32[8, 128];
