@@ -114,8 +114,7 @@ class Machine(DmaMixin):
         # past that of a DMA issued about as early from any chip (pushes from a near and a
         # far chip land in either order).
         self.schedule_rng = np.random.default_rng([self.config.seed, self.config.schedule_seed])
-        diameter = max(self.mesh.hops(0, chip) for chip in range(self.mesh.num_chips))   # (chip 0: a corner)
-        self.shuffle_cycles = 2 * (p.dma_start_latency_cycles + diameter * p.hop_latency_cycles)
+        self.shuffle_cycles = 2 * (p.dma_start_latency_cycles + self.mesh.diameter() * p.hop_latency_cycles)
         # Race checks in simulated time (`safety.py`), or None with --no-check races.
         races = "races" in self.config.checks and not self.config.timing_only
         self.safety = Safety(self.cores) if races else None

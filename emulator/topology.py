@@ -202,12 +202,14 @@ class Mesh:
         a, b = self.coords(src_chip), self.coords(dst_chip)
         return sum(self._axis_steps(axis, a[axis], b[axis])[1] for axis in range(3))
 
+    def diameter(self) -> int:
+        """The most hops between two chips (chip 0 is a corner: the farthest from it)."""
+        return max(self.hops(0, chip) for chip in range(self.num_chips))
+
     def longest_path_cycles(self, profile) -> int:
         """The longest core-to-core path latency of this mesh of `profile`'s chips: the
-        diameter in hops (chip 0 is a corner) times the hop latency, or on one chip of
-        several cores the on-chip path."""
-        far_hops = max(self.hops(0, chip) for chip in range(self.num_chips))
-        return max(far_hops * profile.hop_latency_cycles,
+        diameter times the hop latency, or on one chip of several cores the on-chip path."""
+        return max(self.diameter() * profile.hop_latency_cycles,
                    profile.sibling_latency_cycles if profile.cores_per_chip > 1 else 0)
 
     def transfer_latency_cycles(self, src_chip: int, dst_chip: int, hop_latency_cycles: float) -> float:

@@ -229,21 +229,18 @@ class Kernel:
                 figures = runner.call_driver(self.reference, session,
                                              {**self.options.driver_options(), "progress": progress}, self.path)
             self._save_trace(figures, session.recorder)
-            # The buffers as the driver's last run left them (a timing-only run's hold no data).
-            outputs = {f"{b.name}@{chip}": session.read(b.name, chip)
-                       for b in self.program.buffers if b.kind in ("output", "inout") and session.holds_data(b.name)
-                       for chip in range(self.chips)}
-            return Run(self, {}, outputs, figures, session.recorder, time.perf_counter() - wall0,
-                       read=lambda chip, name: session.read(name, chip))
+            # (the buffers as the driver's last run left them)
+            def read_driven(chip: int, name: str) -> np.ndarray:
+                return session.read(name, chip)
+
+            return Run(self, {}, self._outputs(read_driven, session.holds_data), figures, session.recorder,
+                       time.perf_counter() - wall0, read=read_driven)
         machine, recorder = self._machine()
         written = self._write_inputs(machine, given if given else self.generate_inputs(), source)
         with self._trace_on_fault(recorder):
             figures = machine.run().to_json()
         figures.update(chips=self.chips, cores=len(machine.cores), hw=self.profile.name)
         self._save_trace(figures, recorder)
-        outputs = {f"{b.name}@{chip}": runner.from_storage(machine.read_buffer(chip, b.name), b.dtype, b.shape)
-                   for b in self.program.buffers if b.kind in ("output", "inout") and machine.holds_data(b.name)
-                   for chip in range(self.chips)}
 
         def read(chip: int, name: str) -> np.ndarray:
             buf = self.program.buffer(name)
@@ -252,7 +249,14 @@ class Kernel:
             except ValueError as exc:   # a timing-only run holds no data in it
                 raise ConfigError(str(exc), key=name) from None
 
-        return Run(self, written, outputs, figures, recorder, time.perf_counter() - wall0, read=read)
+        return Run(self, written, self._outputs(read, machine.holds_data), figures, recorder,
+                   time.perf_counter() - wall0, read=read)
+
+    def _outputs(self, read, holds_data) -> dict[str, np.ndarray]:
+        """Every output and inout buffer of every chip after a run, `name@chip` ->
+        `read(chip, name)` (a timing-only run's hold no data, but the i32 ones)."""
+        return {f"{b.name}@{chip}": read(chip, b.name) for b in self.program.buffers
+                if b.kind in ("output", "inout") and holds_data(b.name) for chip in range(self.chips)}
 
     @contextlib.contextmanager
     def _trace_on_fault(self, recorder):

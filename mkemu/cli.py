@@ -356,12 +356,10 @@ class _Progress:
 
 
 def cmd_run(args) -> int:
-    from mkemu.run import MAX_SCHEDULES, check_schedules, execute, render_schedules
+    from mkemu.run import check_schedules, execute, render_schedules
     from mkemu.shipped import resolve
 
-    if not 0 <= args.schedules <= MAX_SCHEDULES:
-        raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {args.schedules}",
-                          key="--schedules")
+    _check_schedules(args.schedules)
     outputs = [("--trace", args.trace), ("--record-routing", args.record_routing)]
     _check_outputs(outputs, _inputs_read(args, [resolve(args.file)]))
     _check_outside_dump(args.dump, outputs)
@@ -521,6 +519,15 @@ def _check_outputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str
                 raise ConfigError(f"{other_flag} and {flag} both write {out}; give each its own file", key=flag)
 
 
+def _check_schedules(count: int) -> None:
+    """--schedules N, of `mkemu run` and `mkemu tune`."""
+    from mkemu.run import MAX_SCHEDULES
+
+    if not 0 <= count <= MAX_SCHEDULES:
+        raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {count}",
+                          key="--schedules")
+
+
 def _check_outside_dump(dump: str | None, outputs: list[tuple[str, str | None]]) -> None:
     """No other output is the --dump folder or lies in it: the dump writes its files
     there (`--trace DIR/weights.npz` was replaced by the dumped weights, silently)."""
@@ -635,7 +642,6 @@ def _print_params(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from mkemu.run import MAX_SCHEDULES
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
     from mkemu.trials import trial
@@ -652,9 +658,8 @@ def cmd_tune(args) -> int:
     if args.timing_only:
         raise ConfigError("a --timing-only run computes nothing, so no variant could be bit-exact: "
                           "tune with data runs (a smaller --model)", key="--timing-only")
-    if args.schedules is not None and not 0 <= args.schedules <= MAX_SCHEDULES:   # (as `mkemu run`'s)
-        raise ConfigError(f"--schedules must be 0..{MAX_SCHEDULES} (each is a whole run), not {args.schedules}",
-                          key="--schedules")
+    if args.schedules is not None:
+        _check_schedules(args.schedules)
     out = args.out if args.out is not None else args.resume or f"{Path(args.file).stem}.tune.json"
     out_flag = "--resume" if args.out is None and args.resume else "--out"   # (the flag that named it)
     check_writable(out, out_flag)

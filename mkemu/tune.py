@@ -58,6 +58,10 @@ MAX_ASKS_PER_RUN = 20
 # Adversarial DMA schedules the best bit-exact variant is checked under when the tune
 # is not given --schedules: the first of `mkemu run --schedules`, the late one.
 BEST_SCHEDULES = 1
+# The schedules a tune without --schedules runs (`Tune.plan_schedules`); also what a
+# record written before tunes ran any is taken for (its trials ran none, and resuming
+# it checks the best after the search).
+DEFAULT_PLAN = {"trials": 0, "best": BEST_SCHEDULES}
 
 
 @attrs.frozen
@@ -268,7 +272,7 @@ class Tune:
         `best`, how many the best bit-exact variant runs after the search
         (`check_best`): 1, the late schedule, when --schedules is not given."""
         if self.schedules is None:
-            return {"trials": 0, "best": BEST_SCHEDULES}
+            return dict(DEFAULT_PLAN)
         return {"trials": self.schedules, "best": 0}
 
     def searched(self) -> dict:
@@ -520,7 +524,7 @@ def _failed_schedules(trial: dict) -> bool:
 
 def schedules_text(plan) -> str:
     """What a tune's `schedules` (`Tune.plan_schedules`) checks, in words."""
-    if plan == {"trials": 0, "best": BEST_SCHEDULES}:
+    if plan == DEFAULT_PLAN:
         return "the best variant under the late schedule (no --schedules)"
     if isinstance(plan, dict) and plan.get("best") == 0 and isinstance(plan.get("trials"), int):
         n = plan["trials"]
@@ -529,11 +533,6 @@ def schedules_text(plan) -> str:
         return f"every bit-exact trial under {n} adversarial schedule{'s' if n != 1 else ''} (--schedules {n})"
     return repr(plan)
 
-
-# What a record written before tunes ran adversarial schedules is taken for: its trials
-# ran none, as a tune's without --schedules do (that tune runs them only to check the
-# best after the search, which resuming such a record then does).
-_OLD_SCHEDULES = {"trials": 0, "best": BEST_SCHEDULES}
 
 
 def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[str, dict]:
@@ -569,7 +568,7 @@ def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[s
                               f"{mine!r}", file=path, key=key)
     for key, mine in (search or {}).items():
         if key == "schedules":
-            recorded = doc.get(key, _OLD_SCHEDULES)
+            recorded = doc.get(key, DEFAULT_PLAN)
             if recorded != mine:
                 raise ConfigError(f"the record is of another search: it checked {schedules_text(recorded)}, this "
                                   f"tune checks {schedules_text(mine)}: resume with the record's --schedules, or "
