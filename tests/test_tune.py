@@ -10,18 +10,11 @@ from pathlib import Path
 import pytest
 
 from mkemu.cli import main
+from tune_scale import run_tune as tune
 
 ROOT = Path(__file__).parents[1]
 SCALE = str(Path(__file__).parent / "data" / "tune_scale.mk")
 TEST_HW = ("--hw", "test", "--mesh", "1")
-
-
-def tune(capsys, tmp_path, *argv, out="tune.json") -> tuple[int, str, str, dict]:
-    code = main(["tune", *argv, "--out", str(tmp_path / out)])
-    stdout, stderr = capsys.readouterr()
-    assert "Traceback" not in stdout + stderr
-    record = json.loads((tmp_path / out).read_text()) if (tmp_path / out).is_file() else {}
-    return code, stdout, stderr, record
 
 
 def outcome(record: dict) -> list[tuple]:

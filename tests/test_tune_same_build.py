@@ -12,6 +12,7 @@ import pytest
 
 import mkemu.tune
 from mkemu.cli import main
+from tune_scale import run_tune as tune
 
 DATA = Path(__file__).parent / "data"
 TEST_HW = ("--hw", "test", "--mesh", "1")
@@ -43,13 +44,6 @@ def runs(monkeypatch) -> list[dict]:
 
     monkeypatch.setattr(mkemu.tune, "run_trials", counting)
     return seen
-
-
-def tune(capsys, tmp_path, *argv, out="tune.json"):
-    code = main(["tune", *argv, "--out", str(tmp_path / out)])
-    stdout, stderr = capsys.readouterr()
-    assert "Traceback" not in stdout + stderr
-    return code, stdout, stderr, json.loads((tmp_path / out).read_text())
 
 
 def outcome(record: dict) -> list[tuple]:

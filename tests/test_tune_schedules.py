@@ -13,6 +13,7 @@ import pytest
 
 import mkemu.tune
 from mkemu.cli import main
+from tune_scale import run_tune as tune
 
 TEST_HW = ("--hw", "test", "--mesh", "1")
 
@@ -103,14 +104,6 @@ def checks(monkeypatch) -> list[tuple[dict, int]]:
 
     monkeypatch.setattr(mkemu.tune, "run_schedules", counting)
     return seen
-
-
-def tune(capsys, tmp_path, *argv, out="tune.json"):
-    code = main(["tune", *argv, "--out", str(tmp_path / out)])
-    stdout, stderr = capsys.readouterr()
-    assert "Traceback" not in stdout + stderr
-    path = tmp_path / out
-    return code, stdout, stderr, json.loads(path.read_text()) if path.is_file() else {}
 
 
 def outcome(record: dict) -> list[tuple]:
