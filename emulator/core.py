@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 
 from mkemu.emulator import loop as lp
+from mkemu.emulator.loop import H_NRACE, H_RACE_FROM
 from mkemu.emulator.config import GLOBAL_SHARE, global_budget
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
@@ -370,17 +371,22 @@ class Core:
         loop checks each access against it (any access if it writes, a write if it reads)."""
         n = len(self.in_flight)
         self.in_flight.append((entry, space))
-        self.rows_of.setdefault(entry.dma.seq, []).append(n)
+        rows = self.rows_of.get(entry.dma.seq)
+        if rows is None:
+            self.rows_of[entry.dma.seq] = [n]
+        else:
+            rows.append(n)
         if n >= self.races.shape[0]:
             self.races = np.concatenate([self.races, np.zeros_like(self.races)])
         smem = space != "vmem"
         self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, smem, *entry.block)
-        self.smem_writes += smem and entry.write
-        self.I[lp.H_NRACE] = n + 1
+        if smem and entry.write:
+            self.smem_writes += 1
+        self.I[H_NRACE] = n + 1
 
-    def drop_in_flight(self, landed: int, base: int, dropped) -> None:
+    def drop_in_flight(self, landed: int, base: int) -> list[tuple[int, int]]:
         """Drop the entries of the DMAs in mask `landed` (bit seq - base: this core now
-        knows they landed), calling dropped(entry) for each.
+        knows they landed); (seq, how many entries it had here) for each DMA dropped.
 
         A dropped entry leaves a dead row (space -1: no scan matches it) in place, so
         the rows need not move at every drop; once dead rows are at least 16 and as
@@ -389,19 +395,22 @@ class Core:
         in_flight, races, rows_of = self.in_flight, self.races, self.rows_of
         seqs = listed_in(landed, base, rows_of)
         if not seqs:
-            return
+            return []
         dead = self.dead_in_flight
+        dropped = []
         for seq in seqs:
-            for k in rows_of.pop(seq):
+            rows = rows_of.pop(seq)
+            for k in rows:
                 entry, space = in_flight[k]
-                dropped(entry)
-                self.smem_writes -= space != "vmem" and entry.write
+                if space != "vmem" and entry.write:
+                    self.smem_writes -= 1
                 in_flight[k] = None
                 races[k, 3] = -1
-                dead += 1
+            dead += len(rows)
+            dropped.append((seq, len(rows)))
         if dead == len(in_flight):
             self.clear_in_flight()
-            return
+            return dropped
         start = self.live_from
         if dead >= 16 and 2 * dead >= len(in_flight):
             rows = [k for k in range(start, len(in_flight)) if in_flight[k] is not None]
@@ -410,14 +419,15 @@ class Core:
             self.rows_of = {}
             for k, (entry, _) in enumerate(self.in_flight):
                 self.rows_of.setdefault(entry.dma.seq, []).append(k)
-            self.I[lp.H_NRACE] = len(rows)
+            self.I[H_NRACE] = len(rows)
             dead = start = 0
         else:
             while in_flight[start] is None:     # (a live row remains: dead < len)
                 start += 1
         self.dead_in_flight = dead
         self.live_from = start
-        self.I[lp.H_RACE_FROM] = start
+        self.I[H_RACE_FROM] = start
+        return dropped
 
     def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to", writes: bool = False) -> Trap:
         entry, space = self.in_flight[k]

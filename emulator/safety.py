@@ -104,62 +104,82 @@ class Safety:
             raise core.race_trap(k, addr, addr + size, "this DMA's descriptor at")
 
     def issued(self, dma, src_block, dst_block) -> None:
-        """Check a new DMA against every DMA it may race with, then list it."""
-        issuer = dma.src_core
+        """Check a new DMA against every DMA it may race with (its source, then its
+        destination), then list it. (Written out side by side, not as a loop over the
+        two: it runs for every DMA.)"""
+        issuer, target = dma.src_core, dma.dst_core
         known, base = self.known[issuer.gid], self.base
-        sides = ((dma.src_space, issuer, False, src_block, dma.src_range),
-                 (dma.dst_space, dma.dst_core, True, dst_block, dma.dst_range))
-        for space, owner, write, block, (lo, hi) in sides:
-            if space == "hbm":
-                # (Two writes are not reported: a write is checked against the reads only.)
-                if write:
-                    entries = self.hbm_reads.get(owner.chip, ())
-                else:
-                    listed = self.hbm_writes.get(owner.chip)
-                    entries = listed.meeting(lo, hi) if listed else ()
-                for entry in entries:
-                    if entry.lo < hi and lo < entry.hi \
-                            and not known >> (entry.dma.seq - base) & 1 and self.overlap(*entry.block, *block):
-                        raise Trap("race", _dma_race(write, space, owner, entry))
-                continue
-            # A core's VMEM and SMEM lists are its `races` rows (compiled scan).
-            n, code = len(owner.in_flight), SPACE_CODES[space]
-            k = self.dma_conflict(owner.races, n, owner.live_from, code, write, *block) if owner.rows_of else -1
-            while k >= 0:
-                entry = owner.in_flight[k][0]
-                if not known >> (entry.dma.seq - base) & 1:
-                    raise Trap("race", _dma_race(write, space, owner, entry))
-                k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
-        for space, owner, write, block, span in sides:
-            entry = Entry(dma, write, block, span)
-            if space == "hbm":
-                if write:
-                    # Only the chip's own cores read its HBM: a write is listed until they
-                    # all know it landed (a core that was only told by a signal sent before
-                    # the issuer waited does not know).
-                    self.hbm_writes.setdefault(owner.chip, Listed()).add(entry)
-                    self.hbm_write_bits[owner.chip] = self.hbm_write_bits.get(owner.chip, 0) | 1 << (dma.seq - base)
-                else:
-                    self.hbm_reads.setdefault(owner.chip, []).append(entry)
-                    self.hbm_issued.setdefault(issuer.gid, {})[dma.seq] = (owner.chip, entry)
-            else:
-                if owner is not issuer:
-                    self._check_run_ahead(owner, entry, space)
-                owner.add_in_flight(entry, space)
-        self.live[dma.seq] = 2
-        self.live_bits |= 1 << (dma.seq - base)
+        src_hbm, dst_hbm = dma.src_space == "hbm", dma.dst_space == "hbm"
+        if src_hbm:
+            listed = self.hbm_writes.get(issuer.chip)
+            if listed:
+                self._check_hbm(listed.meeting(*dma.src_range), False, issuer, src_block, dma.src_range, known)
+        elif issuer.rows_of:
+            self._check_rows(issuer, dma.src_space, False, src_block, known)
+        if dst_hbm:
+            # (Two writes are not reported: a write is checked against the reads only.)
+            reads = self.hbm_reads.get(target.chip)
+            if reads:
+                self._check_hbm(reads, True, target, dst_block, dma.dst_range, known)
+        elif target.rows_of:
+            self._check_rows(target, dma.dst_space, True, dst_block, known)
+        seq = dma.seq
+        entry = Entry(dma, False, src_block, dma.src_range)
+        if src_hbm:
+            self.hbm_reads.setdefault(issuer.chip, []).append(entry)
+            self.hbm_issued.setdefault(issuer.gid, {})[seq] = (issuer.chip, entry)
+        else:
+            issuer.add_in_flight(entry, dma.src_space)
+        entry = Entry(dma, True, dst_block, dma.dst_range)
+        if dst_hbm:
+            # Only the chip's own cores read its HBM: a write is listed until they all
+            # know it landed (a core that was only told by a signal sent before the
+            # issuer waited does not know).
+            chip = target.chip
+            self.hbm_writes.setdefault(chip, Listed()).add(entry)
+            self.hbm_write_bits[chip] = self.hbm_write_bits.get(chip, 0) | 1 << (seq - base)
+        else:
+            if target is not issuer:
+                self._check_run_ahead(target, entry, dma.dst_space)
+            target.add_in_flight(entry, dma.dst_space)
+        self.live[seq] = 2
+        self.live_bits |= 1 << (seq - base)
         dma.knowledge = (known, base)
-        if dma.seq > self.rebase_at:
-            self._rebase(dma.seq)
+        if seq > self.rebase_at:
+            self._rebase(seq)
+
+    def _check_hbm(self, entries, write: bool, owner, block, span: tuple[int, int], known: int) -> None:
+        """A race if one of the listed HBM `entries` the issuer did not know had landed
+        shares bytes with `block`."""
+        lo, hi = span
+        base = self.base
+        for entry in entries:
+            if entry.lo < hi and lo < entry.hi \
+                    and not known >> (entry.dma.seq - base) & 1 and self.overlap(*entry.block, *block):
+                raise Trap("race", _dma_race(write, "hbm", owner, entry))
+
+    def _check_rows(self, owner, space: str, write: bool, block, known: int) -> None:
+        """The same for the DMAs in flight for `owner`'s VMEM or SMEM (its `races` rows,
+        by the compiled scan)."""
+        n, code, base = len(owner.in_flight), SPACE_CODES[space], self.base
+        k = self.dma_conflict(owner.races, n, owner.live_from, code, write, *block)
+        while k >= 0:
+            entry = owner.in_flight[k][0]
+            if not known >> (entry.dma.seq - base) & 1:
+                raise Trap("race", _dma_race(write, space, owner, entry))
+            k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
 
     def landed(self, dma) -> None:
         """A DMA's bytes are in place: the semaphores it raises now carry that, and what
         its issuer knew when it issued it."""
         known, base = dma.knowledge
         carried = known >> (self.base - base) | 1 << (dma.seq - self.base)
-        for gid, sem in ((dma.src_core.gid, dma.sem), (dma.dst_core.gid, dma.rsem)):
-            if sem is not None:
-                self.sem_known[gid, sem] = self.sem_known.get((gid, sem), 0) | carried
+        sem_known = self.sem_known
+        key = (dma.src_core.gid, dma.sem)
+        sem_known[key] = sem_known.get(key, 0) | carried
+        if dma.rsem is not None:
+            key = (dma.dst_core.gid, dma.rsem)
+            sem_known[key] = sem_known.get(key, 0) | carried
         dma.knowledge = (0, 0)
 
     def _rebase(self, last: int) -> None:
@@ -210,16 +230,17 @@ class Safety:
         new = seqs & ~mine & self.live_bits
         if not new:
             return
-        mine |= new
-        self.known[core.gid] = mine
+        self.known[core.gid] = mine | new
+        base = self.base
         if core.rows_of:
-            core.drop_in_flight(new, self.base, self._unlisted)
+            for seq, entries in core.drop_in_flight(new, base):
+                self._unlisted(seq, entries)
         issued = self.hbm_issued.get(core.gid)
         if issued:
-            for seq in listed_in(new, self.base, issued):
+            for seq in listed_in(new, base, issued):
                 chip, e = issued.pop(seq)
                 self.hbm_reads[chip].remove(e)
-                self._unlisted(e)
+                self._unlisted(seq, 1)
         bits = self.hbm_write_bits.get(core.chip)
         if bits and new & bits:
             all_know = -1
@@ -228,14 +249,13 @@ class Safety:
                     all_know &= self.known[gid]
             if all_know & bits:
                 self.hbm_write_bits[core.chip] = bits & ~all_know
-                base = self.base
                 for e in self.hbm_writes[core.chip].remove_if(lambda e: all_know >> (e.dma.seq - base) & 1):
-                    self._unlisted(e)
+                    self._unlisted(e.dma.seq, 1)
 
-    def _unlisted(self, entry: Entry) -> None:
-        """One list no longer holds this entry; a DMA no list holds is forgotten."""
-        seq = entry.dma.seq
-        left = self.live.get(seq, 0) - 1
+    def _unlisted(self, seq: int, entries: int) -> None:
+        """The lists no longer hold `entries` of DMA `seq`'s entries; a DMA no list holds
+        is forgotten."""
+        left = self.live.get(seq, 0) - entries
         if left > 0:
             self.live[seq] = left
         else:
