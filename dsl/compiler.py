@@ -224,10 +224,12 @@ class KernelCompiler(TileLowering):
         self.source_text = source_text
         self.kernel = kernel
         self.profile = profile
-        self.code: list[tuple[str, dict, SourceSpan]] = []
+        # (mnemonic, operand values, span, extents, range check, the statement's calls)
+        self.code: list[tuple[str, dict, SourceSpan, tuple | None, object, str]] = []
         self.labels: list[Label] = []
         self.span = kernel.span
         self.context = ""                # the statement's (ir.Statement.context), for its errors
+        self.calls = ""                  # ... and its whole chain of calls (ir.Statement.calls), for faults
         self.free_sregs = list(range(profile.sregs - 1, 0, -1))    # pop() gives s1 first
         self.free_vregs = list(range(profile.vregs - 1, -1, -1))
         self.free_mregs = list(range(profile.mregs - 1, 0, -1))
@@ -359,7 +361,7 @@ class KernelCompiler(TileLowering):
         """Append one instruction. `extents`: the buffers its memory operands go through
         (in the row's footprint order), for run-time bounds checks; `check`: a
         `RangeCheck` of a register it takes."""
-        self.code.append((mnemonic, values, self.span, extents, check))
+        self.code.append((mnemonic, values, self.span, extents, check, self.calls))
 
     def label(self, hint: str) -> Label:
         self.n_labels += 1
@@ -882,6 +884,7 @@ class KernelCompiler(TileLowering):
         self.span = s.span
         # (a statement with no context of its own, one a pipeline made in its loop, is in its parent's)
         outer, self.context = self.context, s.context or self.context
+        outer_calls, self.calls = self.calls, s.calls or self.calls
         self.pre = {}
         self.block_cache = {}
         self.push_arena()
@@ -889,7 +892,7 @@ class KernelCompiler(TileLowering):
             getattr(self, "stmt_" + type(s).__name__)(s)
         finally:
             self.pop_arena()
-            self.context = outer
+            self.context, self.calls = outer, outer_calls
 
     def stmt_LetScalar(self, s: ir.LetScalar) -> None:
         self.assign(s.var, s.value)
@@ -1162,8 +1165,8 @@ class KernelCompiler(TileLowering):
                 raise AssertionError(f"label {lab.name} never placed")
         words = np.empty(len(self.code), dtype=np.uint64)
         spans = []
-        extents, ranges = {}, {}
-        for i, (mnem, values, span, ext, check) in enumerate(self.code):
+        extents, ranges, contexts = {}, {}, {}
+        for i, (mnem, values, span, ext, check, calls) in enumerate(self.code):
             vals = {key: (v.pc if isinstance(v, Label) else v) for key, v in values.items()}
             words[i] = encode(TABLE[mnem], vals)
             spans.append(span)
@@ -1171,6 +1174,8 @@ class KernelCompiler(TileLowering):
                 extents[i] = ext
             if check is not None:
                 ranges[i] = check
+            if calls:
+                contexts[i] = calls
         smem_init = bytearray(self.desc_base + 28 * len(self.descs))
         for d, addr in self.desc_addr.items():
             smem_init[addr:addr + 28] = np.array(d, dtype=np.int32).tobytes()
@@ -1188,6 +1193,7 @@ class KernelCompiler(TileLowering):
             source_text=self.source_text,
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
             vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges,
+            contexts=contexts,
             semaphores=tuple(self.sem_names))
 
     def smem_alloc_end(self) -> int:

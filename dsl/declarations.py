@@ -107,6 +107,16 @@ class Declarations:
             frames.append(f"in kernel '{name}' launched at {site}")
         return f" ({', '.join(frames)})" if frames else ""
 
+    def call_chain(self) -> str:
+        """Every fn call the code being elaborated is inlined at, innermost first, then
+        the launch of a generic kernel's instance: "in fn 'g' inlined at t.mk:4:5, in fn
+        'f' inlined at t.mk:9:5" ("" in a kernel's own code)."""
+        frames = [f"in fn '{fn}' inlined at {site}" for fn, site in reversed(self.inline_stack)]
+        if self.instance_site is not None:
+            name, site = self.instance_site
+            frames.append(f"in kernel '{name}' launched at {site}")
+        return ", ".join(frames)
+
     def diagnostics(self) -> list[tuple[SourceSpan, str]]:
         errors = dict(self.errors)
         for item in self.limits_hit.values():

@@ -404,9 +404,12 @@ class Statement:
     errors in it, as the front end's put it: the fn call an inlined statement comes from,
     or the launch of a generic kernel's instance (" (in fn 'f' inlined at t.mk:9:5)").
     Empty in code written in the kernel itself, and in the statements a pipeline makes
-    inside its own loops and ifs, which are in the context of the statement around them."""
+    inside its own loops and ifs, which are in the context of the statement around them.
+    `calls` is the whole chain, innermost call first, for run-time faults ("in fn 'g'
+    inlined at t.mk:4:5, in fn 'f' inlined at t.mk:9:5"; "" where `context` is "")."""
 
     context: str = attrs.field(default="", kw_only=True)
+    calls: str = attrs.field(default="", kw_only=True)
 
 
 @attrs.frozen

@@ -87,7 +87,9 @@ class Statements(Expressions):
         those of an fn called here already carry their own call's."""
         context = self.error_context()
         if context:
-            out[made:] = [st if st.context else attrs.evolve(st, context=context) for st in out[made:]]
+            calls = self.call_chain()
+            out[made:] = [st if st.context else attrs.evolve(st, context=context, calls=calls)
+                          for st in out[made:]]
 
     def skipped(self) -> None:
         """Statements past a limit are left out: a DMA started (or waited) in them may be the

@@ -461,7 +461,7 @@ class Core:
                     f"into it from another core is in flight: {describe_dma(entry.dma)}; nothing ordered "
                     "the access and the DMA (a semaphore this core waits on, a signal, a barrier)",
             chip=self.chip, core=self.index, cycle=time, pc=pc, instruction=self.decoded.ops[pc].text,
-            source=self.kernel.source_line(pc))
+            source=self.kernel.source_line(pc), context=self.kernel.context_of(pc))
 
     def note_write(self, space: str, lo: int, hi: int) -> None:
         """A DMA wrote [lo, hi) of this core's VMEM or SMEM: the next launch clears it."""

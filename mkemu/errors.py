@@ -101,6 +101,7 @@ class EmulatorFault(MkemuError):
         instruction: str | None = None,
         source: str | None = None,
         details: tuple[str, ...] = (),
+        context: str | None = None,
     ):
         self.kind = kind
         self.message = message
@@ -111,6 +112,7 @@ class EmulatorFault(MkemuError):
         self.instruction = instruction
         self.source = source
         self.details = details
+        self.context = context
         super().__init__(self.render())
 
     def render(self) -> str:
@@ -129,6 +131,8 @@ class EmulatorFault(MkemuError):
             lines.append(f"  instruction: {self.instruction}")
         if self.source:
             lines.append(f"  source: {self.source}")
+        if self.context:
+            lines.append(f"  {self.context}")
         lines.extend(f"  {d}" for d in self.details)
         return "\n".join(lines)
 
