@@ -45,6 +45,13 @@ LOG_ROWS = 1 << 12         # accesses logged before the loop hands them over (`C
 
 
 @functools.lru_cache(maxsize=256)
+def _smem_image(image: bytes) -> np.ndarray:
+    """A kernel's initial SMEM bytes as an array (the same for every launch of it)."""
+    block = np.frombuffer(image, np.uint8)
+    return block
+
+
+@functools.lru_cache(maxsize=256)
 def _argument_block(args: tuple[int, ...]) -> np.ndarray:
     """The SMEM bytes of a launch's arguments (the same for every core of the launch)."""
     block = np.array([v & 0xFFFFFFFF for v in args], np.uint32).view(np.uint8)
@@ -172,9 +179,12 @@ class Core:
     def region_stats(self) -> dict[int, tuple[int, int, int]]:
         """region id -> (cycles spent inside, times left, cycles inside but not in a
         region nested in it) in this launch."""
+        stat = self.rstat
+        if stat.shape[0] <= 64:      # (the common table: a few ids, read as one list)
+            return {rid: tuple(row) for rid, row in enumerate(stat.tolist()) if row[1]}
         # (Only the rows of regions left: a kernel may name region ids up to 2^24 - 1.)
-        rids = np.flatnonzero(self.rstat[:, 1])
-        return dict(zip(rids.tolist(), map(tuple, self.rstat[rids].tolist())))
+        rids = np.flatnonzero(stat[:, 1])
+        return dict(zip(rids.tolist(), map(tuple, stat[rids].tolist())))
 
     # -- launches ------------------------------------------------------------
 
@@ -183,22 +193,24 @@ class Core:
         """Fresh state for a kernel launch: kernels see nothing of each other's memories.
         Counters (instructions, unit busy and stall cycles) carry over: they are the run's."""
         I = self.I
-        lo, hi = I[lp.H_DIRTY], I[lp.H_DIRTY + 1]
+        # (A launch runs these for every core: the header's words are read and written a
+        # few at a time, not one numpy call each.)
+        lo, hi, slo, shi = I[lp.H_DIRTY:lp.H_SDIRTY + 2].tolist()
         if hi > lo:
             # Zeroed in place, not handed back to the OS: re-faulting the pages costs more.
             self.vmem[max(lo, 0):max(hi, 0)] = 0
             span = self.vmem_span
-            span[0], span[1] = min(span[0], int(lo)), max(span[1], int(hi))
-        lo, hi = I[lp.H_SDIRTY], I[lp.H_SDIRTY + 1]
-        if hi > lo:
-            self.smem[max(lo, 0):max(hi, 0)] = 0
-        kept = I[lp.H_COUNT], I[lp.H_STALL_UNIT], I[lp.H_STALL_DEP]
-        I[:lp.H_O_S] = 0
-        I[lp.H_COUNT], I[lp.H_STALL_UNIT], I[lp.H_STALL_DEP] = kept
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
+        if shi > slo:
+            self.smem[max(slo, 0):max(shi, 0)] = 0
+        # Everything in the header but the run's counters (instructions, stall cycles)
+        # and the layout words after them.
+        I[:lp.H_COUNT] = 0
+        I[lp.H_STALL_DEP + 1:lp.H_O_S] = 0
         o = self.layout
         I[o["S"]:o["BUSY"]] = 0
         I[o["MR"]:o["size"]] = 0
-        self.mask_rects[0] = (ROWS, LANES)
+        I[o["MR"]], I[o["MR"] + 1] = ROWS, LANES     # m0: every lane
         if self.m_dirty.size:
             self.M[self.m_dirty] = 0    # (m0, all lanes on, is never written)
         self.m_dirty = decoded.mregs_written
@@ -217,16 +229,14 @@ class Core:
                     self.mx_acc[x, acc] = 0
             self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
         smem_init = kernel.smem_init
-        self.smem[:len(smem_init)] = np.frombuffer(smem_init, np.uint8)
-        I[lp.H_DIRTY], I[lp.H_DIRTY + 1] = 1 << 62, -(1 << 62)   # nothing written yet
-        I[lp.H_SDIRTY], I[lp.H_SDIRTY + 1] = 0, len(smem_init)
+        self.smem[:len(smem_init)] = _smem_image(smem_init)
         # Launch arguments form the SMEM argument block: word i at byte 4*i.
         if args:
             self.smem[:4 * len(args)] = _argument_block(args)
-            I[lp.H_SDIRTY + 1] = max(I[lp.H_SDIRTY + 1], 4 * len(args))
+        # Nothing written yet but the SMEM image and the arguments.
+        I[lp.H_DIRTY:lp.H_SDIRTY + 2] = (1 << 62, -(1 << 62), 0, max(len(smem_init), 4 * len(args)))
         I[lp.H_LIMIT] = limit
-        I[lp.H_ILIMIT] = I[lp.H_COUNT] + max_instructions
-        I[lp.H_IMAX] = max_instructions
+        I[lp.H_ILIMIT:lp.H_IMAX + 1] = (I[lp.H_COUNT] + max_instructions, max_instructions)
         self.globals_left = global_budget(max_instructions)   # (retire counts them down)
         I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | flags
         I[lp.H_NREGNAMES] = len(kernel.regions)
@@ -243,7 +253,8 @@ class Core:
         self.sems = [0] * self.profile.semaphores
         self.dma_wait_cycles = {}
         self.sem_raisers: dict[int, tuple] = {}   # semaphore -> ((chip, core), pc, text, cycle)
-        self.clear_in_flight()
+        if self.in_flight or self.rows_of:   # (else already clear: `drop_in_flight`)
+            self.clear_in_flight()
         self.log_paused = False    # the next `run_local` goes on with this run-ahead's log
         self.halted = False
 
