@@ -63,6 +63,9 @@ class Safety:
         self.overlap = lp.compiled("overlap")
         self.logged_conflict = lp.compiled("logged_conflict")
         self.dma_conflict = lp.compiled("dma_conflict")
+        self.chip_cores: dict[int, list[int]] = {}        # chip -> its cores' ids
+        for core in self.cores:
+            self.chip_cores.setdefault(core.chip, []).append(core.gid)
         self.launch()
 
     def launch(self, base: int = 0) -> None:
@@ -81,14 +84,12 @@ class Safety:
         # core of the written chip knows (any of them may read those bytes next).
         self.hbm_writes: dict[int, Listed] = {}           # chip -> DMAs writing its HBM
         self.hbm_write_bits: dict[int, int] = {}          # ... the same DMAs as a mask
-        self.chip_cores: dict[int, list[int]] = {}        # chip -> its cores' ids
-        for core in self.cores:
-            self.chip_cores.setdefault(core.chip, []).append(core.gid)
         self.live: dict[int, int] = {}                    # seq -> entries of it still listed
         self.live_bits = 0                                # ... the same DMAs as a mask
         self.rebase_at = base + REBASE_SPAN               # renumber the masks after this DMA
         for core in self.cores:
-            core.clear_in_flight()
+            if core.in_flight or core.rows_of:     # (else already clear: `Core.drop_in_flight`)
+                core.clear_in_flight()
 
     # -- DMAs --------------------------------------------------------------------
 
