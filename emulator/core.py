@@ -52,6 +52,15 @@ def _smem_image(image: bytes) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
+def _matrix_state(written: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The matrix units' LHS buffers (unit) and accumulators (unit, accumulator) among
+    `written` (`DecodedKernel.mxu_written`), as the arrays `launch_reset` clears."""
+    lhs = [x for which, x, _ in written if which == "mxu.lhs"]
+    acc = [(x, a) for which, x, a in written if which == "mxu.acc"]
+    return np.array(lhs, np.int64), np.array(acc, np.int64).reshape(-1, 2)
+
+
+@functools.lru_cache(maxsize=256)
 def _argument_block(args: tuple[int, ...]) -> np.ndarray:
     """The SMEM bytes of a launch's arguments (the same for every core of the launch)."""
     block = np.array([v & 0xFFFFFFFF for v in args], np.uint32).view(np.uint8)
@@ -86,7 +95,7 @@ class Core:
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
         self.M[0] = 1      # m0: every lane, read-only
         self.vmem = reused(p.vmem_bytes)
-        self.vmem_span = [1 << 62, -(1 << 62)]    # the bytes of VMEM any launch wrote, over all launches
+        self.vmem_span = np.array([1 << 62, -(1 << 62)], np.int64)   # the bytes of VMEM any launch wrote, over all launches
         weakref.finalize(self, _give_back_vmem, self.vmem, self.I, self.vmem_span).atexit = False
         self.smem = np.zeros(p.smem_bytes, np.uint8)
         self.smem32 = self.smem.view(np.int32)     # its words (DMA descriptors, launch arguments)
@@ -114,6 +123,7 @@ class Core:
         self.clear_in_flight()      # the DMAs in flight for this core, for race checks
         self.halted = True
         self._loop = lp.compiled_loop()
+        self._reset = lp.compiled("launch_reset")
 
     # -- views for the machine, the trace recorder and tests -----------------
 
@@ -192,55 +202,21 @@ class Core:
               limit: int, max_instructions: int, flags: int) -> None:
         """Fresh state for a kernel launch: kernels see nothing of each other's memories.
         Counters (instructions, unit busy and stall cycles) carry over: they are the run's."""
-        I = self.I
-        # (A launch runs these for every core: the header's words are read and written a
-        # few at a time, not one numpy call each.)
-        lo, hi, slo, shi = I[lp.H_DIRTY:lp.H_SDIRTY + 2].tolist()
-        if hi > lo:
-            # Zeroed in place, not handed back to the OS: re-faulting the pages costs more.
-            self.vmem[max(lo, 0):max(hi, 0)] = 0
-            span = self.vmem_span
-            span[0], span[1] = min(span[0], lo), max(span[1], hi)
-        if shi > slo:
-            self.smem[max(slo, 0):max(shi, 0)] = 0
-        # Everything in the header but the run's counters (instructions, stall cycles)
-        # and the layout words after them.
-        I[:lp.H_COUNT] = 0
-        I[lp.H_STALL_DEP + 1:lp.H_O_S] = 0
-        o = self.layout
-        I[o["S"]:o["BUSY"]] = 0
-        I[o["MR"]:o["size"]] = 0
-        I[o["MR"]], I[o["MR"] + 1] = ROWS, LANES     # m0: every lane
-        if self.m_dirty.size:
-            self.M[self.m_dirty] = 0    # (m0, all lanes on, is never written)
+        # Cleared where the earlier launch's kernel could have written (a timing-only run
+        # never writes the vector registers or matrix units: vector-side rows compute
+        # nothing). A weight tile needs no clearing: `mxu.mac` faults before the launch
+        # loads one, and a load writes every column of the rows it loads, the only rows a
+        # product reads. (Compiled: a launch runs this for every core.)
+        clear_vector = not flags & lp.FLAG_TIMING_ONLY
+        lhs, acc = _matrix_state(self.mx_dirty)
+        self._reset(self.I, self.vmem, self.smem, self.vmem_span, self.V, self.M, self.mx_lhs, self.mx_acc,
+                    self.v_dirty, self.m_dirty, lhs, acc, _smem_image(kernel.smem_init), _argument_block(args),
+                    clear_vector, limit, max_instructions,
+                    (lp.FLAG_TRACE if self.trace is not None else 0) | flags, len(kernel.regions), t)
         self.m_dirty = decoded.mregs_written
-        if not flags & lp.FLAG_TIMING_ONLY:
-            # Cleared where an earlier launch's kernel could have written (a timing-only
-            # run never writes them: vector-side rows compute nothing).
-            if self.v_dirty.size:
-                self.V[self.v_dirty] = 0
-            # (A weight tile needs no clearing: `mxu.mac` faults before the launch loads
-            # one, and a load writes every column of the rows it loads, the only rows a
-            # product reads.)
-            for which, x, acc in self.mx_dirty:
-                if which == "mxu.lhs":
-                    self.mx_lhs[x] = 0
-                elif which == "mxu.acc":
-                    self.mx_acc[x, acc] = 0
+        if clear_vector:
             self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
-        smem_init = kernel.smem_init
-        self.smem[:len(smem_init)] = _smem_image(smem_init)
-        # Launch arguments form the SMEM argument block: word i at byte 4*i.
-        if args:
-            self.smem[:4 * len(args)] = _argument_block(args)
-        # Nothing written yet but the SMEM image and the arguments.
-        I[lp.H_DIRTY:lp.H_SDIRTY + 2] = (1 << 62, -(1 << 62), 0, max(len(smem_init), 4 * len(args)))
-        I[lp.H_LIMIT] = limit
-        I[lp.H_ILIMIT:lp.H_IMAX + 1] = (I[lp.H_COUNT] + max_instructions, max_instructions)
         self.globals_left = global_budget(max_instructions)   # (retire counts them down)
-        I[lp.H_FLAGS] = (lp.FLAG_TRACE if self.trace is not None else 0) | flags
-        I[lp.H_NREGNAMES] = len(kernel.regions)
-        I[lp.H_T] = t
         self.kernel = kernel
         self.decoded = decoded
         self.code = decoded.code
@@ -484,11 +460,11 @@ class Core:
             I[at + 1] = hi
 
 
-def _give_back_vmem(vmem, I, span: list[int]) -> None:
+def _give_back_vmem(vmem, I, span: np.ndarray) -> None:
     """A core is gone: its VMEM goes back for the next core to reuse (`memory.reused`),
     with the range its last launch wrote (the earlier launches' were zeroed)."""
     lo, hi = int(I[lp.H_DIRTY]), int(I[lp.H_DIRTY + 1])
-    give_back(vmem, lo, hi, max(max(span[1], hi) - min(span[0], lo), 0))
+    give_back(vmem, lo, hi, max(max(int(span[1]), hi) - min(int(span[0]), lo), 0))
 
 
 def max_cycles_message(limit: int, profile: HardwareProfile) -> str:
