@@ -1165,7 +1165,7 @@ class KernelCompiler(TileLowering):
                 raise AssertionError(f"label {lab.name} never placed")
         words = np.empty(len(self.code), dtype=np.uint64)
         spans = []
-        extents, ranges, contexts = {}, {}, {}
+        extents, ranges, chains = {}, {}, {}
         for i, (mnem, values, span, ext, check, calls) in enumerate(self.code):
             vals = {key: (v.pc if isinstance(v, Label) else v) for key, v in values.items()}
             words[i] = encode(TABLE[mnem], vals)
@@ -1175,7 +1175,7 @@ class KernelCompiler(TileLowering):
             if check is not None:
                 ranges[i] = check
             if calls:
-                contexts[i] = calls
+                chains[i] = calls
         smem_init = bytearray(self.desc_base + 28 * len(self.descs))
         for d, addr in self.desc_addr.items():
             smem_init[addr:addr + 28] = np.array(d, dtype=np.int32).tobytes()
@@ -1193,7 +1193,7 @@ class KernelCompiler(TileLowering):
             source_text=self.source_text,
             labels={lab.name: lab.pc for lab in self.labels}, regions=tuple(self.regions),
             vmem_bytes=vmem, smem_bytes=smem, allocation=tuple(alloc), extents=extents, ranges=ranges,
-            contexts=contexts,
+            calls=chains,
             semaphores=tuple(self.sem_names))
 
     def smem_alloc_end(self) -> int:

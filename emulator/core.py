@@ -47,8 +47,7 @@ LOG_ROWS = 1 << 12         # accesses logged before the loop hands them over (`C
 @functools.lru_cache(maxsize=256)
 def _smem_image(image: bytes) -> np.ndarray:
     """A kernel's initial SMEM bytes as an array (the same for every launch of it)."""
-    block = np.frombuffer(image, np.uint8)
-    return block
+    return np.frombuffer(image, np.uint8)
 
 
 @functools.lru_cache(maxsize=256)
@@ -75,8 +74,7 @@ class Core:
         self.chip, self.index, self.gid = chip, index, gid
         self.units = unit_names(p)
         nready = scoreboard_size(p)
-        self.layout = lp.layout(p.sregs, nready, len(self.units), p.mregs, p.mxus_per_core)
-        o = self.layout
+        o = lp.layout(p.sregs, nready, len(self.units), p.mregs, p.mxus_per_core)
         self.I = np.zeros(o["size"], np.int64)
         header = {lp.H_O_S: o["S"], lp.H_O_READY: o["READY"], lp.H_O_UFREE: o["UFREE"],
                   lp.H_O_BUSY: o["BUSY"], lp.H_O_SPEC: o["SPEC"], lp.H_O_MR: o["MR"],
@@ -90,7 +88,6 @@ class Core:
         self.unit_free = self.I[o["UFREE"]:o["UFREE"] + len(self.units)]
         self.unit_busy = self.I[o["BUSY"]:o["BUSY"] + len(self.units)]
         self.spec = self.I[o["SPEC"]:o["SPEC"] + 16]
-        self.mask_rects = self.I[o["MR"]:o["MR"] + 2 * p.mregs].reshape(p.mregs, 2)
         self.V = np.zeros((p.vregs, ROWS * LANES), np.uint32)
         self.M = np.zeros((p.mregs, ROWS * LANES), np.uint8)
         self.M[0] = 1      # m0: every lane, read-only
@@ -448,7 +445,7 @@ class Core:
                     f"into it from another core is in flight: {describe_dma(entry.dma)}; nothing ordered "
                     "the access and the DMA (a semaphore this core waits on, a signal, a barrier)",
             chip=self.chip, core=self.index, cycle=time, pc=pc, instruction=self.decoded.ops[pc].text,
-            source=self.kernel.source_line(pc), context=self.kernel.context_of(pc))
+            source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
 
     def note_write(self, space: str, lo: int, hi: int) -> None:
         """A DMA wrote [lo, hi) of this core's VMEM or SMEM: the next launch clears it."""

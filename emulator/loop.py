@@ -491,6 +491,7 @@ def launch_reset(I, VMEM, SMEM, SPAN, V, M, MXL, MXA, VD, MD, LHSD, ACCD, IMAGE,
     lo = I[H_DIRTY]
     hi = I[H_DIRTY + 1]
     if hi > lo:
+        # (Zeroed in place, not handed back to the OS: re-faulting the pages costs more.)
         VMEM[max(lo, 0):max(hi, 0)] = 0
         SPAN[0] = min(SPAN[0], lo)
         SPAN[1] = max(SPAN[1], hi)

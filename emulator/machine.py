@@ -226,7 +226,7 @@ class Machine(DmaMixin):
                              f"{max_cycles_message(self.config.max_cycles, self.profile)}",
                              chip=0, core=0, cycle=start, pc=0, instruction=ops[0].text if ops else None,
                              source=kernel.source_line(0) if ops else None,
-                             context=kernel.context_of(0) if ops else None)
+                             context=kernel.calls_of(0) if ops else None)
 
     def _launch(self, launch, start: int) -> None:
         kernel = self.program.kernels[launch.kernel]
@@ -318,7 +318,7 @@ class Machine(DmaMixin):
                              chip=core.chip, core=core.index, cycle=self.now,   # (the launch's end: its last landing)
                              pc=first[1] if first else None, instruction=first[2] if first else None,
                              source=kernel.source_line(first[1]) if first else None,
-                             context=kernel.context_of(first[1]) if first else None)
+                             context=kernel.calls_of(first[1]) if first else None)
 
     def _fold_region_stats(self, kernel) -> None:
         """Add this launch's per-core region times (summed over cores) to the run's."""
@@ -591,7 +591,7 @@ class Machine(DmaMixin):
             f"barrier, which {waiters} {'waits' if len(arrived) == 1 else 'wait'} at{also}",
             chip=first.chip, core=first.index, cycle=t, pc=first.pc,
             instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc),
-            context=self.kernel.context_of(first.pc))
+            context=self.kernel.calls_of(first.pc))
 
     # -- DMA -----------------------------------------------------------------
 
@@ -608,7 +608,7 @@ class Machine(DmaMixin):
         return EmulatorFault(kind, f"kernel {self.kernel.name}: {message}", chip=core.chip, core=core.index,
                              cycle=core.t if cycle is None else cycle, pc=pc,
                              instruction=self.decoded_op_text(pc),
-                             source=self.kernel.source_line(pc), context=self.kernel.context_of(pc))
+                             source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
 
     def _max_cycles(self, kind: int, payload, t: int) -> EmulatorFault:
         """The max-cycle guard, passed by the next event: named by the core it resumes, or
@@ -637,7 +637,7 @@ class Machine(DmaMixin):
         return EmulatorFault("max-cycles",
                              f"kernel {self.kernel.name}: {message}, with this {what} still in flight{late}",
                              chip=core.chip, core=core.index, cycle=t, pc=pc, instruction=text,
-                             source=self.kernel.source_line(pc), context=self.kernel.context_of(pc))
+                             source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
 
     def _deadlock(self, waiting: list[Core]) -> EmulatorFault:
         lines = []
@@ -666,7 +666,7 @@ class Machine(DmaMixin):
                              f"is in flight; {len(waiting)} core(s) wait forever" + (f" ({named})" if named else ""),
                              cycle=self.now, details=tuple(lines), chip=first.chip, core=first.index,
                              pc=first.pc, instruction=self.decoded_op_text(first.pc),
-                             source=self.kernel.source_line(first.pc), context=self.kernel.context_of(first.pc))
+                             source=self.kernel.source_line(first.pc), context=self.kernel.calls_of(first.pc))
 
     def result(self) -> RunResult:
         names = unit_names(self.profile)

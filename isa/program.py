@@ -129,7 +129,7 @@ class Kernel:
     # the compiler's errors name them: "in fn 'g' inlined at t.mk:4:5, in fn 'f' inlined
     # at t.mk:9:5" (then a generic kernel's instance's launch); absent for code written
     # in the kernel itself
-    contexts: dict[int, str] = attrs.Factory(dict)
+    calls: dict[int, str] = attrs.Factory(dict)
 
     def semaphore_named(self, sem: int, how: str = " (semaphore {sem} is {name})") -> str:
         """`how` filled in with semaphore `sem`'s source name when the compiler gave one
@@ -138,10 +138,10 @@ class Kernel:
         name = self.semaphores[sem] if 0 <= sem < len(self.semaphores) else None
         return how.format(sem=sem, name=name) if name else ""
 
-    def context_of(self, pc: int) -> str | None:
-        """The calls instruction `pc` of inlined code comes from (`contexts`), or None:
-        what a run-time fault adds below its source line."""
-        return self.contexts.get(pc)
+    def calls_of(self, pc: int) -> str | None:
+        """The calls instruction `pc` of inlined code comes from (`calls`), or None: what a
+        run-time fault adds below its source line (`EmulatorFault.context`)."""
+        return self.calls.get(pc)
 
     def source_of(self, pc: int) -> SourceSpan | None:
         return self.source_map[pc] if 0 <= pc < len(self.source_map) else None
