@@ -26,7 +26,6 @@ import weakref
 import numpy as np
 
 from mkemu.emulator import loop as lp
-from mkemu.emulator.loop import H_NRACE, H_RACE_FROM
 from mkemu.emulator.config import GLOBAL_SHARE, global_budget
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, unit_names
@@ -42,21 +41,6 @@ TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop h
 TRACE_REGION_ROWS = 1 << 12
 RACE_SLOTS = 64            # DMAs in flight a core's race check sees at once (grown on demand)
 LOG_ROWS = 1 << 12         # accesses logged before the loop hands them over (`Core.run_local`)
-
-
-@functools.lru_cache(maxsize=256)
-def _smem_image(image: bytes) -> np.ndarray:
-    """A kernel's initial SMEM bytes as an array (the same for every launch of it)."""
-    return np.frombuffer(image, np.uint8)
-
-
-@functools.lru_cache(maxsize=256)
-def _matrix_state(written: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The matrix units' LHS buffers (unit) and accumulators (unit, accumulator) among
-    `written` (`DecodedKernel.mxu_written`), as the arrays `launch_reset` clears."""
-    lhs = [x for which, x, _ in written if which == "mxu.lhs"]
-    acc = [(x, a) for which, x, a in written if which == "mxu.acc"]
-    return np.array(lhs, np.int64), np.array(acc, np.int64).reshape(-1, 2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -107,7 +91,8 @@ class Core:
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
         self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
         self.m_dirty = np.zeros(0, np.int64)   # ... mask registers
-        self.mx_dirty: tuple = ()               # ... and matrix-unit state (decode.mxu_state)
+        self.lhs_dirty = np.zeros(0, np.int64)  # ... matrix units' LHS buffers
+        self.acc_dirty = np.zeros((0, 2), np.int64)   # ... and accumulators (unit, accumulator)
         self.trace_rows = np.zeros((1, 4), np.int64)
         self.trace_regions = np.zeros((2, 7), np.int64)
         self.trace = None        # set by a trace recorder: its sink for this core, or None
@@ -205,14 +190,14 @@ class Core:
         # loads one, and a load writes every column of the rows it loads, the only rows a
         # product reads. (Compiled: a launch runs this for every core.)
         clear_vector = not flags & lp.FLAG_TIMING_ONLY
-        lhs, acc = _matrix_state(self.mx_dirty)
         self._reset(self.I, self.vmem, self.smem, self.vmem_span, self.V, self.M, self.mx_lhs, self.mx_acc,
-                    self.v_dirty, self.m_dirty, lhs, acc, _smem_image(kernel.smem_init), _argument_block(args),
-                    clear_vector, limit, max_instructions,
+                    self.v_dirty, self.m_dirty, self.lhs_dirty, self.acc_dirty, decoded.smem_image,
+                    _argument_block(args), clear_vector, limit, max_instructions,
                     (lp.FLAG_TRACE if self.trace is not None else 0) | flags, len(kernel.regions), t)
         self.m_dirty = decoded.mregs_written
         if clear_vector:
-            self.v_dirty, self.mx_dirty = decoded.vregs_written, decoded.mxu_written
+            self.v_dirty, self.lhs_dirty, self.acc_dirty = (decoded.vregs_written, decoded.lhs_written,
+                                                            decoded.acc_written)
         self.globals_left = global_budget(max_instructions)   # (retire counts them down)
         self.kernel = kernel
         self.decoded = decoded
@@ -226,8 +211,6 @@ class Core:
         self.sems = [0] * self.profile.semaphores
         self.dma_wait_cycles = {}
         self.sem_raisers: dict[int, tuple] = {}   # semaphore -> ((chip, core), pc, text, cycle)
-        if self.in_flight or self.rows_of:   # (else already clear: `drop_in_flight`)
-            self.clear_in_flight()
         self.log_paused = False    # the next `run_local` goes on with this run-ahead's log
         self.halted = False
 
@@ -355,18 +338,14 @@ class Core:
         loop checks each access against it (any access if it writes, a write if it reads)."""
         n = len(self.in_flight)
         self.in_flight.append((entry, space))
-        rows = self.rows_of.get(entry.dma.seq)
-        if rows is None:
-            self.rows_of[entry.dma.seq] = [n]
-        else:
-            rows.append(n)
+        self.rows_of.setdefault(entry.dma.seq, []).append(n)
         if n >= self.races.shape[0]:
             self.races = np.concatenate([self.races, np.zeros_like(self.races)])
         smem = space != "vmem"
         self.races[n] = (entry.lo, entry.hi, 0 if entry.write else 1, smem, *entry.block)
         if smem and entry.write:
             self.smem_writes += 1
-        self.I[H_NRACE] = n + 1
+        self.I[lp.H_NRACE] = n + 1
 
     def drop_in_flight(self, landed: int, base: int) -> list[tuple[int, int]]:
         """Drop the entries of the DMAs in mask `landed` (bit seq - base: this core now
@@ -403,14 +382,14 @@ class Core:
             self.rows_of = {}
             for k, (entry, _) in enumerate(self.in_flight):
                 self.rows_of.setdefault(entry.dma.seq, []).append(k)
-            self.I[H_NRACE] = len(rows)
+            self.I[lp.H_NRACE] = len(rows)
             dead = start = 0
         else:
             while in_flight[start] is None:     # (a live row remains: dead < len)
                 start += 1
         self.dead_in_flight = dead
         self.live_from = start
-        self.I[H_RACE_FROM] = start
+        self.I[lp.H_RACE_FROM] = start
         return dropped
 
     def race_trap(self, k: int, lo: int, hi: int, access: str = "this access to", writes: bool = False) -> Trap:
@@ -445,7 +424,7 @@ class Core:
                     f"into it from another core is in flight: {describe_dma(entry.dma)}; nothing ordered "
                     "the access and the DMA (a semaphore this core waits on, a signal, a barrier)",
             chip=self.chip, core=self.index, cycle=time, pc=pc, instruction=self.decoded.ops[pc].text,
-            source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
+            **fault_place(self.kernel, pc))
 
     def note_write(self, space: str, lo: int, hi: int) -> None:
         """A DMA wrote [lo, hi) of this core's VMEM or SMEM: the next launch clears it."""
@@ -462,6 +441,12 @@ def _give_back_vmem(vmem, I, span: np.ndarray) -> None:
     with the range its last launch wrote (the earlier launches' were zeroed)."""
     lo, hi = int(I[lp.H_DIRTY]), int(I[lp.H_DIRTY + 1])
     give_back(vmem, lo, hi, max(max(int(span[1]), hi) - min(int(span[0]), lo), 0))
+
+
+def fault_place(kernel: Kernel, pc: int) -> dict[str, str | None]:
+    """Where in the source instruction `pc` of `kernel` is, as a fault names it: its
+    line (`EmulatorFault.source`) and the calls it was inlined at (`context`)."""
+    return {"source": kernel.source_line(pc), "context": kernel.calls_of(pc)}
 
 
 def max_cycles_message(limit: int, profile: HardwareProfile) -> str:

@@ -94,7 +94,9 @@ class DecodedKernel:
     region_slots: int            # 1 + the largest region id any mark.push names
     vregs_written: np.ndarray    # the vector registers some instruction writes
     mregs_written: np.ndarray    # ... and the mask registers
-    mxu_written: tuple[tuple[str, int, int], ...]   # matrix-unit state some instruction writes (`mxu_state`)
+    lhs_written: np.ndarray      # ... the matrix units whose LHS buffer one writes
+    acc_written: np.ndarray      # ... and the accumulators, (unit, accumulator) rows
+    smem_image: np.ndarray       # the kernel's initial SMEM bytes (read-only)
 
 
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
@@ -128,9 +130,13 @@ def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     written = {slot for instr, op, _ in decoded if instr is not None for slot in op.dsts}
     vregs = sorted(slot - SB_V for slot in written if SB_V <= slot < SB_M)
     mregs = sorted(slot - SB_M for slot in written if SB_M <= slot < SB_MXU)
+    mxu = [mxu_state(profile, slot) for slot in sorted(written) if slot >= SB_MXU]
     return DecodedKernel(code=code, ops=ops, region_slots=regions, vregs_written=np.array(vregs, np.int64),
                          mregs_written=np.array(mregs, np.int64),
-                         mxu_written=tuple(mxu_state(profile, slot) for slot in sorted(written) if slot >= SB_MXU))
+                         lhs_written=np.array([x for which, x, _ in mxu if which == "mxu.lhs"], np.int64),
+                         acc_written=np.array([(x, a) for which, x, a in mxu if which == "mxu.acc"],
+                                              np.int64).reshape(-1, 2),
+                         smem_image=np.frombuffer(kernel.smem_init, np.uint8))
 
 
 def _decode_word(row: np.ndarray, word: int, profile: HardwareProfile,

@@ -23,7 +23,7 @@ from mkemu.isa.program import Program
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.config import RunConfig
-from mkemu.emulator.core import Core, max_cycles_message
+from mkemu.emulator.core import Core, fault_place, max_cycles_message
 from mkemu.emulator.decode import decode_kernel, unit_names
 from mkemu.emulator.dma import DMA_BEGIN, FLOWS, LAND, Dma, DmaMixin
 from mkemu.emulator.flows import FAR_CYCLE, FlowNetwork
@@ -225,8 +225,7 @@ class Machine(DmaMixin):
         return EmulatorFault("max-cycles", f"kernel {kernel.name}: "
                              f"{max_cycles_message(self.config.max_cycles, self.profile)}",
                              chip=0, core=0, cycle=start, pc=0, instruction=ops[0].text if ops else None,
-                             source=kernel.source_line(0) if ops else None,
-                             context=kernel.calls_of(0) if ops else None)
+                             **(fault_place(kernel, 0) if ops else {}))
 
     def _launch(self, launch, start: int) -> None:
         kernel = self.program.kernels[launch.kernel]
@@ -317,8 +316,7 @@ class Machine(DmaMixin):
                              "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
                              chip=core.chip, core=core.index, cycle=self.now,   # (the launch's end: its last landing)
                              pc=first[1] if first else None, instruction=first[2] if first else None,
-                             source=kernel.source_line(first[1]) if first else None,
-                             context=kernel.calls_of(first[1]) if first else None)
+                             **(fault_place(kernel, first[1]) if first else {}))
 
     def _fold_region_stats(self, kernel) -> None:
         """Add this launch's per-core region times (summed over cores) to the run's."""
@@ -590,8 +588,7 @@ class Machine(DmaMixin):
             f"(pc {core.pc:#06x}{', ' + halt_src if halt_src else ''}) without reaching this {scope} "
             f"barrier, which {waiters} {'waits' if len(arrived) == 1 else 'wait'} at{also}",
             chip=first.chip, core=first.index, cycle=t, pc=first.pc,
-            instruction=self.decoded_op_text(first.pc), source=self.kernel.source_line(first.pc),
-            context=self.kernel.calls_of(first.pc))
+            instruction=self.decoded_op_text(first.pc), **fault_place(self.kernel, first.pc))
 
     # -- DMA -----------------------------------------------------------------
 
@@ -608,7 +605,7 @@ class Machine(DmaMixin):
         return EmulatorFault(kind, f"kernel {self.kernel.name}: {message}", chip=core.chip, core=core.index,
                              cycle=core.t if cycle is None else cycle, pc=pc,
                              instruction=self.decoded_op_text(pc),
-                             source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
+                             **fault_place(self.kernel, pc))
 
     def _max_cycles(self, kind: int, payload, t: int) -> EmulatorFault:
         """The max-cycle guard, passed by the next event: named by the core it resumes, or
@@ -637,7 +634,7 @@ class Machine(DmaMixin):
         return EmulatorFault("max-cycles",
                              f"kernel {self.kernel.name}: {message}, with this {what} still in flight{late}",
                              chip=core.chip, core=core.index, cycle=t, pc=pc, instruction=text,
-                             source=self.kernel.source_line(pc), context=self.kernel.calls_of(pc))
+                             **fault_place(self.kernel, pc))
 
     def _deadlock(self, waiting: list[Core]) -> EmulatorFault:
         lines = []
@@ -666,7 +663,7 @@ class Machine(DmaMixin):
                              f"is in flight; {len(waiting)} core(s) wait forever" + (f" ({named})" if named else ""),
                              cycle=self.now, details=tuple(lines), chip=first.chip, core=first.index,
                              pc=first.pc, instruction=self.decoded_op_text(first.pc),
-                             source=self.kernel.source_line(first.pc), context=self.kernel.calls_of(first.pc))
+                             **fault_place(self.kernel, first.pc))
 
     def result(self) -> RunResult:
         names = unit_names(self.profile)
