@@ -309,3 +309,18 @@ def _grown(a: np.ndarray, rows: int, cols: int | None = None) -> np.ndarray:
     else:
         out[:a.shape[0], :a.shape[1]] = a
     return out
+
+
+def warm_up() -> None:
+    """Compile the flow model's kernels for the argument types the machine gives them
+    (numba compiles each at its first call; they are cached, so a later process loads
+    them): flows with and without a rate cap, sharing a resource, advanced, predicted
+    and popped."""
+    net = FlowNetwork()
+    shared, own = net.add_resource("shared", 4.0), net.add_resource("own", 2.0)
+    net.start(1, 64, (shared,), 0)
+    net.start(2, 64, (shared, own), 1, 1.5)
+    net.advance(2.0)
+    net.next_completion()
+    net.pop_completed(net.next_completion_cycle())
+    net.active_rates()

@@ -101,7 +101,8 @@ def cache_dir(sub: str = "") -> Path:
                       key="XDG_CACHE_HOME")
 
 
-def module_in_cache(prefix: str, source: str, *depends: str, announce: str | None = None) -> ModuleType:
+def module_in_cache(prefix: str, source: str, *depends: str, announce: str | None = None,
+                    while_compiling: Callable[[], contextlib.AbstractContextManager] | None = None) -> ModuleType:
     """`source` imported as a module written to the cache directory, named `prefix`
     plus a hash of the source and `depends` (other texts its compiled code depends on,
     e.g. versions); imported once per process.
@@ -110,7 +111,8 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
     compiling it, which can take a minute): said on a terminal's stderr before a
     version with no compiled code yet is imported, so a first run does not look hung
     (`mkemu: <announce> ...`). A version counts as compiled once an import of it has
-    completed (a `.compiled` marker next to it)."""
+    completed (a `.compiled` marker next to it). `while_compiling()`, a context manager,
+    is entered around that first import, in the process that makes it."""
     digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
     name = f"{prefix}_{digest}"
     # One thread imports a module while the others wait for it: a module is in
@@ -122,7 +124,7 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
         module = sys.modules.get(name)
         if module is not None:
             return module
-        return _import_module(name, prefix, source, announce)
+        return _import_module(name, prefix, source, announce, while_compiling)
 
 
 _import_locks: dict[str, threading.RLock] = {}
@@ -134,7 +136,8 @@ def _import_lock(name: str) -> threading.RLock:
         return _import_locks.setdefault(name, threading.RLock())
 
 
-def _import_module(name: str, prefix: str, source: str, announce: str | None) -> ModuleType:
+def _import_module(name: str, prefix: str, source: str, announce: str | None,
+                   while_compiling: Callable[[], contextlib.AbstractContextManager] | None) -> ModuleType:
     path = cache_dir() / f"{name}.py"
     text = source.encode()
     if not path.is_file() or path.read_bytes() != text:
@@ -145,12 +148,14 @@ def _import_module(name: str, prefix: str, source: str, announce: str | None) ->
     if announce and not compiled.exists() and sys.stderr is not None and sys.stderr.isatty():
         print(f"mkemu: {announce} ...", file=sys.stderr, flush=True)
     with _compiling(path.with_suffix(".lock"), compiled):
+        first = while_compiling is not None and not compiled.exists()
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         # Registered before it runs: numba's cache finds the module again by name.
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
+            with while_compiling() if first else contextlib.nullcontext():
+                spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[name]
             raise
