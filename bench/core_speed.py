@@ -23,9 +23,10 @@ this checkout. Workloads:
   code cached even where PYTHONDONTWRITEBYTECODE is set, as on an installed package).
 - with --suite: `python -m pytest -q` of both trees, once each.
 
-It also reports the current tree's first-run compile time of the issue loop and of
-the flow model's kernels (an empty cache directory) and the time to load them from
-the cache. Prints a markdown table and writes JSON (default
+It also reports the current tree's first-run compile time of the machine's compiled
+code (an empty cache directory: the issue loop, with the functions the machine calls
+outside it and the flow model's kernels compiled alongside) and the time to load it
+from the cache. Prints a markdown table and writes JSON (default
 bench/out/core_speed.json).
 """
 

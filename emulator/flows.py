@@ -52,7 +52,7 @@ from mkemu.cache import module_in_cache
 # cache is keyed by their source, not by where mkemu is installed.
 fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").read_text(),
                      numba.__version__, sys.version,
-                     announce="compiling the flow model, once per version and machine (about 15 s)")
+                     announce="compiling the flow model, once per version and machine (alongside the issue loop on a first run)")
 
 
 #: The integer cycle at which an event for a float completion time should fire
