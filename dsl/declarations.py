@@ -98,24 +98,22 @@ class Declarations:
         innermost), and the launch of a generic kernel's instance, whose values (the
         generics) the error may depend on; after `notes` (what made the thing, for the
         `context` of a buffer or semaphore)."""
-        frames = list(notes)
-        if self.inline_stack:
-            fn, site = self.inline_stack[-1]
-            frames.append(f"in fn '{fn}' inlined at {site}")
-        if self.instance_site is not None:
-            name, site = self.instance_site
-            frames.append(f"in kernel '{name}' launched at {site}")
+        frames = [*notes, *self._frames(self.inline_stack[-1:])]
         return f" ({', '.join(frames)})" if frames else ""
 
     def call_chain(self) -> str:
         """Every fn call the code being elaborated is inlined at, innermost first, then
         the launch of a generic kernel's instance: "in fn 'g' inlined at t.mk:4:5, in fn
         'f' inlined at t.mk:9:5" ("" in a kernel's own code)."""
-        frames = [f"in fn '{fn}' inlined at {site}" for fn, site in reversed(self.inline_stack)]
+        return ", ".join(self._frames(reversed(self.inline_stack)))
+
+    def _frames(self, calls) -> list[str]:
+        """The fn calls `calls` ((fn, site) pairs), then a generic kernel's instance's launch."""
+        frames = [f"in fn '{fn}' inlined at {site}" for fn, site in calls]
         if self.instance_site is not None:
             name, site = self.instance_site
             frames.append(f"in kernel '{name}' launched at {site}")
-        return ", ".join(frames)
+        return frames
 
     def diagnostics(self) -> list[tuple[SourceSpan, str]]:
         errors = dict(self.errors)
