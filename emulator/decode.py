@@ -1,6 +1,7 @@
 """Pre-decoding: a kernel's words become flat integer arrays the compiled loop runs.
 
-Decoding happens once per kernel (all cores of an SPMD launch share the result).
+Decoding happens once per kernel (all cores of an SPMD launch share the result),
+and a word once per profile and process (`_words_of`).
 Everything comes from the instruction's table row: its exec clause id (or that it
 is global), its unit and timing class (a latency and an occupancy from the hardware
 profile), its scoreboard sources and destinations (its register operands plus the
@@ -99,21 +100,46 @@ class DecodedKernel:
     smem_image: np.ndarray       # the kernel's initial SMEM bytes (read-only)
 
 
+# Decoded words (row, (table row, Op, operand values)) of each machine profile (by its
+# repr), kept across kernels and loads: a tuner, a sweep or a test suite loads the same
+# programs again and again, and most of a kernel's decoding is its words'. At most
+# MAX_KEPT_WORDS words per profile and MAX_KEPT_PROFILES profiles (the least recently
+# used goes).
+_kept_words: dict[str, dict[int, tuple[np.ndarray, tuple]]] = {}
+MAX_KEPT_WORDS = 1 << 16
+MAX_KEPT_PROFILES = 4
+
+
+def _words_of(profile: HardwareProfile) -> dict[int, tuple[np.ndarray, tuple]]:
+    key = repr(profile)
+    words = _kept_words.pop(key, None)
+    if words is None or len(words) > MAX_KEPT_WORDS:
+        words = {}
+    _kept_words[key] = words          # (now the most recently used)
+    while len(_kept_words) > MAX_KEPT_PROFILES:
+        del _kept_words[next(iter(_kept_words))]
+    return words
+
+
 def decode_kernel(kernel: Kernel, profile: HardwareProfile) -> DecodedKernel:
     units = {name: i for i, name in enumerate(unit_names(profile))}
-    # A kernel repeats words (a third of k3's are distinct): each is decoded once.
+    # A kernel repeats words (a third of k3's are distinct): each is decoded once, and
+    # kept for the next kernel on this profile (`_words_of`).
+    kept = _words_of(profile)
     distinct: dict[int, int] = {}
     rows: list[np.ndarray] = []
     decoded: list[tuple[Instr | None, Op, dict]] = []
     index = np.empty(len(kernel.code), np.int64)
-    for pc, word in enumerate(kernel.code):
-        word = int(word)
+    for pc, word in enumerate(np.asarray(kernel.code).tolist()):
         n = distinct.get(word)
         if n is None:
             n = distinct[word] = len(rows)
-            row = np.zeros(C_WIDTH, np.int64)
-            rows.append(row)
-            decoded.append(_decode_word(row, word, profile, units))
+            known = kept.get(word)
+            if known is None:
+                row = np.zeros(C_WIDTH, np.int64)
+                known = kept[word] = (row, _decode_word(row, word, profile, units))
+            rows.append(known[0])      # (np.stack below copies: the kept row stays as it is)
+            decoded.append(known[1])
         index[pc] = n
     code = np.stack(rows)[index] if rows else np.zeros((0, C_WIDTH), np.int64)
     ops = tuple(decoded[n][1] for n in index.tolist())
