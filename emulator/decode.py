@@ -14,6 +14,8 @@ names the core, cycle and pc that reached it (and unreachable data words are fin
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 import numpy as np
 
@@ -110,14 +112,18 @@ MAX_KEPT_WORDS = 1 << 16
 MAX_KEPT_PROFILES = 4
 
 
+_kept_lock = threading.Lock()   # (threads of one process may load programs at once)
+
+
 def _words_of(profile: HardwareProfile) -> dict[int, tuple[np.ndarray, tuple]]:
     key = repr(profile)
-    words = _kept_words.pop(key, None)
-    if words is None or len(words) > MAX_KEPT_WORDS:
-        words = {}
-    _kept_words[key] = words          # (now the most recently used)
-    while len(_kept_words) > MAX_KEPT_PROFILES:
-        del _kept_words[next(iter(_kept_words))]
+    with _kept_lock:
+        words = _kept_words.pop(key, None)
+        if words is None or len(words) > MAX_KEPT_WORDS:
+            words = {}
+        _kept_words[key] = words          # (now the most recently used)
+        while len(_kept_words) > MAX_KEPT_PROFILES:
+            del _kept_words[next(iter(_kept_words))]
     return words
 
 

@@ -64,3 +64,22 @@ def test_a_kernels_bounds_stay_its_own(tmp_path):
     for kernel, bounds in ((checked, [1, 64, 64 + 4096]), (plain, [0, 0, 0]), (checked, [1, 64, 64 + 4096])):
         row = decode_kernel(kernel, profile).code[vld]
         assert [row[C_NBOUND], row[C_BOUND], row[C_BOUND + 1]] == bounds
+
+
+def test_threads_decoding_at_once_get_what_one_thread_gets(tmp_path):
+    """More profiles than are kept, decoded from several threads at once: each decode is
+    the one a single thread makes (kept words come and go meanwhile)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    profiles = []
+    for n in range(6):
+        path = tmp_path / f"mul{n}.toml"
+        path.write_text(f'extends = "test"\n[timing]\nscalar_mul = {{ latency_cycles = {n + 2}, '
+                        'occupancy_cycles = 1 }\n')
+        profiles.append(load_profile(str(path)))
+    kernel = _kernel()
+    alone = [decode_kernel(kernel, p).code for p in profiles]
+    jobs = [n % len(profiles) for n in range(60)]
+    with ThreadPoolExecutor(4) as pool:
+        codes = list(pool.map(lambda n: decode_kernel(kernel, profiles[n]).code, jobs))
+    assert all(np.array_equal(code, alone[n]) for n, code in zip(jobs, codes))
