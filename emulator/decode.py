@@ -104,14 +104,12 @@ class DecodedKernel:
 
 # Decoded words (row, (table row, Op, operand values)) of each machine profile (by its
 # repr), kept across kernels and loads: a tuner, a sweep or a test suite loads the same
-# programs again and again, and most of a kernel's decoding is its words'. At most
-# MAX_KEPT_WORDS words per profile and MAX_KEPT_PROFILES profiles (the least recently
-# used goes).
+# programs again and again, and most of a kernel's decoding is its words'. A word kept
+# takes about 1 KB; the three K3 programs have about 7,000 distinct words. Past
+# MAX_KEPT_WORDS words in all, the profiles used least recently are dropped (and the
+# current one's words start afresh if they alone are more).
 _kept_words: dict[str, dict[int, tuple[np.ndarray, tuple]]] = {}
-MAX_KEPT_WORDS = 1 << 16
-MAX_KEPT_PROFILES = 4
-
-
+MAX_KEPT_WORDS = 1 << 15
 _kept_lock = threading.Lock()   # (threads of one process may load programs at once)
 
 
@@ -121,9 +119,10 @@ def _words_of(profile: HardwareProfile) -> dict[int, tuple[np.ndarray, tuple]]:
         words = _kept_words.pop(key, None)
         if words is None or len(words) > MAX_KEPT_WORDS:
             words = {}
+        total = len(words) + sum(len(other) for other in _kept_words.values())
+        while total > MAX_KEPT_WORDS:
+            total -= len(_kept_words.pop(next(iter(_kept_words))))
         _kept_words[key] = words          # (now the most recently used)
-        while len(_kept_words) > MAX_KEPT_PROFILES:
-            del _kept_words[next(iter(_kept_words))]
     return words
 
 

@@ -66,10 +66,15 @@ def test_a_kernels_bounds_stay_its_own(tmp_path):
         assert [row[C_NBOUND], row[C_BOUND], row[C_BOUND + 1]] == bounds
 
 
-def test_threads_decoding_at_once_get_what_one_thread_gets(tmp_path):
-    """More profiles than are kept, decoded from several threads at once: each decode is
-    the one a single thread makes (kept words come and go meanwhile)."""
+def test_threads_decoding_at_once_get_what_one_thread_gets(tmp_path, monkeypatch):
+    """Six profiles, with room kept for the words of about two, decoded from several
+    threads at once: each decode is the one a single thread makes (kept words come and
+    go meanwhile)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from mkemu.emulator import decode
+
+    monkeypatch.setattr(decode, "MAX_KEPT_WORDS", 12)
 
     profiles = []
     for n in range(6):
