@@ -4,12 +4,13 @@ Compiling a large program (the K3 megakernel and its imports) takes about half a
 second, and the same program is compiled with the same parameters over and over
 (every `mkemu run`, every test). A compiled program is therefore kept, pickled, under
 a key that hashes everything its output depends on: the compiler's own sources, the
-main file's name and text, the parameters and the hardware profile. The entry also
-records every file the compile read (imports included) with a hash of its text; an
-entry whose files changed is compiled afresh. A relative name is read relative to the
-current directory, so two checkouts at different places share the entries of the
-files they hold alike (a program that read the shipped library's files, named by
-absolute path, only with the library at the same place). About `MAX_PROGRAMS`
+main file's name and text, the parameters and the hardware profile (its values, not
+the file it was read from). The entry also records every file the compile read
+(imports included) with a hash of its text; an entry whose files changed is compiled
+afresh. A relative name is read relative to the current directory, so two checkouts
+at different places share the entries of the files they hold alike (a program that
+read the shipped library's files, named by absolute path, only with the library at
+the same place). About `MAX_PROGRAMS`
 entries and `MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are
 dropped (looked for at every `EVICT_EVERY`-th store of a process: a test suite
 stores a thousand programs, most of them written once to temporary files, and a scan
@@ -47,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+import attrs
 import numpy as np
 
 try:
@@ -234,7 +236,11 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     program and the text of every file it read by name, or the kept result of an
     earlier identical compile. Returns (program, whether it came from the cache)."""
     # The path as given (the program's source spans name files so). Files it imports
-    # are checked by their text when the entry is used (`_load`).
+    # are checked by their text when the entry is used (`_load`). Where the profile was
+    # read from (its `source`, and the `description` naming it) does not change what
+    # the compiler makes: copies of one profile file share entries.
+    if attrs.has(type(profile)):
+        profile = attrs.evolve(profile, source="", description="")
     key = hashlib.sha256(repr((compiler_fingerprint(), path, text,
                                sorted(params.items()), repr(profile))).encode()).hexdigest()
     try:

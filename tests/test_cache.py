@@ -88,6 +88,22 @@ def test_text_profile_and_path_are_part_of_the_key(cache_home):
     assert program.kernels["k"].source_map[0].file == str(cache_home / "main.mk")
 
 
+
+def test_copies_of_one_profile_file_share_entries_and_any_other_value_does_not(cache_home):
+    """Where a profile was read from is no part of the key (a test or a sweep writes the
+    same profile into folder after folder); every value in it is."""
+    def written(folder: str, vmem: int = 4 << 20):
+        path = cache_home / folder / "hw.toml"
+        path.parent.mkdir()
+        path.write_text(f'extends = "test"\n[core]\nvmem_bytes = {vmem}\n')
+        return load_profile(str(path))
+
+    one, copy, other = written("a"), written("b"), written("c", 2 << 20)
+    assert one.source != copy.source
+    assert not compile_counted("main.mk", MAIN, one)[1]
+    assert compile_counted("main.mk", MAIN, copy)[1]
+    assert not compile_counted("main.mk", MAIN, other)[1]
+
 # -- arrays ---------------------------------------------------------------------------
 
 def test_kept_arrays_come_back_equal_and_read_only(cache_home):

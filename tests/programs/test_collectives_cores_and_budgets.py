@@ -120,7 +120,9 @@ def run_ring(tmp_path, op, mesh, cores, *, wrap=(False, False, False), rows=56, 
     chips = dims[0] * dims[1] * dims[2]
     all_params = {"OP": OPS[op], "CORES": cores, "LEVEL": level, "DIRS": dirs, "ROWS": rows, "COLS": cols,
                   "BR": br, **(params or {})}
-    kernel = mkemu.compile_source(CORES_RING.format(library=LIBRARY), str(tmp_path / "ring.mk"),
+    # (one name for every run: the compile cache then keeps one program per ring, op and
+    # profile for all the meshes that run it)
+    kernel = mkemu.compile_source(CORES_RING.format(library=LIBRARY), "ring.mk",
                                   hw=profile(tmp_path, cores, wrap), mesh=mesh, params=all_params, **options)
     rng = np.random.default_rng(7)
     xs = {c: (rng.standard_normal((cores, rows, cols)) * (1 + c)).astype(np.float32) for c in range(chips)}

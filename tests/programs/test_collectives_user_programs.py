@@ -199,7 +199,9 @@ def run_ring(tmp_path, op, mesh, *, rows=64, cols=128, br=8, dirs=2, nblocks=8, 
     if slots is not None:
         params["CL_SLOTS"] = slots
     params.update(params_extra or {})
-    kernel = mkemu.compile_source(RING.format(library=LIBRARY), str(tmp_path / "ring.mk"),
+    # (one name for every run: the compile cache then keeps one program per ring, op and
+    # profile for all the meshes that run it)
+    kernel = mkemu.compile_source(RING.format(library=LIBRARY), "ring.mk",
                                   hw=hw, mesh=mesh, params=params, **options)
     rng = np.random.default_rng(seed)
     xs = {c: (rng.standard_normal((CORES, rows, cols)) * (1 + c)).astype(np.float32) for c in range(chips)}
