@@ -1,20 +1,19 @@
 """The user cache directory, and compiled `.mk` programs kept in it.
 
 Compiling a large program (the K3 megakernel and its imports) takes about half a
-second, and the same program is compiled with the same parameters over and over
-(every `mkemu run`, every test). A compiled program is therefore kept, pickled, under
-a key that hashes everything its output depends on: the compiler's own sources, the
-main file's name and text, the parameters and the hardware profile (its values, not
-the file it was read from). The entry also records every file the compile read
-(imports included) with a hash of its text; an entry whose files changed is compiled
-afresh. A relative name is read relative to the current directory, so two checkouts
-at different places share the entries of the files they hold alike (a program that
-read the shipped library's files, named by absolute path, only with the library at
-the same place). About `MAX_PROGRAMS`
-entries and `MAX_PROGRAM_BYTES` are kept; the least recently used beyond them are
-dropped (looked for at every `EVICT_EVERY`-th store of a process: a test suite
-stores a thousand programs, most of them written once to temporary files, and a scan
-of the directory at each store would cost more than the compiles it saves).
+second, and the same program is compiled with the same parameters over and over (every
+`mkemu run`, every test). A compiled program is therefore kept, pickled, under a key
+that hashes everything its output depends on: the compiler's own sources, the main
+file's name and text, the parameters and the hardware profile (its values, not the
+file it was read from). The entry also records every file the compile read (imports
+included) with a hash of its text; an entry whose files changed is compiled afresh. A
+relative name is read relative to the current directory, so two checkouts at different
+places share the entries of the files they hold alike (a program that read the shipped
+library's files, named by absolute path, only with the library at the same place).
+About `MAX_PROGRAMS` entries and `MAX_PROGRAM_BYTES` are kept; the least recently used
+beyond them are dropped (looked for at every `EVICT_EVERY`-th store of a process: a
+test suite stores a thousand programs, most of them written once to temporary files,
+and a scan of the directory at each store would cost more than the compiles it saves).
 
 Modules compiled by numba (the issue loop, the flow model's kernels) are written into
 the same directory under a name that hashes their source (`module_in_cache`), so
