@@ -88,7 +88,6 @@ def test_text_profile_and_path_are_part_of_the_key(cache_home):
     assert program.kernels["k"].source_map[0].file == str(cache_home / "main.mk")
 
 
-
 def test_copies_of_one_profile_file_share_entries_and_any_other_value_does_not(cache_home):
     """Where a profile was read from is no part of the key (a test or a sweep writes the
     same profile into folder after folder); every value in it is."""
@@ -103,6 +102,7 @@ def test_copies_of_one_profile_file_share_entries_and_any_other_value_does_not(c
     assert not compile_counted("main.mk", MAIN, one)[1]
     assert compile_counted("main.mk", MAIN, copy)[1]
     assert not compile_counted("main.mk", MAIN, other)[1]
+
 
 # -- arrays ---------------------------------------------------------------------------
 
