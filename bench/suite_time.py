@@ -62,8 +62,8 @@ def run_suite(extra: list[str], cache_home: str | None) -> dict:
 
 def without_programs(into: Path) -> str:
     """A copy of the user cache without its compiled programs, as an XDG_CACHE_HOME."""
-    shutil.copytree(cache_dir(), into / "mkemu", ignore=lambda folder, names: (
-        ["programs"] if Path(folder) == cache_dir() else []))
+    source = cache_dir()
+    shutil.copytree(source, into / "mkemu", ignore=lambda folder, names: ["programs"] if Path(folder) == source else [])
     return str(into)
 
 

@@ -103,7 +103,7 @@ class DecodedKernel:
 
 
 # Decoded words (row, (table row, Op, operand values)) of each machine profile (by its
-# repr), kept across kernels and loads: a tuner, a sweep or a test suite loads the same
+# values, `values_key`), kept across kernels and loads: a tuner, a sweep or a test suite loads the same
 # programs again and again, and most of a kernel's decoding is its words'. A word kept
 # takes about 1 KB; the three K3 programs have about 7,000 distinct words. Past
 # MAX_KEPT_WORDS words in all, the profiles used least recently are dropped (and the
@@ -114,7 +114,7 @@ _kept_lock = threading.Lock()   # (threads of one process may load programs at o
 
 
 def _words_of(profile: HardwareProfile) -> dict[int, tuple[np.ndarray, tuple]]:
-    key = repr(profile)
+    key = profile.values_key()
     with _kept_lock:
         words = _kept_words.pop(key, None)
         if words is None or len(words) > MAX_KEPT_WORDS:

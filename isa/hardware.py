@@ -136,6 +136,12 @@ class HardwareProfile:
     kernel_launch_cycles: int
     timing: Mapping[str, TimingClass]
 
+    def values_key(self) -> str:
+        """The profile's values as text, without where it was read from (`source`, and
+        the `description` naming that file): alike for copies of one profile file. What
+        compiled programs and decoded words are kept under."""
+        return repr(attrs.evolve(self, source="", description=""))
+
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / self.clock_hz
 

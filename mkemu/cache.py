@@ -47,7 +47,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-import attrs
 import numpy as np
 
 try:
@@ -236,12 +235,10 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     earlier identical compile. Returns (program, whether it came from the cache)."""
     # The path as given (the program's source spans name files so). Files it imports
     # are checked by their text when the entry is used (`_load`). Where the profile was
-    # read from (its `source`, and the `description` naming it) does not change what
-    # the compiler makes: copies of one profile file share entries.
-    if attrs.has(type(profile)):
-        profile = attrs.evolve(profile, source="", description="")
+    # read from does not change what the compiler makes: copies of one profile file
+    # share entries (`values_key`).
     key = hashlib.sha256(repr((compiler_fingerprint(), path, text,
-                               sorted(params.items()), repr(profile))).encode()).hexdigest()
+                               sorted(params.items()), profile.values_key())).encode()).hexdigest()
     try:
         directory = cache_dir("programs")
     except OSError:
