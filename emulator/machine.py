@@ -279,7 +279,7 @@ class Machine(DmaMixin):
             elif kind == SIGNAL:
                 core, sem, value, carried, raiser = payload
                 if self.safety is not None:
-                    self.safety.signal_arrived(core, sem, carried)
+                    self.safety.signal_arrived(core, sem, value, carried)
                 self._add_sem(core, sem, value, t, raiser=raiser)
             elif kind == LAND:
                 self._land(payload, t)
@@ -405,7 +405,7 @@ class Machine(DmaMixin):
         self._check_sem(core, sem)
         _check_amount("signal", value, sem, self.kernel)
         if self.safety is not None:
-            self.safety.signal_arrived(core, sem, self.safety.signal_payload(core))
+            self.safety.signal_arrived(core, sem, value, self.safety.signal_payload(core))
         self._add_sem(core, sem, value, t, raiser=self._raiser(core, op))
         if self.trace is not None:
             self.trace.on_signal(core, core, sem, value, t, t)
@@ -432,7 +432,7 @@ class Machine(DmaMixin):
         if core.sems[sem] >= value:
             core.sems[sem] -= value
             if self.safety is not None:
-                self.safety.waited(core, sem)
+                self.safety.waited(core, sem, value)
             if self.trace is not None:
                 self.trace.on_wait(core, 0, sem, value, t, t)
             return False
@@ -501,7 +501,7 @@ class Machine(DmaMixin):
             if self.trace is not None:
                 self.trace.on_wait(core, 0, sem, waiting[1], waiting[2], t)
             if self.safety is not None:
-                self.safety.waited(core, sem)
+                self.safety.waited(core, sem, waiting[1])
             I = core.I
             if I[lp.H_T] < t:
                 I[lp.H_T] = t

@@ -6,7 +6,10 @@ counted (the issuer's byte count, or the receiver's), or learns it from a core t
 knew: a semaphore signal carries what the signaller knew to the core whose wait it
 satisfies, a DMA carries what its issuer knew when it issued it to whoever waits on
 its semaphores (so the news travels along chains of pushes, as in a ring), a barrier
-shares what every member knew. Nothing else orders anything
+shares what every member knew. A semaphore keeps what each arrival (a DMA landing, a
+signal) carried with its amount; a wait takes its amount from the oldest arrivals
+left and learns what those carried, no more (a wait of 0 takes and learns nothing).
+Nothing else orders anything
 (not how long ago a DMA was issued, not the order the emulator happens to run cores
 in).
 
@@ -35,6 +38,7 @@ of the DMA's start.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 
 from mkemu.emulator import loop as lp
 from mkemu.emulator.memory import Trap
@@ -77,7 +81,8 @@ class Safety:
         unions and differences are single integer operations."""
         self.base = base
         self.known = [0 for _ in self.cores]              # per core: the DMAs it knows landed
-        self.sem_known: dict[tuple[int, int], int] = {}   # (core, semaphore) -> DMAs it carries
+        # (core, semaphore) -> its arrivals not yet taken, oldest first: [amount, the DMAs it carries]
+        self.sem_known: dict[tuple[int, int], deque[list[int]]] = {}
         self.hbm_reads: dict[int, list[Entry]] = {}       # chip -> DMAs reading its HBM
         self.hbm_issued: dict[int, dict[int, tuple[int, Entry]]] = {}   # issuer -> seq -> (chip, entry) of those
         # A read leaves its list when its issuer knows it landed; a write only when every
@@ -171,17 +176,20 @@ class Safety:
             k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
 
     def landed(self, dma) -> None:
-        """A DMA's bytes are in place: the semaphores it raises now carry that, and what
-        its issuer knew when it issued it."""
+        """A DMA's bytes are in place: its arrival on the semaphores it raises carries
+        that, and what its issuer knew when it issued it."""
         known, base = dma.knowledge
         carried = known >> (self.base - base) | 1 << (dma.seq - self.base)
-        sem_known = self.sem_known
-        key = (dma.src_core.gid, dma.sem)
-        sem_known[key] = sem_known.get(key, 0) | carried
+        self._arrive((dma.src_core.gid, dma.sem), dma.size_bytes, carried)
         if dma.rsem is not None:
-            key = (dma.dst_core.gid, dma.rsem)
-            sem_known[key] = sem_known.get(key, 0) | carried
+            self._arrive((dma.dst_core.gid, dma.rsem), dma.size_bytes, carried)
         dma.knowledge = (0, 0)
+
+    def _arrive(self, key: tuple[int, int], amount: int, carried: int) -> None:
+        queue = self.sem_known.get(key)
+        if queue is None:
+            queue = self.sem_known[key] = deque()
+        queue.append([amount, carried])
 
     def _rebase(self, last: int) -> None:
         """Number the masks' bits from the oldest DMA still listed (there is one: DMA
@@ -192,16 +200,29 @@ class Safety:
         shift = (live & -live).bit_length() - 1
         self.base += shift
         self.known = [mask >> shift for mask in self.known]
-        self.sem_known = {key: mask >> shift for key, mask in self.sem_known.items()}
+        for queue in self.sem_known.values():
+            for arrival in queue:
+                arrival[1] >>= shift
         self.hbm_write_bits = {chip: mask >> shift for chip, mask in self.hbm_write_bits.items()}
         self.live_bits = live >> shift
         self.rebase_at = last + REBASE_SPAN
 
     # -- synchronisation -----------------------------------------------------------
 
-    def waited(self, core, sem: int) -> None:
-        """`core` waited on `sem`: it knows what the semaphore carries."""
-        carried = self.sem_known.get((core.gid, sem))
+    def waited(self, core, sem: int, amount: int) -> None:
+        """`core` took `amount` from `sem`: from its oldest arrivals left, and it knows
+        what those carried. (An arrival it takes only part of stays, with the rest of
+        its amount, for the next wait, which learns what it carried too.)"""
+        queue = self.sem_known.get((core.gid, sem))
+        carried = 0
+        while amount > 0 and queue:
+            arrival = queue[0]
+            carried |= arrival[1]
+            if arrival[0] > amount:
+                arrival[0] -= amount
+                break
+            amount -= arrival[0]
+            queue.popleft()
         if carried:
             self._learn(core, carried)
 
@@ -210,12 +231,14 @@ class Safety:
         numbering it is in (a remote signal may arrive after a renumbering)."""
         return self.known[core.gid], self.base
 
-    def signal_arrived(self, target, sem: int, payload: tuple[int, int]) -> None:
-        known, base = payload
-        if known:
-            if base != self.base:
+    def signal_arrived(self, target, sem: int, amount: int, payload: tuple[int, int]) -> None:
+        """A signal of `amount` raised `sem` of `target`: that arrival carries `payload`
+        (`signal_payload` of its sender). A signal of 0 adds nothing a wait could take."""
+        if amount:
+            known, base = payload
+            if known and base != self.base:
                 known >>= self.base - base
-            self.sem_known[target.gid, sem] = self.sem_known.get((target.gid, sem), 0) | known
+            self._arrive((target.gid, sem), amount, known)
 
     def barrier(self, members) -> None:
         """Every member knows what any member knew."""

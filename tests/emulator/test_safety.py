@@ -560,3 +560,90 @@ def test_listed_in_finds_the_listed_dmas_of_a_mask_either_way(mask, base, offset
     expected = {seq for seq in listed if mask >> (seq - base) & 1}
     assert set(listed_in(mask, base, listed)) == expected
     assert len(listed_in(mask, base, listed)) == len(expected)
+
+
+# docs/safety.md: a semaphore keeps what each arrival carried; a wait takes its amount
+# from the oldest arrivals left and learns only what those carried. The writer signals
+# the reader twice: before its copy into `tmp` lands (knowing nothing) and after. A
+# reader that takes one signal learns nothing of the copy, however long it dawdles
+# first (D: both signals have arrived by its wait), and reading `tmp` is a race; taking
+# both orders it. A signal of 2, taken 1 and 1, orders both reads.
+SIGNALS = """
+param TAKE = 1;
+param D = 0;
+param SPLIT = 0;
+kernel k(x: hbm f32[8, 256], tmp: hbm f32[8, 256], y: hbm f32[2, 8, 256]) {
+    vmem a: f32[8, 256];
+    sem s;
+    sem f;
+    var c: i32 = 0;
+    if core_id() == 0 {
+        if SPLIT == 0 { signal(f @ global_core(chip_id(), 1), 1); }
+        start copy(x, tmp, s);
+        wait copy(x, tmp, s);
+        signal(f @ global_core(chip_id(), 1), 1 + SPLIT);
+        a = 0.0;
+    } else {
+        for i in 0..D { c += 1; }
+        wait(f, TAKE);
+        start copy(tmp, a, s);
+        wait copy(tmp, a, s);
+        wait(f, 2 - TAKE);
+        a = a + 1.0;
+        start copy(tmp, a, s);
+        wait copy(tmp, a, s);
+    }
+    start copy(a, y[core_id()], s);
+    wait copy(a, y[core_id()], s);
+}
+host {
+    input x: f32[8, 256];
+    hbm tmp: f32[8, 256];
+    output y: f32[2, 8, 256];
+    launch k(x, tmp, y);
+}
+"""
+
+
+@pytest.mark.parametrize("dawdle", [0, 3000])
+def test_a_wait_learns_only_what_the_arrivals_it_takes_carried(dawdle):
+    report = race_of(SIGNALS, TAKE=1, D=dawdle)
+    assert "it reads what the earlier one still writes" in report and "start copy(x, tmp, s);" in report
+
+
+@pytest.mark.parametrize("schedule", ["normal", "late", "shuffle"])
+@pytest.mark.parametrize("dawdle", [0, 3000])
+def test_taking_every_arrival_or_part_of_one_learns_what_it_carried(schedule, dawdle):
+    for params in (dict(TAKE=2), dict(TAKE=1, SPLIT=1)):
+        ran = run(SIGNALS, schedule=schedule, D=dawdle, **params)
+        assert np.array_equal(ran.output("y", 0)[1], X), params
+
+
+# A wait of 0 takes nothing and learns nothing: its own copy, landed long before,
+# is still in flight for the core until a wait takes its bytes.
+ZERO_WAIT = """
+kernel k(x: hbm f32[8, 256], y: hbm f32[8, 256]) {
+    vmem a: f32[8, 256];
+    vmem b: f32[8, 256];
+    sem s;
+    var c: i32 = 0;
+    start copy(x, a, s);
+    for i in 0..3000 { c += 1; }
+    wait(s, 0);
+    b = a + 1.0;
+    wait copy(x, a, s);
+    start copy(b, y, s);
+    wait copy(b, y, s);
+}
+host {
+    input x: f32[8, 256];
+    output y: f32[8, 256];
+    launch k(x, y);
+}
+"""
+
+
+def test_a_wait_of_zero_learns_nothing():
+    report = race_of(ZERO_WAIT)
+    assert "reads the destination of a DMA that has not been waited for" in report
+    assert "b = a + 1.0;" in report
