@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
                            "--schedules N: the first lands every DMA as late as synchronisation allows, the "
                            "others in seeded random orders) and reject any that changes bits, faults or "
                            "deadlocks (at most 1000). Default: only the best is run again, under the late "
-                           "schedule, and if it fails the next best; 0: no variant is")
+                           "schedule, and if it fails the next best; 0: no variant runs under another schedule")
     _scale_out_options(tune)
     tune.add_argument("--out", metavar="JSON", help="the record of every trial (default: PROGRAM's name "
                       "+ .tune.json in this folder; --resume's file when resuming)")
@@ -355,6 +355,13 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)
 
 
+def _check_png(path: str) -> None:
+    """--plot writes PNG bytes: a file named for another format would hold them anyway."""
+    if not path.lower().endswith(".png"):
+        raise ConfigError(f"--plot writes a PNG image; name the file OUT.png, not {path} (--html writes a "
+                          "timeline page, --perfetto a trace for ui.perfetto.dev)", key="--plot")
+
+
 def cmd_run(args) -> int:
     from mkemu.run import check_schedules, execute, render_schedules
     from mkemu.shipped import resolve
@@ -455,6 +462,8 @@ def cmd_trace(args) -> int:
 
     for flag, out in exports:   # every output checked before the first is written
         check_writable(out, flag)
+        if flag == "--plot":
+            _check_png(out)
         if _same_file(out, args.path):
             raise ConfigError(f"{out} is the trace being read; write the export to another file", key=flag)
         for other_flag, other in exports[:exports.index((flag, out))]:
@@ -774,6 +783,8 @@ def cmd_sweep(args) -> int:
     for path, key in ((args.out, "--out"), (args.plot, "--plot")):
         if path is not None:
             check_writable(path, key)
+    if args.plot is not None:
+        _check_png(args.plot)
     _check_outputs([("--out", args.out), ("--plot", args.plot), ("--record-routing", args.record_routing)],
                    _inputs_read(args, files))
     _check_readable(args)

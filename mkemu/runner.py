@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import numbers
 import os
 import re
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -116,9 +118,16 @@ def as_array(value, what: str, file: str | None = None, key: str | None = None) 
     """`value` (an array, a nested list, ...) as a numpy array; one numpy cannot make
     (a ragged list) is a ConfigError naming `what`."""
     try:
-        return np.asarray(value)
+        array = np.asarray(value)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{what} is not an array: {str(exc).splitlines()[0]}", file=file, key=key) from None
+    if array.dtype.kind == "V" and array.dtype.names is None:
+        # A narrow number type of ml_dtypes (bfloat16, the float8s, int4, ...), which
+        # numpy knows only as void: as the int32 or float32 values it holds, exactly.
+        for wide in (np.int32, np.float32):
+            if np.can_cast(array.dtype, wide, casting="safe"):
+                return array.astype(wide)
+    return array
 
 
 def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None) -> None:
@@ -326,7 +335,33 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
     if not isinstance(figures, dict):
         raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
                           f"of figures{_defined_at(fn)}", file=program_path)
+    problem = _figures_problem(figures)
+    if problem:
+        raise ConfigError(f"the program's driver {fn.__qualname__} returned figures whose {problem}"
+                          f"{_defined_at(fn)}", file=program_path)
     return figures
+
+
+def _figures_problem(figures: dict) -> str | None:
+    """What is wrong with the figures a driver returned, if anything: names that are not
+    strings, or a `bit_exact`, `cycles` or `cycles_per_step` that the report, the
+    JSON output and the exit status could not agree on."""
+    odd = [name for name in figures if not isinstance(name, str)]
+    if odd:
+        return f"names are not all strings ({odd[0]!r})"
+
+    def count(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_) and value >= 0
+
+    if "bit_exact" in figures and figures["bit_exact"] not in (True, False, None):
+        return f"bit_exact is {figures['bit_exact']!r}, not True, False or None (no check)"
+    if "cycles" in figures and not count(figures["cycles"]):
+        return f"cycles is {figures['cycles']!r}, not a whole number of cycles >= 0"
+    if "cycles_per_step" in figures:
+        steps = figures["cycles_per_step"]
+        if not isinstance(steps, list | tuple) or not all(count(c) for c in steps):
+            return f"cycles_per_step is {steps!r}, not a list of whole numbers of cycles >= 0"
+    return None
 
 
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
@@ -431,8 +466,13 @@ def check_writable(path: str, key: str) -> None:
             raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
     except OSError as exc:   # e.g. a name too long for the file system
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", key=key) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
+    # A file made and removed there, not `os.access`: that says yes to root whatever the
+    # file system (a read-only mount, /sys) then refuses.
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key) from None
 
 
 def check_dump_folder(path: str, key: str) -> None:

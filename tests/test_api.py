@@ -350,3 +350,77 @@ def test_generated_inputs_too_big_for_the_host_name_the_buffer_and_its_line():
     with pytest.raises(MemoryError, match=r"generating input 'x' f32\[1048576, 1048576\] \(4,398,046,511,104 bytes, "
                                           r"declared at big.mk:4\): "):
         kernel.generate_inputs()
+
+
+def test_check_given_only_buffers_that_are_not_outputs_is_an_error():
+    kernel = mkemu.compile("vector_add", hw="test", mesh="2")
+    a = np.ones((8, 1024), np.float32)
+    run = kernel(a=a, b=a)
+    with pytest.raises(mkemu.ConfigError, match=r"only for a \(input\), b \(input\), none of them an output"):
+        run.check({"a": a, "b@1": a})
+    assert run.report.bit_exact is None
+    assert run.check({"a": a, "out": a + a}) is None and run.report.bit_exact
+
+
+def test_an_input_of_a_narrow_ml_dtypes_type_is_taken_as_the_values_it_holds():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    kernel = mkemu.compile("rmsnorm", hw="test")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1024)).astype(np.float32)
+    w = rng.standard_normal((1, 1024)).astype(ml_dtypes.bfloat16)
+    run = kernel(x=x, w=w)
+    assert run.check() is None
+    assert np.array_equal(run.output("y"), kernel(x=x, w=w.astype(np.float32)).output("y"))
+    # (expected values of such a type too: the output as bfloat16 differs from the f32 output)
+    assert run.check({"y": run.output("y").astype(ml_dtypes.bfloat16)}) is not None
+
+
+DRIVEN = """
+reference "drv.py:drive";
+kernel scale(x: hbm f32[8, 128], y: hbm f32[8, 128]) {
+    vmem v: f32[8, 128];
+    sem s;
+    start copy(x, v, s);
+    wait copy(x, v, s);
+    start copy(v, y, s);
+    wait copy(v, y, s);
+}
+host {
+    input x: f32[8, 128];
+    output y: f32[8, 128];
+    launch scale(x, y);
+}
+"""
+
+
+@pytest.mark.parametrize("figures, problem", [
+    ('{"bit_exact": True, "cycles": None}', "cycles is None, not a whole number of cycles"),
+    ('{"cycles": float("nan")}', "cycles is nan"),
+    ('{"cycles": 1.5}', "cycles is 1.5"),
+    ('{"cycles": True}', "cycles is True"),
+    ('{"cycles_per_step": ["a"]}', "cycles_per_step is ['a'], not a list"),
+    ('{"bit_exact": "yes"}', "bit_exact is 'yes', not True, False or None"),
+    ('{1: 2}', "names are not all strings (1)"),
+])
+def test_a_driver_s_figures_the_report_cannot_take_are_an_error_naming_the_driver(tmp_path, capsys, figures, problem):
+    (tmp_path / "drv.py").write_text(f"def drive(session, options):\n    session.run()\n    return {figures}\n"
+                                     "drive.mkemu_driver = True\n")
+    program = tmp_path / "d.mk"
+    program.write_text(DRIVEN)
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile(str(program), hw="test", mesh="1")()
+    assert problem in str(info.value) and "driver drive returned figures whose" in str(info.value)
+    assert "drv.py:1" in str(info.value)
+    assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert problem in err and "Traceback" not in out + err
+
+
+def test_a_driver_s_whole_numbers_of_cycles_are_the_report_s(tmp_path):
+    (tmp_path / "drv.py").write_text("import numpy as np\ndef drive(session, options):\n    session.run()\n"
+                                     "    return {'bit_exact': True, 'cycles_per_step': [np.int64(5), 7]}\n"
+                                     "drive.mkemu_driver = True\n")
+    program = tmp_path / "d.mk"
+    program.write_text(DRIVEN)
+    report = mkemu.compile(str(program), hw="test", mesh="1")().report
+    assert report.cycles == 12 and report.bit_exact is True

@@ -399,3 +399,22 @@ def test_a_verify_step_run_counts_its_progress_in_tokens(capsys, monkeypatch):
         == ["tokens 2/4", "tokens 4/4"], err
     code, _, err = cli(capsys, "run", "k3_megakernel", *K3_TINY)
     assert code == 0 and err.startswith("step 1/1: "), err
+
+
+def test_plot_wants_a_png_name_before_anything_runs(capsys, tmp_path):
+    trace = tmp_path / "t.mkt"
+    assert main(["run", "vector_add", "--hw", "test", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    for argv in (["trace", str(trace), "--plot", str(tmp_path / "t.svg")],
+                 ["sweep", "vector_add", "--hw", "test", "--mesh", "1,2", "--plot", str(tmp_path / "s.pdf")]):
+        code, _, err = cli(capsys, *argv)
+        assert code == 1 and "--plot: error: --plot writes a PNG image; name the file OUT.png" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.mkt"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")
+def test_an_output_folder_that_takes_no_files_is_refused_before_the_run(capsys):
+    # (/proc refuses new files even to root, for whom the folder's mode says yes)
+    code, out, err = cli(capsys, "run", "vector_add", "--hw", "test", "--trace", "/proc/run.mkt")
+    assert code == 1 and "--trace: error: cannot write /proc/run.mkt: the folder /proc is not writable" in err
+    assert "wall" not in out
