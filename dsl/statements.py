@@ -603,11 +603,11 @@ class Statements(Expressions):
         n_errors = len(self.errors)
         if cond is not POISON:
             self.narrow(cond)
-        then = run(branches[0])
+        then = self._branch(run, branches[0], cond is not POISON and provably(cond, False))
         self.ctx.ranges = dict(saved)
         if cond is not POISON and branches[1] is not None:
             self.narrow(_negated(cond))
-        orelse = run(branches[1])
+        orelse = self._branch(run, branches[1], cond is not POISON and provably(cond, True))
         self.ctx.ranges = saved
         if cond is not POISON and len(self.errors) > n_errors:
             # In an fn checked on its own, a condition read from a scalar parameter is a
@@ -616,6 +616,25 @@ class Statements(Expressions):
             self.call_dependent(cond)
         if cond is not POISON:
             out.append(ir.If(cond, tuple(then), tuple(orelse), s.span))
+
+    def _branch(self, run, branch, dead: bool) -> list:
+        """`run(branch)`; a branch that never runs (its condition is false whatever the
+        run-time operands, `V == 1 && core_id() == 0` with the param V = 0: both sides
+        are evaluated, so it is no constant) is checked and compiled as any other, but its
+        starts, signals and waits count for nothing in the semaphore checks after the
+        body (`semaphore_checks`)."""
+        if not dead:
+            return run(branch)
+        ctx = self.ctx
+        kept = (len(ctx.posts), len(ctx.waits), len(ctx.handles), set(ctx.signalled), set(ctx.waited),
+                ctx.unknown_post, ctx.unknown_wait, [(h, h.started, h.waited, h.measured) for h, _ in ctx.handles])
+        try:
+            return run(branch)
+        finally:
+            posts, waits, handles, ctx.signalled, ctx.waited, ctx.unknown_post, ctx.unknown_wait, flags = kept
+            del ctx.posts[posts:], ctx.waits[waits:], ctx.handles[handles:]
+            for h, started, waited, measured in flags:
+                h.started, h.waited, h.measured = started, waited, measured
 
     def let_range(self, var: ir.ScalarVar, value) -> None:
         """Record a let-bound scalar's value (`expand_lets`: so that an `if` narrowing the
@@ -719,3 +738,19 @@ class Statements(Expressions):
         if index is not POISON:
             out.append(ir.Region(s.name, index, tuple(body), s.span))
 
+
+
+def provably(cond, truth: bool) -> bool:
+    """Whether scalar condition `cond` is `truth` whatever its run-time operands: a
+    constant, or `!`, `&&`, `||` of such (`false && x` is false though x is evaluated)."""
+    if isinstance(cond, ir.Const):
+        return bool(cond.value) == truth
+    if isinstance(cond, ir.ScalarOp):
+        if cond.op == "!":
+            return provably(cond.args[0], not truth)
+        if cond.op in ("&&", "||"):
+            decides = cond.op == "||"     # the value one operand alone decides
+            if truth == decides:
+                return any(provably(a, truth) for a in cond.args)
+            return all(provably(a, truth) for a in cond.args)
+    return False

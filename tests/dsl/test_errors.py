@@ -389,3 +389,63 @@ def test_a_positional_argument_after_a_keyword_is_an_error(tmp_path, monkeypatch
         "      y = sum(axis=1, x);\n"
         "                      ^"
     )
+
+
+# A branch that never runs (its condition false whatever the run-time operands: `&&`
+# evaluates both sides, so `V == 1 && core_id() == 0` is no constant) counts for nothing
+# in the semaphore checks; a branch that may run counts as before.
+DEAD_BRANCH = """\
+param V = 0;
+kernel k(x: hbm f32[8, 128]) {
+    vmem a: f32[8, 128];
+    sem flag;
+    sem s;
+    if V == 1 && core_id() == 0 { signal(flag, 1); }
+    if V == 1 { wait(flag, 1); }
+    if !(V == 0 || core_id() == 1) { start copy(x, a, s); }
+    if V == 1 || core_id() == 1 { wait copy(x, a, s); }
+}
+"""
+
+
+def test_a_branch_that_never_runs_counts_for_nothing_in_the_semaphore_checks(tmp_path, monkeypatch):
+    # The first two branches balance out only at V = 1; the start is dead at V = 0 while
+    # its wait may still run: a wait that nothing raises.
+    assert errors(DEAD_BRANCH, tmp_path, monkeypatch, params={"V": 0}) == (
+        "prog.mk:9:35: error: wait on semaphore 's', but no started DMA or signal ever targets it\n"
+        "      if V == 1 || core_id() == 1 { wait copy(x, a, s); }\n"
+        "                                    ^^^^^^^^^^^^^^^^^^^")
+    monkeypatch.chdir(tmp_path)
+    load_program("prog.mk", {"V": 1})   # every branch may run: balanced
+
+
+@pytest.mark.parametrize("cond, truth", [
+    ("false", False), ("true", True), ("false && x", False), ("x && false", False), ("x && true", None),
+    ("true || x", True), ("x || false", None), ("!(x || true)", False), ("!(false && x)", True),
+    ("(false || false) && x", False), ("x", None)])
+def test_provably_decides_only_what_no_run_time_operand_can_change(cond, truth):
+    from mkemu.dsl import ir
+    from mkemu.dsl.statements import provably
+
+    span = None
+    x = ir.ScalarOp("==", (ir.ScalarVar("v", "loop", span), ir.Const(0, span)), span)
+
+    def parse(text: str):
+        text = text.strip()
+        if text.startswith("!("):
+            return ir.ScalarOp("!", (parse(text[2:-1]),), span)
+        if text.startswith("(") and ")" in text:
+            inner, rest = text[1:].split(")", 1)
+            if not rest.strip():
+                return parse(inner)
+            op, right = rest.strip().split(" ", 1)
+            return ir.ScalarOp(op, (parse(inner), parse(right)), span)
+        for op in ("||", "&&"):
+            if f" {op} " in text:
+                left, right = text.split(f" {op} ", 1)
+                return ir.ScalarOp(op, (parse(left), parse(right)), span)
+        return {"false": ir.Const(0, span, "bool"), "true": ir.Const(1, span, "bool"), "x": x}[text]
+
+    node = parse(cond)
+    assert provably(node, False) == (truth is False)
+    assert provably(node, True) == (truth is True)
