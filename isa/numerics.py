@@ -207,6 +207,8 @@ def mxfp4_encode(w) -> tuple[np.ndarray, np.ndarray]:
     scales = (shared + 127).astype(np.uint8)
     scaled = padded / np.repeat(np.ldexp(1.0, shared), MX_BLOCK, axis=0)
     codes = scaled[:rows].astype(_F32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    # A NaN is -0 whatever its sign (ml_dtypes makes a negative NaN +0).
+    codes[np.isnan(scaled[:rows])] = 0x8
     values = (codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))).astype(np.uint8)
     return values, scales
 

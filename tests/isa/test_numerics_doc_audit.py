@@ -506,7 +506,7 @@ def test_mxfp4_encode_rules():
     w[:5, 0] = [7.0, 5.0, -0.75, 0.25, 5.5]              # scale 2^0: saturate, ties to even, nearest
     w[35, 1] = 3.0                                       # a partial last block (rows 32..39)
     w[:2, 2] = [np.nan, 100.0]                           # a NaN: scale 2^-2 whatever else
-    w[:2, 3] = [np.inf, np.nan]                          # an infinity and a NaN: 2^-2
+    w[:3, 3] = [np.inf, np.nan, -np.nan]                 # an infinity and NaNs: 2^-2; NaNs of both signs are -0
     w[:2, 4] = [-np.inf, 1.0]                            # an infinity, no NaN: 2^-3
     w[0, 5] = 1.5 * 2.0**-125                            # below 2^-124: scale 2^-127 (byte 0)
     values, scales = nx.mxfp4_encode(w)
@@ -516,7 +516,7 @@ def test_mxfp4_encode_rules():
     assert d[:5, 0].tolist() == [6.0, 4.0, -1.0, 0.0, 6.0]
     assert d[35, 1] == 3.0
     assert bits(d[0, 2]) == 0x80000000 and d[1, 2] == 1.5
-    assert d[0, 3] == 1.5 and bits(d[1, 3]) == 0x80000000
+    assert d[0, 3] == 1.5 and bits(d[1, 3]) == 0x80000000 and bits(d[2, 3]) == 0x80000000
     assert d[0, 4] == -0.75 and d[1, 4] == 0.75          # (1.0 saturates too)
     assert float(d[0, 5]) == 1.5 * 2.0**-125
     tiny = np.zeros((32, 2), F32)
