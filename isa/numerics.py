@@ -309,7 +309,8 @@ def _log_specials(x64: np.ndarray, finite_value: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid_f64(x64: np.ndarray) -> np.ndarray:
-    """1/(1+exp(-x)); for x < 0 uses e/(1+e), e = exp(x), so nothing overflows."""
+    """1/(1+exp(-x)); for x < 0 the product e * (1/(1+e)), e = exp(x), so nothing
+    overflows (a product, not the quotient e/(1+e): numerics.md's order of rounding)."""
     e = _exp_f64(-np.abs(x64))
     pos = 1.0 / (1.0 + e)
     return np.where(x64 >= 0.0, pos, e * pos)
