@@ -863,6 +863,10 @@ class TileLowering:
         if mx is None and (w is None or w.dtype != "bf16"):
             # The matrix unit rounds its operands to bf16 anyway: a bf16 copy is exact.
             w = self.materialize(base, "bf16")
+        if transposed and K % 128 and 1 in base.shape:
+            # A row or a column transposes anywhere (docs/language.md): into a bf16
+            # temporary as it is, loaded as any weights are, with no condition on K.
+            w, transposed, shift = self.materialize(rhs, "bf16"), False, {}
         if transposed and K % 128:
             self.error(f"matmul with a transposed right operand needs K % 128 == 0 (K = {K})", rhs.span)
         self.prepare(lhs)

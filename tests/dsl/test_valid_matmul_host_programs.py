@@ -294,6 +294,36 @@ def test_transposed_weights_need_k_a_multiple_of_128():
     assert "K % 128" in text
 
 
+# A row or a column transposes anywhere (docs/language.md), as a matmul's right operand
+# too, whatever K: a dot product and an outer product, of f32 and of bf16 rows.
+ROW_TRANSPOSED = """
+kernel k(a: hbm T[8, 256], y: hbm f32[1, 1], z: hbm f32[K, 8]) {
+    vmem av: T[8, 256];
+    vmem yv: f32[1, 1];
+    vmem zv: f32[K, 8];
+    sem s;
+    start copy(a, av, s);
+    wait copy(a, av, s);
+    yv = matmul(av[0:1, 0:K], transpose(av[1:2, 0:K]));
+    zv = matmul(transpose(av[2:3, 0:K]), av[3:4, 0:8]);
+    start copy(yv, y, s);
+    wait copy(yv, y, s);
+    start copy(zv, z, s);
+    wait copy(zv, z, s);
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("k", [16, 100, 128, 200])
+def test_a_transposed_row_is_a_matmul_operand_whatever_k(dtype, k):
+    a = b16(8, 256) if dtype == "bf16" else normal(8, 256)
+    src = f"const T = {dtype};\nparam K = {k};\n" + ROW_TRANSPOSED
+    r = run(src, a=a)
+    same(mm(a[0:1, :k], a[1:2, :k].T), r.output("y"))
+    same(mm(a[2:3, :k].T, a[3:4, 0:8]), r.output("z"))
+
+
 WINDOW = """
 kernel k(x: hbm bf16[8, 128], w: hbm bf16[128, 256], c: hbm i32[8], y: hbm f32[8, LEN]) {
     vmem xv: bf16[8, 128];
