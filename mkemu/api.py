@@ -336,7 +336,7 @@ class Kernel:
                                   file=source, key=key)
             if at and not runner.is_chip_text(chip, self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
-            arrays[key] = runner.as_array(given[key], f"buffer {name}", file=source, key=key)
+            arrays[key] = runner.widened(runner.as_array(given[key], f"buffer {name}", file=source, key=key))
             runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key)
         written = {}
         for buf in self.program.buffers:
@@ -501,7 +501,8 @@ class Run:
         elif not expected:
             raise ConfigError("check() was given no expected outputs: nothing would be compared, and the run "
                               "would be recorded bit-exact", key="expected")
-        self._check_names_an_output(expected, source)
+        else:
+            self._check_names_an_output(expected)
         mismatch = None
         for key, value in expected.items():
             if not isinstance(key, str):
@@ -517,7 +518,9 @@ class Run:
                                   key=key) from None
             value = runner.as_array(value, f"expected output {key!r}", file=source, key=key)
             if value.dtype.kind not in "biuf":   # (a structured array cannot even be compared)
-                raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers",
+                # bf16 outputs are compared as float32 arrays of bf16 values (as runs return them).
+                hint = "; give bf16 values as float32 (.astype(np.float32))" if "bfloat16" in str(value.dtype) else ""
+                raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers{hint}",
                                   file=source, key=key)
             for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
                 mismatch = runner.compare(value, self.output(buf.name, chip), name, chip, buf.dtype)
@@ -530,15 +533,17 @@ class Run:
         self.report.figures.update(bit_exact=self.report.bit_exact, mismatch=self.report.mismatch)
         return mismatch
 
-    def _check_names_an_output(self, expected: Mapping, source: str | None) -> None:
+    def _check_names_an_output(self, expected: Mapping) -> None:
         """Expected values given only for buffers that are not outputs (inputs, weights,
-        scratch) would compare no output and still record the run bit-exact."""
+        scratch) of a program that has outputs would compare none of them and still
+        record the run bit-exact. (A program without outputs, whose kernels write into
+        an input struct's members, is checked by what it has.)"""
         kinds = {b.name: b.kind for b in self.kernel.program.buffers}
+        outputs = [n for n, k in kinds.items() if k in ("output", "inout")]
         names = [key.partition("@")[0] for key in expected if isinstance(key, str)]
-        if len(names) == len(expected) and all(name in kinds for name in names) \
+        if outputs and len(names) == len(expected) and all(name in kinds for name in names) \
                 and not any(kinds[name] in ("output", "inout") for name in names):
-            outputs = ", ".join(n for n, k in kinds.items() if k in ("output", "inout")) or "none"
             given = ", ".join(f"{n} ({kinds[n]})" for n in sorted(set(names)))
             raise ConfigError(f"check() was given expected values only for {given}, none of them an output of the "
-                              f"program (its outputs: {outputs}): no output would be compared, and the run would be "
-                              "recorded bit-exact", file=source, key="expected")
+                              f"program (its outputs: {', '.join(outputs)}): no output would be compared, and the "
+                              "run would be recorded bit-exact", key="expected")

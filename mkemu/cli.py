@@ -783,10 +783,10 @@ def cmd_sweep(args) -> int:
     for path, key in ((args.out, "--out"), (args.plot, "--plot")):
         if path is not None:
             check_writable(path, key)
-    if args.plot is not None:
-        _check_png(args.plot)
     _check_outputs([("--out", args.out), ("--plot", args.plot), ("--record-routing", args.record_routing)],
                    _inputs_read(args, files))
+    if args.plot is not None:
+        _check_png(args.plot)
     _check_readable(args)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]

@@ -118,12 +118,16 @@ def as_array(value, what: str, file: str | None = None, key: str | None = None) 
     """`value` (an array, a nested list, ...) as a numpy array; one numpy cannot make
     (a ragged list) is a ConfigError naming `what`."""
     try:
-        array = np.asarray(value)
+        return np.asarray(value)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{what} is not an array: {str(exc).splitlines()[0]}", file=file, key=key) from None
+
+
+def widened(array: np.ndarray) -> np.ndarray:
+    """An input array of a narrow number type of ml_dtypes (bfloat16, the float8s, int4,
+    ...), which numpy knows only as void, as the int32 or float32 values it holds,
+    exactly (docs/api.md: inputs of any real type); any other array as it is."""
     if array.dtype.kind == "V" and array.dtype.names is None:
-        # A narrow number type of ml_dtypes (bfloat16, the float8s, int4, ...), which
-        # numpy knows only as void: as the int32 or float32 values it holds, exactly.
         for wide in (np.int32, np.float32):
             if np.can_cast(array.dtype, wide, casting="safe"):
                 return array.astype(wide)

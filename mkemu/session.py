@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from mkemu.errors import ConfigError
-from mkemu.runner import as_array, check_values, from_storage, is_chip, to_storage
+from mkemu.runner import as_array, check_values, from_storage, is_chip, to_storage, widened
 
 
 @attrs.frozen
@@ -75,7 +75,7 @@ class Session:
             array = np.asarray(bits)
             if array.dtype != np.uint16:
                 raise ConfigError(f"buffer {name}: bf16_bits must be uint16, got {array.dtype}", key=name)
-        values = as_array(array, f"buffer {name}", key=name)
+        values = widened(as_array(array, f"buffer {name}", key=name))
         if values.shape != buf.shape and values.size == int(np.prod(buf.shape)):
             # Stacked tensors may be declared with leading dimensions merged (e.g.
             # [layers, heads, a, b] as [layers*heads, a, b]): same bytes, row-major.

@@ -371,8 +371,9 @@ def test_an_input_of_a_narrow_ml_dtypes_type_is_taken_as_the_values_it_holds():
     run = kernel(x=x, w=w)
     assert run.check() is None
     assert np.array_equal(run.output("y"), kernel(x=x, w=w.astype(np.float32)).output("y"))
-    # (expected values of such a type too: the output as bfloat16 differs from the f32 output)
-    assert run.check({"y": run.output("y").astype(ml_dtypes.bfloat16)}) is not None
+    # (expected outputs are given as float32 arrays, bf16 ones too: docs/api.md)
+    with pytest.raises(mkemu.ConfigError, match="give bf16 values as float32"):
+        run.check({"y": run.output("y").astype(ml_dtypes.bfloat16)})
 
 
 DRIVEN = """
