@@ -48,6 +48,11 @@ EXPERT_DTYPES = ("bf16", "mxfp4")
 MX_BLOCK = 32
 F32_BYTES = 4
 
+# Upper bounds: the kernels compute shapes and offsets in int32, and every layer is
+# planned, weighed and run one by one (a file's 10^18 layers hung `model show`).
+MAX_INT = 2**31 - 1
+MAX_LAYERS = 65_536
+
 _INT_FIELDS = (
     "dim", "n_layers", "n_heads", "head_dim", "conv_kernel", "q_rank", "kv_rank",
     "dense_inter", "n_experts", "top_k", "n_shared", "latent_dim", "expert_inter",
@@ -156,6 +161,10 @@ def _validate(cfg: ModelConfig) -> None:
             _fail(f"expected an integer, got {value!r}", key)
         if value < 1:
             _fail(f"must be at least 1, got {value}", key)
+        top = MAX_LAYERS if key == "n_layers" else MAX_INT
+        if value > top:
+            _fail(f"must be at most {top:,}{' (each layer is planned, weighed and run)' if top == MAX_LAYERS else ''}"
+                  f", got {value:,}", key)
     for key in _TILED_FIELDS:
         value = getattr(cfg, key)
         if value % DIM_QUANTUM:

@@ -640,8 +640,10 @@ def render(report: dict) -> str:
     lines += [
         f"machine: {report['chips']} chips ({report['mesh']}) x {report['cores'] // report['chips']} cores "
         f"= {report['cores']} cores of {report['hw']}",
-        f"time per step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} tok/s per "
-        f"sequence, {report['tokens_per_s_aggregate']:.0f} tok/s aggregate",
+        (f"time per verify step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} verify "
+         f"steps/s (accepted tokens: below)" if "spec_rows" in report else
+         f"time per step: {report['us_per_step']:.2f} us emulated -> {report['tokens_per_s']:.0f} tok/s per "
+         f"sequence, {report['tokens_per_s_aggregate']:.0f} tok/s aggregate"),
         f"HBM bytes per step: {report['hbm_bytes_per_step'] / 1e6:.2f} MB, achieved "
         f"{report['hbm_bw_fraction'] * 100:.1f}% of peak HBM bandwidth",
         f"floor (HBM bytes / bandwidth + {report['collective_phases_per_step']:.0f} collective phases x "

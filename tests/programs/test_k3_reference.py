@@ -378,6 +378,10 @@ def test_shipped_configs_and_full_counts():
     ({"mla_layers": [3, 4]}, "mla_layers"),
     ({"dense_layers": [1, 0]}, "dense_layers"),
     ({"mla_layers": 3}, "mla_layers"),
+    ({"n_layers": 2**63 - 1}, "n_layers"),      # (it hung `model show`, planning every layer)
+    ({"n_layers": 65_537}, "n_layers"),
+    ({"dim": 2**63 - 128}, "dim"),
+    ({"max_seq": 2**31}, "max_seq"),
 ])
 def test_bad_config_values_name_the_key(change, key):
     cfg = load_config("k3-tiny")
