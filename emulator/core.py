@@ -289,8 +289,8 @@ class Core:
         if code == lp.E_RAN_OFF:
             return Trap("ran-off-end", f"pc {a} is past the end of the kernel ({b} instructions); "
                                        "a kernel must end with halt")
-        if code == lp.E_MAX_CYCLES:
-            return Trap("max-cycles", max_cycles_message(a, self.profile))
+        if code == lp.E_MAX_CYCLES:   # (at the cycle the instruction would issue, past the guard)
+            return Trap("max-cycles", max_cycles_message(a, self.profile), cycle=b)
         if code == lp.E_MAX_INSTRUCTIONS:
             return Trap("max-instructions", f"this core ran {a:,} instructions in one launch without reaching "
                                             "a halt (a loop that never ends?); raise the limit with "

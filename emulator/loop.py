@@ -405,7 +405,7 @@ def run(C, I, V, M, VMEM, SMEM, MXWU, MXLU, MXAU, RSTACK, RSTAT, RACES, LOG, RB,
             code = EXIT_GLOBAL
             break
         if issue > limit:
-            fault(E, E_MAX_CYCLES, limit, 0, 0, 0)
+            fault(E, E_MAX_CYCLES, limit, issue, 0, 0)
             code = EXIT_FAULT
             break
         if count >= budget:

@@ -356,7 +356,7 @@ class Machine(DmaMixin):
                 try:
                     core.pending = core.run_local()
                 except Trap as trap:
-                    fault = self._fault(core, trap.kind, trap.message)
+                    fault = self._fault(core, trap.kind, trap.message, trap.cycle)
                     if trap.kind in GUARDS:
                         raise fault from None
                     # Found while the core ran ahead of the machine's clock: raised once

@@ -19,10 +19,11 @@ import numpy as np
 class Trap(Exception):
     """A fault found while executing one instruction; the machine adds the context."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, cycle: int | None = None):
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.cycle = cycle      # where the fault lies, if not at the core's clock
 
 
 def host_mmap(fileno: int, size: int, **kwargs) -> mmap.mmap:

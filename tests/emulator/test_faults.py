@@ -463,3 +463,11 @@ def test_a_dma_descriptor_a_dma_in_flight_still_writes_is_a_race(emu, wait):
     text = assert_names_everything(info.value, "race", "dma.start vmem[s5], hbm[s1], s2, s3")
     assert "this DMA's descriptor at SMEM [32, 60) reads the destination of a DMA" in text
     assert "`dma.start smem[s2], hbm[s1], s0, s0`" in text
+
+
+@pytest.mark.parametrize("latency", ["addi s2, s2, 1", "vexp.f32 v1, v1"])
+def test_the_max_cycle_guard_passed_by_local_instructions_names_the_cycle_past_it(emu, latency):
+    # (It named the core's clock before the instruction, which could lie below the guard.)
+    body = f"li s1, 100000\nloop:\n{latency}\naddi s1, s1, -1\nbne s1, s0, loop\nhalt"
+    fault = fault_of(emu, body, config=RunConfig(max_cycles=1500))
+    assert fault.kind == "max-cycles" and fault.cycle > 1500, fault.render()
