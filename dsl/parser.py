@@ -10,7 +10,9 @@ line, carets and the expected tokens spelled as a reader would write them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+import sys
 from pathlib import Path
 
 import lark
@@ -57,14 +59,30 @@ def _check_name(token: Token) -> Token:
 
 @functools.cache
 def _parser() -> lark.Lark:
+    grammar = GRAMMAR_PATH.read_text()
     return lark.Lark(
-        GRAMMAR_PATH.read_text(),
+        grammar,
         parser="lalr",
         propagate_positions=True,
-        cache=True,   # the LALR tables, keyed by grammar and options, in the temp folder
+        cache=_tables_file(grammar),
         maybe_placeholders=True,
         lexer_callbacks={"NAME": _check_name},
     )
+
+
+def _tables_file(grammar: str) -> str | bool:
+    """Where Lark keeps the LALR tables (a pickle it loads: about 0.1 s saved per
+    process) in mkemu's own cache folder, which only this user can write; False (built
+    each time) without one. Not Lark's `cache=True`: a file of a predictable name in the
+    shared temporary folder, which another user could plant first."""
+    from mkemu.cache import cache_dir
+
+    try:
+        folder = cache_dir("grammar")
+    except OSError:
+        return False
+    digest = hashlib.sha256("\0".join((grammar, lark.__version__, sys.version)).encode()).hexdigest()[:20]
+    return str(folder / f"lalr_{digest}.pickle")
 
 
 @functools.cache

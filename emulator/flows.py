@@ -48,19 +48,35 @@ import numpy as np
 
 from mkemu.cache import module_in_cache
 
-# The compiled kernels, imported from a copy in the user cache directory so numba's
-# cache is keyed by their source, not by where mkemu is installed.
-fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").read_text(),
-                     numba.__version__, sys.version,
-                     announce="compiling the flow model, once per version and machine (alongside the issue loop on a first run)")
+
+class _Kernels:
+    """The compiled kernels (`flowcore.py`), imported from a copy in the user cache
+    directory so numba's cache is keyed by their source, not by where mkemu is
+    installed; imported at their first use, when this stand-in replaces itself with
+    the module. Importing this module (the mesh's topology and so every command does)
+    thus compiles nothing and needs no cache folder: `mkemu asm` and `mkemu trace` run
+    without one."""
+
+    def __getattr__(self, name: str):
+        global fc
+        fc = module_in_cache("mkemu_flowcore", Path(__file__).with_name("flowcore.py").read_text(),
+                             numba.__version__, sys.version,
+                             announce="compiling the flow model, once per version and machine (alongside the "
+                                      "issue loop on a first run)")
+        return getattr(fc, name)
 
 
-#: The integer cycle at which an event for a float completion time should fire
-#: (flowcore.completion_cycle: the ceiling, except a few ulps above an integer).
-completion_cycle = fc.completion_cycle
-#: `completion_cycle` of a time so late (or infinite) that its bytes never land in 64-bit
-#: cycles: one past 2^62, the largest max-cycle guard.
-FAR_CYCLE = fc.FAR_CYCLE
+fc = _Kernels()
+
+
+def __getattr__(name: str):
+    """`completion_cycle`, the integer cycle at which an event for a float completion
+    time should fire (the ceiling, except a few ulps above an integer), and `FAR_CYCLE`,
+    the `completion_cycle` of a time so late (or infinite) that its bytes never land in
+    64-bit cycles (one past 2^62, the largest max-cycle guard): flowcore's, compiled."""
+    if name in ("completion_cycle", "FAR_CYCLE"):
+        return getattr(fc, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FlowNetwork:

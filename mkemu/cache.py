@@ -24,6 +24,10 @@ meanwhile wait and then load the compiled code rather than compile it too. Of ea
 kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled code is
 3 MB a version); older ones go, with numba's cache of them.
 
+The `.mk` parser's LALR tables (Lark's pickle of them, `dsl/parser.py`) are kept in a
+`grammar` folder of the same directory, which only this user can write (Lark's own
+`cache=True` would load a pickle of a predictable name from the shared temporary folder).
+
 Arrays that take longer to make than to read back (the K3 weights of a model and
 seed: a second or more for 67 M parameters) are kept the same way by
 `cached_arrays`, as one raw `.npy` file per key, memory-mapped on use, at most

@@ -418,3 +418,30 @@ def test_an_output_folder_that_takes_no_files_is_refused_before_the_run(capsys):
     code, out, err = cli(capsys, "run", "vector_add", "--hw", "test", "--trace", "/proc/run.mkt")
     assert code == 1 and "--trace: error: cannot write /proc/run.mkt: the folder /proc is not writable" in err
     assert "wall" not in out
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux), where no folder can be made")
+def test_asm_and_trace_need_no_cache_folder(tmp_path, capsys):
+    """Only compiled code needs the cache folder: with none writable, `mkemu asm` and
+    `mkemu trace` still run, and `mkemu run` says what is missing in one line."""
+    import os
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.mkt"
+    assert main(["run", "vector_add", "--hw", "test", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    (temp / f"mkemu-cache-{os.getuid()}").write_text("")    # the per-user fallback, blocked
+    env = dict(os.environ, XDG_CACHE_HOME="/proc/no-cache", HOME="/proc/no-home", TMPDIR=str(temp))
+
+    def mkemu(*argv):
+        return subprocess.run([sys.executable, "-c", "import sys; from mkemu.cli import main; "
+                               "sys.exit(main(sys.argv[1:]))", *argv], capture_output=True, text=True, env=env)
+
+    assert mkemu("asm", "vector_add").returncode == 0
+    assert mkemu("trace", str(trace), "--top", "1").returncode == 0
+    ran = mkemu("run", "vector_add", "--hw", "test")
+    assert ran.returncode == 1 and "no writable cache directory for mkemu" in ran.stderr
+    assert "Traceback" not in ran.stderr

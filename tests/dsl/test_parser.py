@@ -186,3 +186,18 @@ def test_syntax_error_names_keyword_with_carets():
         "  kernel k() { for i in 0..4 { } else }\n"
         "                                 ^^^^"
     )
+
+
+def test_the_lalr_tables_are_kept_in_mkemu_s_own_cache_folder(tmp_path, monkeypatch):
+    """Not Lark's `cache=True`, a pickle of a predictable name in the shared temporary
+    folder that another user could plant (and Lark would load)."""
+    from mkemu.cache import cache_dir
+    from mkemu.dsl import parser
+
+    grammar = parser.GRAMMAR_PATH.read_text()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = Path(parser._tables_file(grammar))
+    assert path.parent == cache_dir("grammar") and path.parent.is_relative_to(tmp_path)
+    assert parser._tables_file(grammar + " ") != str(path)      # keyed by the grammar
+    monkeypatch.setattr("mkemu.cache.cache_dir", lambda sub="": (_ for _ in ()).throw(OSError("none")))
+    assert parser._tables_file(grammar) is False                 # built each time without a folder
