@@ -739,7 +739,6 @@ class Statements(Expressions):
             out.append(ir.Region(s.name, index, tuple(body), s.span))
 
 
-
 def provably(cond, truth: bool) -> bool:
     """Whether scalar condition `cond` is `truth` whatever its run-time operands: a
     constant, or `!`, `&&`, `||` of such (`false && x` is false though x is evaluated)."""
