@@ -127,3 +127,34 @@ def test_an_install_that_cannot_be_written_runs_and_stays_as_installed(installed
     assert "Warning" not in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert listing() == before
     assert list(cache_dir().glob("mkemu_loop_*.compiled")), "the issue loop is compiled into the user cache"
+
+
+def test_every_package_the_code_imports_is_a_declared_dependency():
+    """A module the package imports (at its top or inside a function) is either the
+    standard library, mkemu itself, a declared dependency, or one of the optional
+    extras' (each import of those is guarded with a message naming the extra). An
+    MXFP4 run used to need ml_dtypes, which only the test extra brought."""
+    import ast
+    import re
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+    def names(requirements) -> set[str]:
+        return {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower().replace("-", "_") for r in requirements}
+
+    declared = names(project["dependencies"])
+    optional = names(r for extra, reqs in project["optional-dependencies"].items() if extra != "test" for r in reqs)
+    imported = set()
+    for folder in ("mkemu", "isa", "emulator", "dsl", "tools", "programs"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    imported |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(node.module.split(".")[0])
+    third_party = {m.lower() for m in imported} - set(sys.stdlib_module_names) - {"mkemu", "__future__"}
+    optional |= {"dask"}                 # (the `distributed` extra brings it)
+    assert third_party - optional <= declared, third_party - optional - declared
+    assert "ml_dtypes" in declared
