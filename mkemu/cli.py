@@ -26,12 +26,15 @@ from mkemu.isa.hardware import DEFAULT_PROFILE
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(_negative_values_joined(parser, sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(_negative_values_joined(parser, sys.argv[1:] if argv is None else argv))
+    _more_positionals(parser, args, extra)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()      # (so a failed write of the output, e.g. to a full disk, is reported here)
+        return code
     except MkemuError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -46,6 +49,36 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if terminated else 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        return _write_failed(exc)
+
+
+def _more_positionals(parser: argparse.ArgumentParser, args, extra: list[str]) -> None:
+    """Files after an option (`mkemu trace diff --json A B`, `mkemu sweep P1 --mesh 1 P2`)
+    join the command's list of them: argparse ends a list at the first option and takes
+    nothing after it (`parse_intermixed_args` is not offered with subcommands). Any
+    other leftover is argparse's usage error, exit status 2."""
+    listed = next((name for name in ("others", "files") if isinstance(getattr(args, name, None), list)), None)
+    if extra and listed is not None and not any(token.startswith("-") for token in extra):
+        getattr(args, listed).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
+def _write_failed(exc: OSError) -> int:
+    """An error the commands do not turn into a message of their own: writing the
+    standard output (a full disk: `> /dev/full`), or a file read or written under them.
+    One line; the standard output's unwritten bytes go nowhere, so the exit does not
+    fail on them again."""
+    where = exc.filename if exc.filename else "the standard output"
+    print(f"error: cannot write {where}: {exc.strerror or exc}" if exc.filename is None
+          else f"{where}: error: {exc.strerror or exc}", file=sys.stderr)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 1
 
 
 class Terminated(KeyboardInterrupt):
@@ -311,9 +344,14 @@ def _params(items: list[str]) -> dict[str, int]:
         try:
             if not sep or not name.strip().isidentifier():
                 raise ValueError
-            out[name.strip()] = int(value, 0)
+            number = int(value, 0)
         except ValueError:
             raise ConfigError(f"--set wants NAME=INTEGER, got {item!r}", key="--set") from None
+        name = name.strip()
+        if name in out and out[name] != number:
+            # (as two --param or two --hw-set of one key: the last silently winning hides a typo)
+            raise ConfigError(f"{name} is set twice, to {out[name]} and to {number}: give one value", key="--set")
+        out[name] = number
     return out
 
 
@@ -362,9 +400,19 @@ def _check_png(path: str) -> None:
                           "timeline page, --perfetto a trace for ui.perfetto.dev)", key="--plot")
 
 
+def _no_empty_paths(args, *flags: str) -> None:
+    """An empty path given to a flag that reads a file: named by the flag (the OS's
+    'No such file' would name nothing)."""
+    for flag in flags:
+        if getattr(args, flag.lstrip("-").replace("-", "_"), None) == "":
+            raise ConfigError("wants the path of a file to read, got an empty one", key=flag)
+
+
 def cmd_run(args) -> int:
     from mkemu.run import check_schedules, execute, render_schedules
     from mkemu.shipped import resolve
+
+    _no_empty_paths(args, "--inputs", "--routing")
 
     _check_schedules(args.schedules)
     outputs = [("--trace", args.trace), ("--record-routing", args.record_routing)]
@@ -433,6 +481,9 @@ def cmd_trace(args) -> int:
     from mkemu.runner import atomic_write
     from mkemu.tools import trace_diff, trace_summary
     from mkemu.tools.trace_reader import read_trace
+
+    if "" in (args.path, *args.others):
+        raise ConfigError("wants the path of a trace to read, got an empty one", key="PATH")
 
     for flag, value in (("--from", args.start), ("--to", args.end), ("--top", args.top)):
         if value is not None and value < 0:
@@ -554,12 +605,17 @@ def plural(n: int, word: str) -> str:
 
 
 def _check_readable(args) -> None:
-    """The files every run of a tune or sweep reads, opened once before the first run:
+    """The files every run of a tune or sweep reads, looked at once before the first run:
     a missing one is one error up front, not one rejected run per point."""
+    import stat
+
     for path, what in ((getattr(args, "inputs", None), "cannot read inputs"),
                        (getattr(args, "routing", None), "cannot read the routing record")):
         if path:
             try:
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    raise ConfigError(f"{what}: it is not a regular file (a directory, a device or a pipe)",
+                                      file=path)
                 with open(path, "rb"):
                     pass
             except OSError as exc:
@@ -657,6 +713,7 @@ def cmd_tune(args) -> int:
     from mkemu.tune import (Tune, check_default_error, default_build, format_objective, load_resume, make_space,
                             render, same_build_text, summary)
 
+    _no_empty_paths(args, "--inputs", "--routing")
     _check_scale_out(args)
     if args.budget < 1:
         raise ConfigError(f"--budget must be at least 1, got {args.budget}", key="--budget")
@@ -759,6 +816,7 @@ def cmd_sweep(args) -> int:
 
     from mkemu.api import hw_profile
 
+    _no_empty_paths(args, "--inputs", "--routing")
     _check_scale_out(args)
     with _as_flags(args):
         hw_profile(args.hw)   # the base profile, before any point is made of it

@@ -51,6 +51,9 @@ class SourceSpan:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+SHOWN_CHARS = 160     # of a source line, at most, under an error
+
+
 @attrs.frozen
 class Diagnostic:
     span: SourceSpan
@@ -67,6 +70,14 @@ class Diagnostic:
             width = max(self.span.end_column - start, 1)
         else:
             width = max(len(line) - start + 1, 1)
+        if len(line) > SHOWN_CHARS:
+            # A long line (minified, or a file of one huge line) shows the part around
+            # the error, its cut ends marked, not megabytes of it.
+            lo = max(min(start - 1 - SHOWN_CHARS // 4, len(line) - SHOWN_CHARS), 0)
+            hi = lo + SHOWN_CHARS
+            head, tail = ("..." if lo else ""), ("..." if hi < len(line) else "")
+            width = max(min(width, hi - (start - 1)), 1)
+            line, start = head + line[lo:hi] + tail, start - lo + len(head)
         # (The caret's padding keeps the line's tabs, so it lands under the same column
         # however the terminal expands them.)
         pad = "".join(ch if ch == "\t" else " " for ch in line[:start - 1])

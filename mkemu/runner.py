@@ -14,6 +14,7 @@ import inspect
 import numbers
 import os
 import re
+import stat
 import tempfile
 import traceback
 from pathlib import Path
@@ -76,6 +77,9 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     # our bug: numpy raises many types for it (tokenize.TokenError, MemoryError, ...).
     damaged = Exception
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):    # (a pipe would block here, a device never end)
+            raise ConfigError("cannot read inputs: it is not a regular file (a directory, a device or a pipe)",
+                              file=path)
         with open(path, "rb") as fh:
             magic = fh.read(6)
     except OSError as exc:

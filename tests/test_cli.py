@@ -445,3 +445,62 @@ def test_asm_and_trace_need_no_cache_folder(tmp_path, capsys):
     ran = mkemu("run", "vector_add", "--hw", "test")
     assert ran.returncode == 1 and "no writable cache directory for mkemu" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_a_huge_program_or_a_huge_line_gives_a_short_error(capsys, tmp_path):
+    big = tmp_path / "big.mk"
+    with open(big, "wb") as fh:
+        fh.truncate(17 << 20)            # (sparse: nothing written)
+    code, _, err = cli(capsys, "run", str(big))
+    assert code == 1 and "is 17,825,792 bytes, and a .mk or .s program is text of at most 16 MiB" in err
+    long = tmp_path / "long.mk"
+    long.write_text("kernel k() {" + " " * 100_000 + "@ }\n")
+    code, _, err = cli(capsys, "run", str(long))
+    assert code == 1 and "long.mk:1:100013: error: unexpected '@'" in err, err
+    assert len(err) < 1000 and "...   " in err           # the part around the error, its cut end marked
+    caret_line = err.splitlines()[-1]
+    assert err.splitlines()[-2][len(caret_line) - 1] == "@"   # the caret still under the '@'
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_under_the_standard_output_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    for argv in (["programs"], ["run", "vector_add", "--hw", "test", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-c", "import sys; from mkemu.cli import entry; sys.exit(entry())",
+                                   *argv], stdout=full, stderr=subprocess.PIPE, text=True)
+        assert done.returncode == 1 and done.stderr == (
+            "error: cannot write the standard output: No space left on device\n"), done.stderr
+
+
+def test_trace_diff_takes_its_options_before_the_traces_too(capsys, tmp_path):
+    trace = tmp_path / "t.mkt"
+    assert main(["run", "vector_add", "--hw", "test", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    code, out, _ = cli(capsys, "trace", "diff", "--json", "--chip", "0", str(trace), str(trace))
+    assert code == 0 and json.loads(out)["emulated_cycles"]["delta"] == 0
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "diff", "--json", str(trace), str(trace), "--bogus"])
+    assert info.value.code == 2
+
+
+def test_a_param_set_twice_to_different_values_is_an_error(capsys):
+    code, _, err = cli(capsys, "run", "matmul_double_buffered", "--set", "TN=1024", "--set", "TN=512")
+    assert code == 1 and err.strip() == "--set: error: TN is set twice, to 1024 and to 512: give one value"
+    code, _, _ = cli(capsys, "run", "matmul_double_buffered", "--hw", "test", "--set", "TN=512", "--set", "TN=0x200")
+    assert code == 0                                   # (the same value twice is one value)
+
+
+def test_inputs_that_are_a_pipe_or_empty_are_refused_unread(capsys, tmp_path):
+    import os
+
+    fifo = tmp_path / "in.npz"
+    os.mkfifo(fifo)                                     # (opened, it would block for a writer)
+    code, _, err = cli(capsys, "run", "vector_add", "--inputs", str(fifo))
+    assert code == 1 and "cannot read inputs: it is not a regular file (a directory, a device or a pipe)" in err
+    code, _, err = cli(capsys, "run", "vector_add", "--inputs", "")
+    assert code == 1 and err.strip() == "--inputs: error: wants the path of a file to read, got an empty one"
+    code, _, err = cli(capsys, "trace", "")
+    assert code == 1 and err.strip() == "PATH: error: wants the path of a trace to read, got an empty one"
