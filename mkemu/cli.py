@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(_negative_values_joined(parser, sys.argv[1:] if argv is None else argv))
     _more_positionals(parser, args, extra)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)     # (a usage error: stdout stays empty, as for every other)
         return 2
     try:
         code = args.func(args)

@@ -174,7 +174,8 @@ def test_missing_program_and_usage(capsys):
     code, _, err = cli(capsys, "run", "/no/such/file.s", "--hw", "test")
     assert code == 1 and "/no/such/file.s: error: cannot read program" in err
     assert main([]) == 2
-    capsys.readouterr()
+    out, err = capsys.readouterr()
+    assert not out and "usage: mkemu" in err          # (a usage error: nothing on stdout)
 
 
 K3_TINY = ["--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1", "--steps", "1"]
