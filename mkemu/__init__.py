@@ -30,3 +30,9 @@ def __getattr__(name: str):
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    """The API's names too (loaded on first use): `dir(mkemu)`, tab completion and
+    `help(mkemu)` see them."""
+    return sorted({*globals(), *_LAZY})

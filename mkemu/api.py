@@ -270,6 +270,7 @@ class Kernel:
                 recorder.on_fault(fault)
             if self._save_trace({}, recorder):
                 fault.details = (*fault.details, f"trace up to the fault: {self.options.trace}")
+                fault.args = (fault.render(),)     # (str(fault) says it too)
             raise
 
     def _save_trace(self, figures: dict, recorder) -> bool:

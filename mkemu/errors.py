@@ -11,10 +11,24 @@ import attrs
 
 
 class MkemuError(Exception):
-    """Base of every error meant for a user. `render()` gives the text to print."""
+    """Base of every error meant for a user. `render()` gives the text to print.
+
+    Errors pickle and copy with every attribute (a process pool or a tuning worker sends
+    them back to its parent): rebuilt from their attributes, not by calling `__init__`
+    again with the rendered text, which none of the subclasses takes."""
 
     def render(self) -> str:
         return f"error: {self}"
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), dict(self.__dict__))
+
+
+def _rebuilt(cls: type, state: dict) -> MkemuError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    Exception.__init__(error, error.render())
+    return error
 
 
 class ConfigError(MkemuError):

@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
@@ -334,10 +335,15 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
     """fn(session, options), a program's driver: one that raises (an error of its own,
     not one of mkemu's), or returns anything but a dict of figures, is the program's
     error, named at the line of the driver it failed at."""
+    progress = options.get("progress")
+    if progress is not None:
+        options = {**options, "progress": _callers(progress)}
     try:
         figures = fn(session, options)
     except MkemuError:
         raise
+    except _CallerRaised as raised:    # (the caller's own exception, from its progress callable)
+        raise raised.error from None
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the driver is the program's code, not ours
         raise _raised(f"the program's driver {fn.__qualname__}", exc, fn, program_path) from None
     if not isinstance(figures, dict):
@@ -348,6 +354,27 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise ConfigError(f"the program's driver {fn.__qualname__} returned figures whose {problem}"
                           f"{_defined_at(fn)}", file=program_path)
     return figures
+
+
+class _CallerRaised(Exception):
+    """An exception of the caller's `progress` callable, carried through the driver."""
+
+    def __init__(self, error: Exception):
+        super().__init__(error)
+        self.error = error
+
+
+def _callers(progress):
+    """`progress` as the driver calls it: an exception it raises (a caller stopping a long
+    run early) reaches the caller as it was raised, not as the driver's error."""
+    def report(*args, **kwargs):
+        try:
+            return progress(*args, **kwargs)
+        except MkemuError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller's own, passed back unchanged
+            raise _CallerRaised(exc) from exc
+    return report
 
 
 def _figures_problem(figures: dict) -> str | None:
@@ -531,7 +558,9 @@ def atomic_write(path: str, data: bytes) -> None:
             raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None
         return
     # (the name cut so that the temporary file's name is no longer than the target's may be)
-    tmp = target.with_name(f".{target.name[:200]}.tmp{os.getpid()}")
+    # (and the process's and thread's own: threads of one process writing one output,
+    # e.g. a kernel called from several at once, must not replace each other's)
+    tmp = target.with_name(f".{target.name[:200]}.tmp{os.getpid()}.{threading.get_ident()}")
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)

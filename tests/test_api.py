@@ -425,3 +425,60 @@ def test_a_driver_s_whole_numbers_of_cycles_are_the_report_s(tmp_path):
     program.write_text(DRIVEN)
     report = mkemu.compile(str(program), hw="test", mesh="1")().report
     assert report.cycles == 12 and report.bit_exact is True
+
+
+def test_errors_pickle_and_copy_with_every_attribute():
+    """A process pool or a tuning worker sends errors back to its parent."""
+    import copy
+    import pickle
+
+    from mkemu.errors import EmulatorFault, SourceError
+    from mkemu.tools.trace_reader import TraceError
+
+    fault = EmulatorFault("race", "boom", chip=1, core=0, cycle=7, pc=3, instruction="vld", details=("d",))
+    with pytest.raises(SourceError) as info:
+        mkemu.compile_source("kernel k( {", "bad.mk", hw="test")
+    for error in (fault, info.value, mkemu.ConfigError("bad", file="f.toml", key="hw"), TraceError("x", file="t")):
+        for back in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error), copy.copy(error)):
+            assert type(back) is type(error) and vars(back) == vars(error)
+            assert str(back) == str(error) and back.render() == error.render()
+
+
+def test_a_process_pool_gets_the_error_itself():
+    import concurrent.futures
+
+    with concurrent.futures.ProcessPoolExecutor(1) as pool:
+        with pytest.raises(mkemu.errors.SourceError, match=r"bad\.mk:1:11: error: unexpected"):
+            pool.submit(mkemu.compile_source, "kernel k( {", "bad.mk", hw="test").result()
+
+
+def test_one_kernel_writing_its_trace_from_several_threads(tmp_path):
+    """Each thread's output goes through a temporary file of its own (they used to share
+    the process's, and a thread's rename took another's away)."""
+    import concurrent.futures
+
+    from mkemu.tools.trace_reader import read_trace
+
+    trace = tmp_path / "shared.mkt"
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1", trace=str(trace))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runs = [f.result() for f in [pool.submit(kernel) for _ in range(12)]]
+    assert len({r.report.cycles for r in runs}) == 1
+    assert read_trace(str(trace)).end_cycle == runs[0].report.cycles
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.mkt"]        # no temporary file left
+
+
+def test_an_exception_of_the_callers_progress_reaches_the_caller_as_raised():
+    class Enough(Exception):
+        pass
+
+    def stop(*report):
+        raise Enough("stop here")
+
+    k3 = mkemu.compile("k3_megakernel", model="k3-tiny", prompt_len=1, steps=2)
+    with pytest.raises(Enough, match="stop here"):
+        k3(progress=stop)
+
+
+def test_dir_shows_the_api():
+    assert {"compile", "compile_source", "Kernel", "Run", "Options", "Session"} <= set(dir(mkemu))
