@@ -356,6 +356,13 @@ def load_profile(name_or_path: str | os.PathLike[str] = DEFAULT_PROFILE) -> Hard
     return _build(raw, file, source)
 
 
+def profile_files(name_or_path: str | os.PathLike[str]) -> list[str]:
+    """The user's files a profile is read from: its own (for a path) and every file in
+    its `extends` chain (shipped profiles are no user file). A command must not write
+    over any of them."""
+    return [file for _, file, source in _read_chain(name_or_path, Path.cwd()) if not source.startswith("builtin:")]
+
+
 def _is_path_like(text: str) -> bool:
     return text.endswith(".toml") or "/" in text or os.sep in text
 

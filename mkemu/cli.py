@@ -633,9 +633,23 @@ def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:
     return [*(("the program", path) for path in files),
             *((f"read by {Path(path).name}", used) for path in files for used in files_read_by(path)),
             ("the --hw profile", file_or_name(args.hw)),
+            *(("a profile the --hw profile extends", path) for path in _profile_bases(file_or_name(args.hw))),
             ("the --model config", file_or_name(getattr(args, "model", None))),
             ("the --inputs file", getattr(args, "inputs", None)),
             ("the --routing record", getattr(args, "routing", None))]
+
+
+def _profile_bases(hw: str | None) -> list[str]:
+    """The files a --hw profile file extends (a bad profile: none here; loading it says
+    what is wrong)."""
+    if hw is None:
+        return []
+    from mkemu.isa.hardware import profile_files
+
+    try:
+        return profile_files(hw)[1:]
+    except (ConfigError, OSError):
+        return []
 
 
 def cmd_asm(args) -> int:

@@ -505,3 +505,15 @@ def test_inputs_that_are_a_pipe_or_empty_are_refused_unread(capsys, tmp_path):
     assert code == 1 and err.strip() == "--inputs: error: wants the path of a file to read, got an empty one"
     code, _, err = cli(capsys, "trace", "")
     assert code == 1 and err.strip() == "PATH: error: wants the path of a trace to read, got an empty one"
+
+
+def test_an_output_onto_a_profile_the_hw_profile_extends_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.toml").write_text('extends = "test"\nname = "mybase"\n[dma]\nstart_latency_cycles = 10\n')
+    (tmp_path / "my.toml").write_text('extends = "base.toml"\nname = "my"\n')
+    before = (tmp_path / "base.toml").read_bytes()
+    for argv in (["run", "vector_add", "--hw", "my.toml", "--trace", "base.toml"],
+                 ["tune", "matmul_double_buffered", "--hw", "my.toml", "--out", "base.toml"]):
+        code, _, err = cli(capsys, *argv)
+        assert code == 1 and "base.toml is a profile the --hw profile extends" in err, err
+    assert (tmp_path / "base.toml").read_bytes() == before
