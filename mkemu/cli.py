@@ -70,9 +70,10 @@ def _write_failed(exc: OSError) -> int:
     standard output (a full disk: `> /dev/full`), or a file read or written under them.
     One line; the standard output's unwritten bytes go nowhere, so the exit does not
     fail on them again."""
-    where = exc.filename if exc.filename else "the standard output"
-    print(f"error: cannot write {where}: {exc.strerror or exc}" if exc.filename is None
-          else f"{where}: error: {exc.strerror or exc}", file=sys.stderr)
+    if exc.filename is None:
+        print(f"error: cannot write the standard output: {exc.strerror or exc}", file=sys.stderr)
+    else:
+        print(f"{exc.filename}: error: {exc.strerror or exc}", file=sys.stderr)
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
