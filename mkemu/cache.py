@@ -92,17 +92,24 @@ def cache_dir(sub: str = "") -> Path:
                                               or st.st_mode & 0o022):
                     continue
             candidate.mkdir(parents=True, exist_ok=True)
-            # (a probe of this thread's own: threads of one process sharing one would
-            # unlink each other's, and the cache would seem not writable)
-            probe = candidate / f".probe{os.getpid()}.{threading.get_ident()}"
-            probe.write_text("")
-            probe.unlink()
-            return candidate
+            if takes_files(candidate):
+                return candidate
         except OSError:
             continue
     raise NoCacheDirectory(f"no writable cache directory for mkemu: neither {Path(base) / 'mkemu'} nor {shared} "
                       "(one of this user's own) can be written; set XDG_CACHE_HOME to a writable folder",
                       key="XDG_CACHE_HOME")
+
+
+def takes_files(folder) -> bool:
+    """Whether a file can be made in `folder`: one is made there (a temporary file of
+    this call's own, gone when closed), as `os.access` says yes to root whatever the file
+    system (a read-only mount, /sys) then refuses."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def module_in_cache(prefix: str, source: str, *depends: str, announce: str | None = None,

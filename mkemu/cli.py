@@ -608,19 +608,17 @@ def plural(n: int, word: str) -> str:
 def _check_readable(args) -> None:
     """The files every run of a tune or sweep reads, looked at once before the first run:
     a missing one is one error up front, not one rejected run per point."""
-    import stat
+    from mkemu.errors import check_regular_file
 
-    for path, what in ((getattr(args, "inputs", None), "cannot read inputs"),
-                       (getattr(args, "routing", None), "cannot read the routing record")):
+    for path, what in ((getattr(args, "inputs", None), "inputs"),
+                       (getattr(args, "routing", None), "the routing record")):
         if path:
             try:
-                if not stat.S_ISREG(os.stat(path).st_mode):
-                    raise ConfigError(f"{what}: it is not a regular file (a directory, a device or a pipe)",
-                                      file=path)
+                check_regular_file(path, what)
                 with open(path, "rb"):
                     pass
             except OSError as exc:
-                raise ConfigError(f"{what}: {exc.strerror or exc}", file=path) from None
+                raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", file=path) from None
 
 
 def _inputs_read(args, files: list[str]) -> list[tuple[str, str | None]]:

@@ -179,17 +179,25 @@ def not_text(exc: UnicodeDecodeError) -> str:
     return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
 
 
-def read_user_file(path, what: str) -> bytes:
-    """The bytes of a file a user named (a profile, a model config, a record), or a
-    ConfigError naming it. Only a regular file is read: a device or a pipe may never end
-    (/dev/zero would fill memory) and a directory has no bytes."""
+def check_regular_file(path, what: str) -> None:
+    """A ConfigError naming `path` unless it is a regular file: a device or a pipe may
+    never end (/dev/zero would fill memory) or block until a writer comes, and a
+    directory has no bytes. (An OSError of the look itself is the caller's to word.)"""
     import os
     import stat
 
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ConfigError(f"cannot read {what}: it is not a regular file (a directory, a device or a pipe)",
+                          file=os.fspath(path))
+
+
+def read_user_file(path, what: str) -> bytes:
+    """The bytes of a file a user named (a profile, a model config, a record), or a
+    ConfigError naming it. Only a regular file is read (`check_regular_file`)."""
+    import os
+
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigError(f"cannot read {what}: it is not a regular file (a directory, a device or a pipe)",
-                              file=os.fspath(path))
+        check_regular_file(path, what)
         with open(path, "rb") as fh:
             return fh.read()
     except OSError as err:

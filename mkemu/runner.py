@@ -14,8 +14,6 @@ import inspect
 import numbers
 import os
 import re
-import stat
-import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -23,7 +21,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mkemu.errors import ConfigError, MkemuError
+from mkemu.errors import ConfigError, MkemuError, check_regular_file
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import INPUT_KINDS, Program
 from mkemu.options import check_path
@@ -78,9 +76,7 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     # our bug: numpy raises many types for it (tokenize.TokenError, MemoryError, ...).
     damaged = Exception
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):    # (a pipe would block here, a device never end)
-            raise ConfigError("cannot read inputs: it is not a regular file (a directory, a device or a pipe)",
-                              file=path)
+        check_regular_file(path, "inputs")
         with open(path, "rb") as fh:
             magic = fh.read(6)
     except OSError as exc:
@@ -501,13 +497,12 @@ def check_writable(path: str, key: str) -> None:
             raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", key=key)
     except OSError as exc:   # e.g. a name too long for the file system
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", key=key) from None
-    # A file made and removed there, not `os.access`: that says yes to root whatever the
-    # file system (a read-only mount, /sys) then refuses.
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError:
-        raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key) from None
+    # A file made there, not `os.access`: that says yes to root whatever the file system
+    # (a read-only mount, /sys) then refuses.
+    from mkemu.cache import takes_files
+
+    if not takes_files(folder):
+        raise ConfigError(f"cannot write {path}: the folder {folder} is not writable", key=key)
 
 
 def check_dump_folder(path: str, key: str) -> None:
