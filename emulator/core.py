@@ -41,6 +41,12 @@ TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop h
 TRACE_REGION_ROWS = 1 << 12
 RACE_SLOTS = 64            # DMAs in flight a core's race check sees at once (grown on demand)
 LOG_ROWS = 1 << 12         # accesses logged before the loop hands them over (`Core.run_local`)
+# A timing-only run computes nothing: what control reads back (a scalar, or bytes a DMA
+# moves into SMEM or an i32 buffer) must come from a driver.
+UNSUPPLIED = ("a timing-only run computes nothing, so a program whose control depends on computed values "
+              "needs a driver that supplies them, as the K3 programs' driver supplies the router's choices "
+              "(docs/k3.md; in the API, `Session.feed_readbacks` and `Session.feed_payloads`); run this "
+              "program as a data run")
 
 
 @functools.lru_cache(maxsize=256)
@@ -89,6 +95,7 @@ class Core:
         self.races = np.zeros((RACE_SLOTS, 10), np.int64)
         self.access_log = np.zeros((LOG_ROWS, 9), np.int64)
         self.readback = np.zeros(64, np.int64)   # values read back into scalars: queued or recorded
+        self.readbacks_fed = False   # has a driver queued any (`feed_readbacks`)?
         self.v_dirty = np.zeros(0, np.int64)   # vector registers a launch may have written
         self.m_dirty = np.zeros(0, np.int64)   # ... mask registers
         self.lhs_dirty = np.zeros(0, np.int64)  # ... matrix units' LHS buffers
@@ -242,9 +249,13 @@ class Core:
                 return None, int(self.I[lp.H_T])
             if code == lp.EXIT_READBACK:
                 if self.I[lp.H_FLAGS] & lp.FLAG_TIMING_ONLY:
-                    raise Trap("readback", f"this timing-only run reads back value {int(self.I[lp.H_RB_N]) + 1} "
-                                           f"into a scalar, but only {int(self.I[lp.H_RB_N])} were supplied "
-                                           "(the router's choices: see docs/k3.md, timing-only runs)")
+                    n = int(self.I[lp.H_RB_N])
+                    if not self.readbacks_fed:
+                        raise Trap("readback", "this timing-only run reads a computed value back into a scalar, "
+                                               f"and nothing supplies it: {UNSUPPLIED}")
+                    raise Trap("readback", f"this timing-only run reads back value {n + 1} into a scalar, but "
+                                           f"only {n} were supplied (the router's choices: see docs/k3.md, "
+                                           "timing-only runs)")
                 self.readback = np.concatenate([self.readback, np.zeros_like(self.readback)])
 
     def drop_logged_before(self, now: int) -> None:
@@ -313,6 +324,7 @@ class Core:
         """Queue the values this core's reads back will take (a timing-only run)."""
         values = np.asarray(values, np.int64)
         self.readback = np.concatenate([values, np.zeros(64, np.int64)])
+        self.readbacks_fed = True
         self.I[lp.H_RB_N], self.I[lp.H_RB_I] = len(values), 0
 
     def take_readbacks(self) -> np.ndarray:

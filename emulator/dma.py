@@ -30,7 +30,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from mkemu.emulator.core import Core
+from mkemu.emulator.core import UNSUPPLIED, Core
 from mkemu.emulator.footprint import block_span
 from mkemu.emulator.memory import Trap, block_view, read_block, write_block
 from mkemu.isa.encoding import SPACES
@@ -184,6 +184,9 @@ class DmaMixin:
 
     def _recorded_payload(self, core: Core, size: int) -> np.ndarray:
         queue = self.payloads_in[core.gid]
+        if not queue and not (self.payloads_fed or core.readbacks_fed):
+            raise Trap("readback", f"this timing-only DMA copies computed bytes into SMEM or an i32 buffer, where "
+                                   f"control reads them, and nothing supplies them: {UNSUPPLIED}")
         if not queue:
             raise Trap("readback", "this timing-only DMA copies computed bytes into SMEM or an i32 buffer, "
                                    "where control reads them, and no recorded payload is left for it (record "

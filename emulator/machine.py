@@ -156,6 +156,7 @@ class Machine(DmaMixin):
         # run, taken by a timing-only run (per issuing core, in issue order).
         self.payloads_out: list[list[bytes]] = [[] for _ in self.cores]
         self.payloads_in: list[list[bytes]] = [[] for _ in self.cores]
+        self.payloads_fed = False   # has a driver supplied any (`Session.feed_payloads`)?
 
     @property
     def hbm(self) -> list[np.ndarray]:

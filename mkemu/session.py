@@ -142,6 +142,7 @@ class Session:
         """For the next run of a timing-only session: per core, the bytes its DMAs of
         computed data into SMEM or i32 buffers move, in order."""
         self._machine.payloads_in = [list(p) for p in payloads]
+        self._machine.payloads_fed = True
 
     def run(self) -> dict:
         """Run the launch sequence once; figures of this run alone (not cumulative)."""

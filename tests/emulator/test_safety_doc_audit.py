@@ -422,7 +422,45 @@ kernel k(x: hbm f32[8, 128], y: hbm i32[8]) {
 host { input x: f32[8, 128]; output y: i32[8]; launch k(x, y); }
 """
     build(src)()
-    assert fault_of(src, timing_only=True).kind == "readback"
+    fault = fault_of(src, timing_only=True)
+    assert fault.kind == "readback"
+    # A plain program: nothing supplies the value, so the fault says to run it as a data
+    # run (not to replay a router's choices through options only drivers take).
+    assert "nothing supplies it" in str(fault) and "run this program as a data run" in str(fault)
+    assert "--routing" not in str(fault)
+    # Under a driver (here the API's session) that supplied too few, the count is named.
+    session = build(src, timing_only=True).session()
+    session.feed_readbacks([])
+    with pytest.raises(EmulatorFault, match="reads back value 1 into a scalar, but only 0 were supplied"):
+        session.run()
+    session = build(src, timing_only=True).session()
+    session.feed_readbacks([3])
+    session.run()
+    assert session.read("y")[0] == 3
+
+
+def test_a_timing_only_copy_of_computed_bytes_into_smem_in_a_plain_program_says_to_run_data():
+    src = """
+kernel k(x: hbm f32[8, 128], o: hbm i32[8, 1]) {
+    vmem xv: f32[8, 128];
+    vmem am: i32[8, 1];
+    smem ix: i32[8, 1];
+    sem s;
+    start copy(x, xv, s); wait copy(x, xv, s);
+    am = argmax(xv, axis=1);
+    start copy(am, ix, s); wait copy(am, ix, s);
+    start copy(ix, o, s); wait copy(ix, o, s);
+}
+host { input x: f32[8, 128]; output o: i32[8, 1]; launch k(x, o); }
+"""
+    fault = fault_of(src, timing_only=True)
+    assert fault.kind == "readback" and fault.source.startswith("/tmp/safety_audit.mk:9:5: start copy(am, ix, s);")
+    assert "nothing supplies them" in str(fault) and "run this program as a data run" in str(fault)
+    # A driver that supplied payloads but too few: the record is named.
+    session = build(src, timing_only=True).session()
+    session.feed_payloads([[]])
+    with pytest.raises(EmulatorFault, match="no recorded payload is left for it"):
+        session.run()
 
 
 # ------------------------------------------------------------- --schedules N
