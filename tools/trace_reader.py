@@ -463,8 +463,11 @@ def _check_meta(meta: dict, fail) -> None:
     need(all(r["id"] == i for i, r in enumerate(resources)), "resources are not numbered 0, 1, ... in order")
     need({c["chip"] for c in cores} <= {r["chip"] for r in resources if r["kind"] == "hbm"},
          "a chip has no hbm resource")
-    list_of("launches", lambda l: isinstance(l, dict) and isinstance(l.get("kernel"), str)
-            and _is_int(l.get("start")) and _is_int(l.get("end")) and 0 <= l["start"] <= l["end"] <= 2**62)
+    launches = list_of("launches", lambda l: isinstance(l, dict) and isinstance(l.get("kernel"), str)
+                       and _is_int(l.get("start")) and _is_int(l.get("end")) and 0 <= l["start"] <= l["end"] <= 2**62)
+    # Launches run one after another, inside the run.
+    need(all(a["end"] <= b["start"] for a, b in zip(launches, launches[1:])), "launches overlap or are out of order")
+    need(all(launch["end"] <= meta["end_cycle"] for launch in launches), "a launch ends after end_cycle")
     kernels = meta["kernels"]
     need(isinstance(kernels, dict), "kernels is not an object")
     nunits = len(meta["units"])

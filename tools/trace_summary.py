@@ -62,7 +62,7 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
         where = (f"the launches run cycles {launches.starts[0]:,.0f} to {launches.ends[-1]:,.0f}"
                  + (" (the kernel-launch overhead between launches is not kernel time)" if len(launches) > 1 else "")
                  if len(launches) else "the trace has none (" + ("its launches take no cycles)" if trace.launches
-                                                                 else "the run stopped before its first launch began)"))
+                                                                 else no_launches(trace) + ")"))
         raise ConfigError(f"--from/--to select no kernel time: {where}", key="--from" if start is not None else "--to")
     if region is not None:
         s, e = region_intervals(trace, gids, region)
@@ -96,6 +96,13 @@ def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndar
     if index is not None:
         sel &= r["index"] == index
     return r["start"][sel].astype(float), r["end"][sel].astype(float)
+
+
+def no_launches(trace: Trace) -> str:
+    """Why a trace has no launch: the program has none, or a fault came first."""
+    if trace.meta.get("fault") is None:
+        return "the program launches no kernel"
+    return f"the run stopped at cycle {trace.end_cycle:,}, before its first launch began"
 
 
 def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
@@ -198,6 +205,30 @@ def _bytes_in(spans: Spans, start, end, nbytes) -> np.ndarray:
     return out
 
 
+def _bytes_by_resource(trace: Trace, win: Spans, segs: dict) -> np.ndarray:
+    """The bytes each resource moved inside the window. A DMA that landed wholly inside
+    it adds exactly its bytes to each resource it crossed (whole numbers, summed exactly:
+    over a whole run the HBM rows add up to the run's `hbm_bytes`); one the window cuts,
+    or one still moving when the trace ends, adds the share of its segments inside."""
+    nres, ndma = len(trace.resources), trace.dma["seq"].size
+    rows, res = segs["row"], segs["resource"].astype(np.int64)
+    lo, hi = np.full(ndma, np.inf), np.full(ndma, -np.inf)
+    np.minimum.at(lo, rows, segs["start"])
+    np.maximum.at(hi, rows, segs["end"])
+    whole = (trace.dma["done"] >= 0) & (hi > lo)
+    whole[whole] = win.overlap(lo[whole], hi[whole]) == hi[whole] - lo[whole]
+    cut = ~whole[rows]
+    out = np.zeros(nres)
+    out += np.bincount(res[cut], _bytes_in(win, segs["start"][cut], segs["end"][cut], segs["bytes"][cut]),
+                       minlength=nres)
+    # A whole DMA moved a whole number of bytes through each resource (its size, twice
+    # through an HBM it both reads and writes): its scaled segments' sum, rounded to it.
+    pairs, pair = np.unique(res[~cut] * ndma + rows[~cut], return_inverse=True)
+    moved = np.rint(np.bincount(pair.reshape(-1), segs["bytes"][~cut], minlength=pairs.size))
+    out += np.bincount(pairs // ndma, moved, minlength=nres)
+    return out
+
+
 def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
               start=None, end=None, top: int = 5) -> dict:
     gids = selected_cores(trace, chips, cores)
@@ -249,8 +280,7 @@ def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
     out["units"] = per_core
 
     # Bandwidth per resource.
-    seg_bytes = _bytes_in(win, segs["start"], segs["end"], segs["bytes"])
-    by_res = np.bincount(segs["resource"].astype(np.int64), seg_bytes, minlength=len(trace.resources))
+    by_res = _bytes_by_resource(trace, win, segs)
     bandwidth = []
     by_resource = index_by(segs["resource"])
     for res in trace.resources:

@@ -11,7 +11,7 @@ import numpy as np
 
 from mkemu.errors import ConfigError
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import NO_ROWS, index_by, pieces, selected_cores, window
+from mkemu.tools.trace_summary import NO_ROWS, index_by, no_launches, pieces, selected_cores, window
 
 
 @attrs.frozen
@@ -43,7 +43,7 @@ def view(trace: Trace, chips=None, cores=None, start=None, end=None) -> View:
     if t1 <= t0 and start is None and end is None:   # (no flag to name: the run itself had none)
         raise ConfigError("nothing to draw: the trace has no kernel time " + (
             f"(its launches run cycles {trace.start_cycle:,} to {trace.end_cycle:,})" if trace.launches else
-            f"(the run stopped at cycle {trace.end_cycle:,}, before its first launch began)"), file=trace.path)
+            f"({no_launches(trace)})"), file=trace.path)
     if t1 <= t0:
         raise ConfigError(f"--from/--to select no cycles: the trace runs cycles {trace.start_cycle:,} to "
                           f"{trace.end_cycle:,}", key="--from")

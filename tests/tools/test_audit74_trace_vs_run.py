@@ -47,3 +47,21 @@ def test_hbm_bytes_of_a_copy_within_one_hbm_are_read_and_written(tmp_path, capsy
     peak = hbm[0]["peak_gb_per_s"] * 1e9 / summary["clock_hz"]
     assert hbm[0]["utilisation"] == pytest.approx(
         run["hbm_bytes"] / (peak * summary["window_cycles"]))
+
+
+def test_whole_run_bandwidth_rows_are_exact_byte_counts(tmp_path, capsys):
+    """Over the whole run each DMA adds exactly its size to every resource it crossed
+    (docs/traces.md), however its rate changed while links were shared: the rows are
+    whole numbers, the HBM rows add up to `hbm_bytes` and the links to `link_bytes`
+    exactly. A window that cuts DMAs takes their share of bytes inside it."""
+    trace = tmp_path / "ar.mkt"
+    run = _json(capsys, "run", "programs/examples/all_reduce.mk", "--json", "--trace", str(trace))
+    rows = _json(capsys, "trace", str(trace), "--json")["bandwidth"]
+    assert rows and all(b["bytes"] == int(b["bytes"]) for b in rows)
+    assert sum(b["bytes"] for b in rows if b["kind"] == "hbm") == run["hbm_bytes"]
+    assert sum(b["bytes"] for b in rows if b["kind"] == "link") == run["link_bytes"]
+    # Links shared by several DMAs at changing rates: the rows that drifted off whole numbers.
+    assert any(b["kind"] == "link" for b in rows)
+    half = _json(capsys, "trace", str(trace), "--json", "--to", str(run["cycles"] // 2))["bandwidth"]
+    hbm_half = sum(b["bytes"] for b in half if b["kind"] == "hbm")
+    assert 0 < hbm_half < run["hbm_bytes"]

@@ -190,6 +190,7 @@ def test_reader_rejects_inconsistent_metadata(dma_bound):
 @pytest.mark.parametrize("where, value", [
     (("units",), [1, 2]), (("units",), []), (("spaces",), "x"), (("cores", 0, "core"), None),
     (("cores", 0, "gid"), None), (("launches", 0, "end"), "x"), (("launches", 0, "kernel"), []),
+    (("launches", 0, "end"), 10**15),     # a launch past the run's end (the summary's window would take it)
     (("resources", 0, "name"), None), (("resources", 0, "chip"), None), (("resources", 0, "kind"), "x"),
     (("kernels", "main", "source"), "x"), (("kernels", "main", "text"), None),
     (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
@@ -448,6 +449,18 @@ def test_a_trace_of_a_run_stopped_before_its_first_launch_says_so(tmp_path, caps
     assert "emulated time: 1,000 cycles" in text and "window: 0 cycles" in text
     assert main(["trace", str(out), "--html", str(tmp_path / "p.html")]) == 1
     assert "before its first launch began" in capsys.readouterr().err
+
+
+def test_a_trace_of_a_program_without_launches_says_it_has_none(tmp_path, capsys):
+    src = tmp_path / "none.mk"
+    src.write_text("kernel k(x: hbm f32[8, 128]) {\n}\nhost {\n    input x: f32[8, 128];\n}\n")
+    out = tmp_path / "none.mkt"
+    assert main(["run", str(src), "--hw", "test", "--mesh", "1", "--trace", str(out)]) == 0
+    capsys.readouterr()
+    for argv in (["--html", str(tmp_path / "p.html")], ["--from", "0", "--to", "10"]):
+        assert main(["trace", str(out), *argv]) == 1
+        err = capsys.readouterr().err
+        assert "the program launches no kernel" in err and "first launch" not in err
 
 
 # A loop whose every iteration stalls at the same vadd (waiting for vexp), before the
