@@ -438,6 +438,10 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+# The options whose flag is not the field's name with dashes (`_options`).
+_FLAG_OF = {"params": "--set", "checks": "--no-check"}
+
+
 @contextlib.contextmanager
 def _as_flags(args):
     """An error the API raises naming an option by its field (`max_cycles`, `trace`,
@@ -445,9 +449,11 @@ def _as_flags(args):
     try:
         yield
     except ConfigError as exc:
-        if exc.file is not None or not exc.key or not exc.key.isidentifier() or not hasattr(args, exc.key):
+        if exc.file is not None or not exc.key or not exc.key.isidentifier():
             raise
-        flag = "--" + exc.key.replace("_", "-")
+        flag = _FLAG_OF.get(exc.key) or (hasattr(args, exc.key) and "--" + exc.key.replace("_", "-"))
+        if not flag:
+            raise
         message = exc.message.replace(exc.key, flag, 1) if exc.message.startswith(exc.key) else exc.message
         raise ConfigError(message, key=flag) from None
 

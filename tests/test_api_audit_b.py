@@ -41,6 +41,25 @@ def test_an_output_in_the_dump_folder_is_an_error_before_the_run(capsys, tmp_pat
 #    the driver's params "cannot be changed with --set" (a --set of one compiled first, so
 #    a shape the model's asserts refuse was reported as the program's error)
 
+@pytest.mark.parametrize("options, key, message", [
+    ({"batch": 9}, "batch", "batch must be 1..8, got 9"),
+    ({"spec_rows": 9}, "spec_rows", "spec_rows must be 1..8"),
+    ({"accept": 2}, "accept", "accept is the acceptance length"),
+    ({"steps": 0}, "steps", "steps must be at least 1, got 0"),
+    ({"prompt_len": 100}, "steps", "need 103 positions; k3-tiny has max_seq 16"),
+    ({"params": {"DIM": 128}}, "params", "DIM is set by the K3 driver"),
+    ({"routing_skew": 0.5}, "routing_skew", "routing_skew applies to --timing-only runs"),
+    ({"model": "k3-tinyy"}, "model", "did you mean 'k3-tiny'?"),
+])
+def test_the_k3_drivers_errors_name_the_api_option(options, key, message):
+    # From the API an option is named by its field, as the API's own errors name theirs;
+    # `mkemu run` names the same errors by their flags (`--batch`, `--set`, ...).
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile("k3_megakernel", **{"model": "k3-tiny", **options})()
+    assert info.value.key == key and message in info.value.message
+    assert info.value.render().startswith(f"{key}: error: ")
+
+
 @pytest.mark.parametrize("setting", ["BATCH=2", "DIM=4", "NLAYERS=2"])
 def test_a_set_of_a_driver_param_is_the_drivers_error_before_compiling(capsys, setting):
     code, _, err = cli(capsys, "run", *K3_TINY, "--set", setting)

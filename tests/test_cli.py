@@ -234,7 +234,7 @@ def test_a_program_file_that_is_not_text_is_one_clear_error(capsys, tmp_path, mo
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--batch", "0"], "--batch: error: batch must be 1..8, got 0"),
+    (["--batch", "0"], "--batch: error: --batch must be 1..8, got 0"),
     (["--mesh", "0x2"], "bad mesh '0x2'"),
     (["--mesh=-2x1x1"], "bad mesh '-2x1x1'"),
     (["--max-instructions", "0"], "--max-instructions: error: --max-instructions must be an integer >= 1"),

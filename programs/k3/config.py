@@ -221,7 +221,7 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
             close = difflib.get_close_matches(text, known, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else "."
             raise ConfigError(f"unknown model '{text}'{hint} Known models: {', '.join(known)};"
-                              " or give a path to a .toml file", key="--model")
+                              " or give a path to a .toml file", key="model")
         resource = _configs_dir().joinpath(f"{text}.toml")
         file = str(resource)
     return config_from_dict(read_toml(resource, file, "model config"), file=file)

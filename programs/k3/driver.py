@@ -53,17 +53,17 @@ def params(options: dict, info) -> dict[str, int]:
     cfg = load_config(opts["model"])
     if tuple(cfg.dense_layers) != (0,):
         raise ConfigError(f"the K3 programs have the dense FFN at layer 0 only (dense_layers = [0]); model "
-                          f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}", key="--model")
+                          f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}", key="model")
     if not cfg.kda_layers or not cfg.mla_layers:
         # (their state arrays are stacked over the layers of each kind: none is no array)
         raise ConfigError(f"the K3 programs need at least one KDA and one MLA layer; model '{cfg.name}' has "
                           f"{len(cfg.kda_layers)} KDA and {len(cfg.mla_layers)} MLA layers "
-                          f"(mla_layers {list(cfg.mla_layers)} of {cfg.n_layers})", key="--model")
+                          f"(mla_layers {list(cfg.mla_layers)} of {cfg.n_layers})", key="model")
     if cfg.conv_kernel != CONV_TAPS:
         raise ConfigError(f"the K3 programs' short conv has {CONV_TAPS} taps (conv_kernel = {CONV_TAPS}); model "
-                          f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}", key="--model")
+                          f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}", key="model")
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
-        raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="--batch")
+        raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="batch")
     _check_mode(opts, cfg)
     _check_lengths(opts)
     rows = _spec_rows(opts, cfg)
@@ -88,27 +88,27 @@ def _spec_rows(opts: dict, cfg) -> int | None:
     rows, accept = opts.get("spec_rows"), opts.get("accept")
     if rows is None:
         if accept is not None:
-            raise ConfigError("--accept is the acceptance length of speculative decoding: it needs --spec-rows",
-                              key="--accept")
+            raise ConfigError("accept is the acceptance length of speculative decoding: it needs --spec-rows",
+                              key="accept")
         return None
     if not 1 <= rows <= ref.MAX_BATCH:
-        raise ConfigError(f"--spec-rows must be 1..{ref.MAX_BATCH} (one anchor row + up to "
-                          f"{ref.MAX_BATCH - 1} drafts), got {rows}", key="--spec-rows")
+        raise ConfigError(f"spec_rows must be 1..{ref.MAX_BATCH} (one anchor row + up to "
+                          f"{ref.MAX_BATCH - 1} drafts), got {rows}", key="spec_rows")
     if opts["batch"] != 1:
         raise ConfigError(f"--spec-rows verifies {rows} rows of ONE sequence per step (they take the program's "
-                          f"batch rows): it needs --batch 1, got --batch {opts['batch']}", key="--batch")
+                          f"batch rows): it needs --batch 1, got --batch {opts['batch']}", key="batch")
     if accept is not None and not 1 <= accept <= rows:
-        raise ConfigError(f"--accept must be 1..{rows} (tokens accepted per verify step of {rows} rows), "
-                          f"got {accept}", key="--accept")
+        raise ConfigError(f"accept must be 1..{rows} (tokens accepted per verify step of {rows} rows), "
+                          f"got {accept}", key="accept")
     for key in ("routing", "record_routing"):
         if opts.get(key):
-            raise ConfigError(f"--{key.replace('_', '-')} does not record or replay verify steps (their committed "
-                              "rows); run --spec-rows without it", key=f"--{key.replace('_', '-')}")
+            raise ConfigError(f"{key} does not record or replay verify steps (their committed "
+                              "rows); run --spec-rows without it", key=key)
     need = opts["prompt_len"] + opts["steps"] + rows - 2
     if need > cfg.max_seq:
         raise ConfigError(f"{opts['prompt_len']} prompt + {opts['steps']} generated tokens with {rows} verify rows "
                           f"need up to {need} positions (a step's rows past the accepted ones still take "
-                          f"positions); {cfg.name} has max_seq {cfg.max_seq}", key="--steps")
+                          f"positions); {cfg.name} has max_seq {cfg.max_seq}", key="steps")
     return rows
 
 
@@ -127,7 +127,7 @@ def check_overrides(driver_params: dict[str, int], given: dict[str, int]) -> Non
         want = expected.get(name)
         if want is not None and name not in USER_SETTABLE and value != want:
             raise ConfigError(f"{name} is set by the K3 driver (here {want}, from --model, --batch, "
-                              f"--spec-rows and the machine), not by --set {name}={value}", key="--set")
+                              f"--spec-rows and the machine), not by --set {name}={value}", key="params")
 
 
 def _check_overrides(session, opts: dict) -> None:
@@ -139,12 +139,11 @@ def _check_mode(opts: dict, cfg) -> None:
     if opts.get("timing_only"):
         for key in ("dump", "check_layers", "record_routing"):
             if opts.get(key):
-                raise ConfigError(f"--{key.replace('_', '-')} needs computed numbers; a timing-only run has none",
-                                  key=f"--{key.replace('_', '-')}")
+                raise ConfigError(f"{key} needs computed numbers; a timing-only run has none", key=key)
         return
     for key in ("routing", "routing_skew"):
         if opts.get(key) is not None:
-            raise ConfigError(f"--{key.replace('_', '-')} applies to --timing-only runs", key=f"--{key.replace('_', '-')}")
+            raise ConfigError(f"{key} applies to --timing-only runs", key=key)
     total = param_counts(cfg).total
     if total > MAX_GENERATED_PARAMS:
         # (as stored: bf16, the routed experts in their own dtype, MXFP4 or bf16)
@@ -154,7 +153,7 @@ def _check_mode(opts: dict, cfg) -> None:
             f"model '{cfg.name}' has {total:,} parameters: a data run would generate about {stored:,} bytes "
             f"of weights ({_gib(stored)} as stored, the routed experts {cfg.expert_dtype}) and {4 * total:,} "
             f"more for the numpy reference ({_gib(4 * total)} of float32); run it with --timing-only",
-            key="--model")
+            key="model")
 
 
 def _gib(n: int) -> str:
@@ -163,10 +162,10 @@ def _gib(n: int) -> str:
 
 def _check_lengths(opts: dict) -> None:
     """--prompt-len and --steps, each at least 1 (named by the option that is wrong)."""
-    for key, flag in (("prompt_len", "--prompt-len"), ("steps", "--steps")):
+    for key in ("prompt_len", "steps"):
         value = opts[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value!r}", key=flag)
+            raise ConfigError(f"{key} must be at least 1, got {value!r}", key=key)
 
 
 def _steps(opts: dict, cfg) -> int:
@@ -175,7 +174,7 @@ def _steps(opts: dict, cfg) -> int:
     n_steps = prompt_len + gen - 1
     if n_steps > cfg.max_seq:
         raise ConfigError(f"{prompt_len} prompt + {gen} generated tokens need {n_steps} positions; "
-                          f"{cfg.name} has max_seq {cfg.max_seq}", key="--steps")
+                          f"{cfg.name} has max_seq {cfg.max_seq}", key="steps")
     return n_steps
 
 
