@@ -41,6 +41,8 @@ class EncodingError(ValueError):
 WORD_MIN, WORD_MAX = -(1 << 31), (1 << 32) - 1   # an SMEM word, signed or unsigned spelling
 
 
+# How a register operand is spelled (s3, v0, m1, x0, a2): never a label's name.
+REGISTER_NAME = r"[svmxa][0-9]+"
 # The most significant digits a number (or register number, or buffer dimension) may
 # have: far more than any operand, SMEM word or size needs (each is then checked against
 # its own range), and few enough for int() and str(), which refuse integers of thousands
@@ -215,7 +217,7 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
             value -= 1 << 32   # allow unsigned spelling of 32-bit constants
         return value
     if raw not in symbols:
-        if re.fullmatch(r"[svmxa][0-9]+", raw):
+        if re.fullmatch(REGISTER_NAME, raw):
             raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}")
         raise EncodingError(f"unknown symbol {raw!r} in operand {name}")
     return symbols[raw]
@@ -262,6 +264,10 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 error(line_no, col, "label outside a kernel (start one with .kernel NAME)")
             elif m.group(1) in current["labels"]:
                 error(line_no, col, f"label {m.group(1)!r} defined twice")
+            elif re.fullmatch(REGISTER_NAME, m.group(1)):
+                # (else `addi s1, s2, s3` would take the label's index where the register is meant)
+                error(line_no, col, f"label {m.group(1)!r} is spelled like a register: name it otherwise",
+                      len(m.group(1)))
             else:
                 current["labels"][m.group(1)] = len(current["items"])
                 current["label_at"][m.group(1)] = (line_no, col)

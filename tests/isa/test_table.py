@@ -201,6 +201,15 @@ def test_assembler_reports_every_error_sorted():
     assert "defined twice" in error.diagnostics[-1].message
 
 
+@pytest.mark.parametrize("label", ["s3", "v0", "m1", "x0", "a2", "s31"])
+def test_a_label_spelled_like_a_register_is_an_error(label):
+    # Else `addi s1, s2, s3` (add meant) took the label's index as its immediate.
+    error = assemble_error(f"    li s3, 40\n{label}:\n    addi s1, s2, s3\n")
+    assert [(d.span.line, d.span.column) for d in error.diagnostics][0] == (3, 1)
+    assert f"label '{label}' is spelled like a register" in error.diagnostics[0].message
+    assert "not the register s3" in error.diagnostics[-1].message
+
+
 def test_assembler_resolves_labels_and_buffers():
     program = assemble(".buffer a f32 8x128 input\n.buffer b i32 4 output\n.kernel k\n"
                        "top: li s1, @b\n    jmp top\n    halt\n", "ok.s")
