@@ -175,11 +175,13 @@ def compare_text(*reports: dict) -> str:
 
     rows = [("", names), row("bit-exact", "bit_exact", "{}")]
     if all("us_per_step" in r for r in reports):
-        rows += [row("us per step", "us_per_step"),
-                 row("tokens/s per sequence", "tokens_per_s", "{:.0f}"),
+        # (a --spec-rows step verifies several rows of one sequence: `tokens_per_s` then
+        # counts its steps, and the accepted tokens have rows of their own)
+        spec = any("accepted_tokens_per_s" in r for r in reports)
+        rows += [row("us per step" if not spec else "us per verify step", "us_per_step"),
+                 row("tokens/s per sequence" if not spec else "verify steps/s", "tokens_per_s", "{:.0f}"),
                  *([row("accepted tokens per verify step", "accepted_tokens_per_step"),
-                    row("accepted tokens/s", "accepted_tokens_per_s", "{:.0f}")]
-                   if any("accepted_tokens_per_s" in r for r in reports) else []),
+                    row("accepted tokens/s", "accepted_tokens_per_s", "{:.0f}")] if spec else []),
                  row("kernels launched per step", "kernels_per_step", "{}"),
                  row("HBM MB per step", "hbm_bytes_per_step", "{:.2f}", scale=1e-6),
                  row("HBM bandwidth, % of peak", "hbm_bw_fraction", "{:.1f}", scale=100),

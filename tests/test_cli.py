@@ -383,8 +383,11 @@ def test_compare_of_verify_steps_shows_the_accepted_tokens(capsys):
     rows = {line[:32].strip(): line[32:].split() for line in out.splitlines()[1:]}
     assert rows["accepted tokens per verify step"] == [f"{r['accepted_tokens_per_step']:.2f}" for r in reports]
     assert rows["accepted tokens/s"] == [f"{r['accepted_tokens_per_s']:.0f}" for r in reports]
+    # tokens_per_s is then verify steps per second (docs/k3.md), and says so.
+    assert rows["verify steps/s"] == [f"{r['tokens_per_s']:.0f}" for r in reports]
+    assert "tokens/s per sequence" not in out
     code, out, _ = cli(capsys, "compare", "k3_per_op", "k3_megakernel", *K3_TINY)
-    assert "accepted" not in out
+    assert "accepted" not in out and "verify" not in out and "tokens/s per sequence" in out
 
 
 def test_a_verify_step_run_counts_its_progress_in_tokens(capsys, monkeypatch):

@@ -521,7 +521,8 @@ def _report(session, cfg, opts, per_step: list[dict], generated, mismatch) -> di
                  "weight_streaming": per_core_us(streaming / n),
                  "idle": per_core_us(idle / n)}
     breakdown["compute"] = max(us - sum(breakdown.values()), 0.0)
-    tokens = np.stack(generated, axis=1).tolist() if generated else []
+    # [batch][steps]: a run stopped in its prompt generated none, one empty list per sequence
+    tokens = np.stack(generated, axis=1).tolist() if generated else [[] for _ in range(opts["batch"])]
     return {
         "bit_exact": mismatch is None, "mismatch": mismatch, "model": cfg.name,
         "tokens": tokens, "chips": info.chips, "cores": cores, "mesh": "x".join(map(str, info.mesh)),

@@ -18,6 +18,7 @@ from mkemu.cli import main
 ROOT = Path(__file__).parents[2]
 MEGA = str(ROOT / "programs" / "k3_megakernel.mk")
 SUPER = str(ROOT / "programs" / "k3_superop.mk")
+PER_OP = str(ROOT / "programs" / "k3_per_op.mk")
 TINY = ("--model", "k3-tiny")
 
 
@@ -278,6 +279,17 @@ def test_megakernel_and_superop_run_mla_anywhere(capsys, tmp_path):
     for program in (MEGA, SUPER):
         report = run_json(capsys, program, "--model", model, "--mesh", "1", "--prompt-len", "1", "--steps", "2")
         assert report["bit_exact"] is True
+
+
+def test_a_per_op_run_that_stops_in_its_prompt_reports_no_tokens_per_sequence(capsys, tmp_path):
+    # The per-op host unrolls MLA at l % 4 == 3 (docs/k3_programs.md): MLA at layer 1
+    # fails the bit check at step 0, in the prompt, before any token is generated.
+    model = _model_file(tmp_path, "mla_layers = [3]", "mla_layers = [1]")
+    code, out, _ = run(capsys, "run", PER_OP, "--model", model, "--mesh", "1", "--prompt-len", "2", "--steps", "3",
+                       "--batch", "2", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["bit_exact"] is False and report["steps_run"] == 1
+    assert report["tokens"] == [[], []]       # [batch][steps], as in every other run
 
 
 def test_a_dump_folder_that_cannot_be_made_is_said_before_the_run(capsys, tmp_path):
