@@ -656,7 +656,10 @@ def _read_key(spec: _Key, table: dict[str, Any], clock_hz: float, file: str) -> 
         if toml_key.endswith("_cycles"):
             result = _as_int(value, file, dotted)
         else:
-            cycles = _as_number(value, file, dotted) * clock_hz
+            seconds = _as_number(value, file, dotted)
+            if seconds < 0:     # (before rounding up: -1e-10 s would be 0 cycles)
+                raise ConfigError(f"must not be negative, got {value}", file=file, key=dotted)
+            cycles = seconds * clock_hz
             if not math.isfinite(cycles):
                 raise ConfigError(f"{value} s is {cycles} cycles at clock_hz {clock_hz:g}: must be at most "
                                   f"{MAX_INT:,} (the emulator counts in 64-bit integers)", file=file, key=dotted)

@@ -343,6 +343,9 @@ def test_missing_timing_field(tmp_path):
         ("mregs = 8", "mregs = 9", "core.mregs", "2..8"),
         ("max_in_flight = 4", "max_in_flight = 0", "dma.max_in_flight", "at least 1"),
         ("hop_latency_cycles = 50", "hop_latency_cycles = -1", "ici.hop_latency_cycles", "negative"),
+        # (a negative time in seconds under one cycle rounded up to 0 and passed)
+        ("hop_latency_cycles = 50", "hop_latency_s = -1e-10", "ici.hop_latency_s", "negative"),
+        ("kernel_launch_cycles = 1000", "kernel_launch_s = -4e-10", "launch.kernel_launch_s", "negative"),
         ("mxus_per_core = 2", "mxus_per_core = 5", "core.mxus_per_core", "1..4"),
         (
             "mxu_mac    = { latency_cycles = 16, occupancy_cycles = 8 }",
