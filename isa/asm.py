@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from mkemu.errors import Diagnostic, SourceError, SourceSpan
-from mkemu.isa.encoding import OPCODE_SHIFT, OperandKind, parse_f32_bits
+from mkemu.isa.encoding import OPCODE_SHIFT, TARGET, OperandKind, parse_f32_bits
 from mkemu.isa.hardware import MAX_SMEM_BYTES
 from mkemu.isa.program import BUFFER_KINDS, DTYPES, Kernel, Launch, Program, layout_buffers
 from mkemu.isa.table import BY_OPCODE, TABLE, Instr
@@ -41,7 +41,7 @@ class EncodingError(ValueError):
 WORD_MIN, WORD_MAX = -(1 << 31), (1 << 32) - 1   # an SMEM word, signed or unsigned spelling
 
 
-# How a register operand is spelled (s3, v0, m1, x0, a2): never a label's name.
+# How a register operand is spelled (s3, v0, m1, x0, a2): a label's name in a branch target only.
 REGISTER_NAME = r"[svmxa][0-9]+"
 # The most significant digits a number (or register number, or buffer dimension) may
 # have: far more than any operand, SMEM word or size needs (each is then checked against
@@ -216,9 +216,12 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
         if kind.name == "imm32" and 1 << 31 <= value < 1 << 32:
             value -= 1 << 32   # allow unsigned spelling of 32-bit constants
         return value
+    if re.fullmatch(REGISTER_NAME, raw) and (raw not in symbols or kind is not TARGET):
+        # A label spelled like a register (`a0:`) is taken as a branch target only: in any
+        # other field, `addi s1, s2, s3` (add meant) would silently take its index.
+        also = " (a label of that name is taken only as a branch target)" if raw in symbols else ""
+        raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}{also}")
     if raw not in symbols:
-        if re.fullmatch(REGISTER_NAME, raw):
-            raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}")
         raise EncodingError(f"unknown symbol {raw!r} in operand {name}")
     return symbols[raw]
 
@@ -264,10 +267,6 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 error(line_no, col, "label outside a kernel (start one with .kernel NAME)")
             elif m.group(1) in current["labels"]:
                 error(line_no, col, f"label {m.group(1)!r} defined twice")
-            elif re.fullmatch(REGISTER_NAME, m.group(1)):
-                # (else `addi s1, s2, s3` would take the label's index where the register is meant)
-                error(line_no, col, f"label {m.group(1)!r} is spelled like a register: name it otherwise",
-                      len(m.group(1)))
             else:
                 current["labels"][m.group(1)] = len(current["items"])
                 current["label_at"][m.group(1)] = (line_no, col)

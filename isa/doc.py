@@ -53,7 +53,9 @@ ASSEMBLY = """
 encoding, disassembly under each source line); `programs/examples/vector_add.s` is a
 complete example. One instruction or directive a line; `;` or `#` starts a comment;
 `name:` labels the next instruction (several labels may precede one instruction); a label
-with no instruction after it in its kernel is an error.
+with no instruction after it in its kernel is an error. A label spelled like a register
+(`a0:`, `s3:`) is taken as a branch target only: in any other field, `s3` is the
+register, an error there (`addi s1, s2, s3` meant `add`).
 Mnemonics are lower case as in the tables; spaces around `,` `(` `)` `[` `]` `@` are
 optional.
 
