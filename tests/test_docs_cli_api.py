@@ -216,6 +216,43 @@ def test_compare_takes_the_run_options_including_inputs(capsys, tmp_path):
     assert json.loads(out)["outputs_sha256"] != reports[0]["outputs_sha256"], "the file's inputs were used"
 
 
+I32_OUT = """
+kernel k(x: hbm i32[8, 128], y: hbm i32[8, 128], z: hbm f32[8, 128]) {
+    sem s;
+    start copy(x, y, s); wait copy(x, y, s);     // (i32 to i32: bytes a timing-only run keeps)
+}
+host { input x: i32[8, 128]; output y: i32[8, 128]; output z: f32[8, 128]; launch k(x, y, z); }
+"""
+
+
+def test_a_timing_only_runs_outputs_hash_covers_the_outputs_it_keeps(capsys, tmp_path):
+    """api.md: a timing-only run hashes the i32 outputs it keeps, and gives null when it
+    keeps none (the hash of nothing would look like every other such run's)."""
+    code, out, _ = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--timing-only", "--json")
+    assert code == 0 and json.loads(out)["outputs_sha256"] is None
+    program = tmp_path / "i32.mk"
+    program.write_text(I32_OUT)
+    hashes = []
+    for extra in ([], ["--timing-only"]):
+        code, out, _ = cli(capsys, "run", str(program), "--hw", "test", "--mesh", "1", "--json", *extra)
+        hashes.append(json.loads(out)["outputs_sha256"])
+    assert None not in hashes and hashes[0] != hashes[1]      # (the data run hashes z too)
+
+
+def test_api_md_names_every_figure_of_a_plain_run(capsys):
+    """The table of a plain run's figures in docs/api.md names every key `mkemu run
+    --json` prints (and only those), besides the paths and times the command adds."""
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    table = text[text.index("| `cycles`, `seconds` |"):]
+    table = table[:table.index("\n\n")]
+    documented = {key for row in table.splitlines() for key in re.findall(r"`(\w+)`", row.split("|")[1])}
+    code, out, _ = cli(capsys, "run", "all_reduce", "--hw", "test", "--mesh", "2", "--json")
+    shown = set(json.loads(out)) - {"program", "reference", "compile_s", "wall_s"}
+    assert code == 0 and shown == documented - {"timing_only"}
+    code, out, _ = cli(capsys, "run", "all_reduce", "--hw", "test", "--mesh", "2", "--json", "--timing-only")
+    assert set(json.loads(out)) - {"program", "compile_s", "wall_s"} == documented
+
+
 def test_an_empty_trace_window_is_an_error(capsys, tmp_path):
     trace = str(tmp_path / "t.mkt")
     assert main(["run", "vector_add", "--hw", "test", "--mesh", "1", "--trace", trace]) == 0
