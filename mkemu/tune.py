@@ -217,8 +217,9 @@ def build_of(base: Trial, params: dict[str, int]) -> str | None:
 
 def program_hash(program) -> str:
     """A hash of everything of a compiled Program that a run reads: each kernel's code,
-    SMEM image, sizes, region names, labels, memory extents, range checks and source map
-    (which faults name), the launches, the buffers and the reference. Not the params'
+    SMEM image, sizes, region names, labels, memory extents, range checks, and what
+    faults name (the source map, the semaphores' names, the fn calls code was inlined
+    at), the launches, the buffers and the reference. Not the params'
     values (what differs between variants by construction), the source files' text
     (the same files) nor the human-readable allocation map."""
     h = hashlib.sha256()
@@ -231,7 +232,7 @@ def program_hash(program) -> str:
     for name, k in program.kernels.items():
         put(name, str(k.code.dtype), k.code.tobytes(), bytes(k.smem_init), k.vmem_bytes, k.smem_bytes,
             tuple(k.regions), sorted(k.labels.items()), sorted(k.extents.items()), sorted(k.ranges.items()),
-            tuple(k.source_map))
+            tuple(k.source_map), tuple(k.semaphores), sorted(k.calls.items()))
     put(tuple(program.launches), tuple(program.buffers), program.reference)
     return h.hexdigest()
 

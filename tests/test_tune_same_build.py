@@ -114,3 +114,44 @@ def test_a_search_ends_when_every_variant_is_known(capsys, tmp_path, program, ru
     assert code == 0 and record["search"] == "optuna-tpe" and record["finished"] is True
     assert len(record["trials"]) == 4 and len(runs) == 2
     assert sorted(t.get("same_as") is None for t in record["trials"]) == [False, False, True, True]
+
+
+SEMAPHORE_BY_VARIANT = """param V = 0 in {0, 1} "which semaphore";
+reference "ref.py:reference";
+
+fn body(b: hbm f32[8, 128], xb: vmem f32[8, 128], out: hbm f32[8, 128], s: sem) {
+    start copy(b, xb, s);
+    wait 2 * copy(b, xb, s);
+    start copy(xb, out, s);
+    wait copy(xb, out, s);
+}
+
+kernel k(b: hbm f32[8, 128], out: hbm f32[8, 128]) {
+    vmem xb: f32[8, 128];
+    if V == 0 {
+        sem alpha;
+        body(b, xb, out, alpha);
+    } else {
+        sem beta;
+        body(b, xb, out, beta);
+    }
+}
+
+host {
+    input b: f32[8, 128];
+    output out: f32[8, 128];
+    launch k(b, out);
+}
+"""
+
+
+def test_variants_whose_faults_name_other_semaphores_are_other_builds(capsys, tmp_path):
+    # V=0 and V=1 compile to the same code, but a fault names the semaphore ('alpha' or
+    # 'beta') and the call the fn was inlined at: V=1 is run, and its reason is its own.
+    (tmp_path / "ref.py").write_text("def reference(inputs):\n    return {'out': inputs['b']}\n")
+    path = tmp_path / "sems.mk"
+    path.write_text(SEMAPHORE_BY_VARIANT)
+    code, _, _, record = tune(capsys, tmp_path, str(path), *TEST_HW)
+    reasons = {t["params"]["V"]: t["reason"] for t in record["trials"]}
+    assert code == 1 and all("same_as" not in t for t in record["trials"])
+    assert "'alpha'" in reasons[0] and "'beta'" in reasons[1]
