@@ -755,7 +755,7 @@ def cmd_tune(args) -> int:
     with _as_flags(args):
         default = default_build(base)
     space = make_space(default.params, default.driver_set, base.options.params, _tune_params(args.param), args.file)
-    check_default_error(base, default, space, args.budget)
+    check_default_error(base, default, space, args.budget, args.seed)
     tune = Tune(base, space, args.objective, args.budget, args.seed, out, jobs=args.jobs,
                 scheduler=args.scheduler, schedules=args.schedules)
     tune.plan()   # (without optuna for a space it needs: one error line, before the header)

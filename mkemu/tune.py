@@ -35,6 +35,7 @@ import itertools
 import json
 import math
 import os
+import random
 import stat
 import time
 from collections.abc import Callable
@@ -86,6 +87,19 @@ class Space:
         """Every variant, in the order of the values (the first name's vary slowest)."""
         return (dict(zip(self.names, vs)) for vs in itertools.product(*(self.values[n] for n in self.names)))
 
+    def variant_at(self, index: int) -> dict[str, int]:
+        """Variant `index` of `variants()` (0 <= index < size)."""
+        out = {}
+        for name in reversed(self.names):
+            index, at = divmod(index, len(self.values[name]))
+            out[name] = self.values[name][at]
+        return {name: out[name] for name in self.names}
+
+    def enumerated(self, budget: int) -> bool:
+        """Does a tune of this budget run every variant (an exhaustive search)? The
+        default build runs too, one more when the space leaves it out."""
+        return self.size + (not self.holds_default) <= budget
+
 
 @attrs.frozen
 class DefaultBuild:
@@ -119,16 +133,28 @@ def default_build(base: Trial) -> DefaultBuild:
     return DefaultBuild(params, frozenset(s.driver_params), values, error)
 
 
-def check_default_error(base: Trial, default: DefaultBuild, space: Space, budget: int) -> None:
+#: How many variants of a searched space a failing default build is checked against.
+CHECKED_VARIANTS = 32
+
+
+def check_default_error(base: Trial, default: DefaultBuild, space: Space, budget: int, seed: int) -> None:
     """The default build's front end failed: that is trial 0, rejected, if a variant the
     tune may run gets past the front end; an error every one of them has (an unknown
-    name, a type error) is the program's, reported before any trial."""
+    name, a type error) is the program's, reported before any trial. An exhaustive
+    search runs every variant: each is checked until one passes. What a search will run
+    is not known before it runs, so a seeded sample of the space's variants, spread over
+    it, stands for them (the first ones in order may share a value that fails)."""
     from mkemu.dsl.frontend import load_program
 
     if default.error is None:
         return
+    if space.enumerated(budget):
+        variants = (v for v in space.variants() if v != space.default)
+    else:
+        picks = random.Random(seed).sample(range(space.size), min(space.size, CHECKED_VARIANTS))
+        variants = (v for v in map(space.variant_at, picks) if v != space.default)
     first = None
-    for variant in itertools.islice((v for v in space.variants() if v != space.default), max(budget - 1, 1)):
+    for variant in variants:
         try:
             load_program(base.file, {**default.values, **variant})
             return
@@ -299,7 +325,7 @@ class Tune:
         """The search this tune makes, `exhaustive` or `optuna-tpe`; an error, before any
         trial runs or anything is printed, when the space needs optuna and it is missing."""
         space = self.space
-        if space.size + (not space.holds_default) <= self.budget:
+        if space.enumerated(self.budget):
             return "exhaustive"
         _require_optuna(space.size, self.budget, outside=not space.holds_default)
         return "optuna-tpe"

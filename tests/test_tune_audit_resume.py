@@ -64,6 +64,22 @@ def test_a_default_build_that_fails_an_assert_is_rejected_and_the_tune_goes_on(c
     assert "(the default was rejected)" in stdout
 
 
+def test_a_searched_space_is_not_judged_by_its_first_variants_in_order(capsys, tmp_path):
+    # The default fails an assert, and so do the first variants in order (FIRST=0, the
+    # last param varying fastest): a search reaches the others, so the tune goes on.
+    program = scale_copy(tmp_path)
+    program.write_text(program.read_text().replace(
+        "param N = 2048;", 'param N = 2048;\nparam FIRST = 0 in 0..7 "first";\n'
+        'assert FIRST >= 1, "FIRST must be at least 1";\nparam OTHER = 0 in 0..7 "no effect";', 1))
+    out = tmp_path / "t.json"
+    code, stdout, stderr = tune(capsys, program, *TEST_HW, "--param", "FIRST", "--param", "OTHER",
+                                "--budget", "5", "--out", out)
+    assert code == 0, stderr
+    record = json.loads(out.read_text())
+    assert record["search"] == "optuna-tpe" and record["trials"][0]["status"] == "rejected"
+    assert any(t["status"] == "ok" for t in record["trials"]) and "(the default was rejected)" in stdout
+
+
 def test_an_error_every_variant_has_stops_the_tune_up_front_even_when_the_default_fails_first(capsys, tmp_path):
     program = scale_copy(tmp_path)
     text = program.read_text().replace("param TN = 512 in", "param TN = 768 in")
