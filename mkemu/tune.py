@@ -601,10 +601,15 @@ def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[s
                                   f"tune checks {schedules_text(mine)}: resume with the record's --schedules, or "
                                   "start a new tune", file=path, key=key)
             continue
-        if key in doc and doc[key] != mine:
+        # (the params' order too: it orders the enumeration, steers the search and
+        # names the trials)
+        if key in doc and (doc[key] != mine or key == "space" and isinstance(doc[key], dict)
+                           and list(doc[key]) != list(mine)):
             flag = "--param" if key == "space" else f"--{key}"
+            order = ", in its order" if doc[key] == mine else ""
             raise ConfigError(f"the record is of another search: its {key} is {doc[key]!r}, this tune's is "
-                              f"{mine!r} ({flag}: resume with the record's, or start a new tune)", file=path, key=key)
+                              f"{mine!r} ({flag}: resume with the record's{order}, or start a new tune)",
+                              file=path, key=key)
     trials = doc.get("trials", [])
     if not isinstance(trials, list):
         raise ConfigError("bad tune record: \"trials\" is not a list", file=path, key="trials")

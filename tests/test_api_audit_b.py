@@ -146,6 +146,18 @@ def test_resuming_with_another_search_is_refused_and_the_record_kept(capsys, tmp
     assert out.read_bytes() == before
 
 
+def test_resuming_with_the_params_in_another_order_is_refused(capsys, tmp_path):
+    # The order names the trials and orders the search: the record's trials were not
+    # found under the other order's names, so every one ran again.
+    program, out = scale_copy(tmp_path), tmp_path / "t.json"
+    assert cli(capsys, "tune", program, *TEST_HW, "--param", "SYNC=0", "--param", "TN=256,512", "--out", out)[0] == 0
+    before = out.read_bytes()
+    code, _, err = cli(capsys, "tune", program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0",
+                       "--resume", out)
+    assert code == 1 and "space: error: the record is of another search" in err and "in its order" in err
+    assert out.read_bytes() == before
+
+
 # -- tuning.md: only the default build writes --record-routing (a resumed tune took the
 #    default from its record, ran nothing and wrote no routing record)
 
