@@ -830,7 +830,7 @@ def _check_scale_out(args) -> None:
 def cmd_sweep(args) -> int:
     from mkemu.runner import check_writable
     from mkemu.shipped import resolve
-    from mkemu.sweep import Sweep, check_axes, mesh_axis, parse_axis, plot, point_label, render
+    from mkemu.sweep import Sweep, check_axes, mesh_axis, parse_axis, plot, point_label, program_names, render
     from mkemu.trials import trial
 
     from mkemu.api import hw_profile
@@ -840,9 +840,13 @@ def cmd_sweep(args) -> int:
     with _as_flags(args):
         hw_profile(args.hw)   # the base profile, before any point is made of it
     axes = [parse_axis(item) for item in args.hw_set]
-    check_axes(axes)
     if args.mesh is not None:
+        if any(axis.key == "mesh.dims" for axis in axes):
+            # (the run's mesh is --mesh's: the profile's dims would be varied to no effect)
+            raise ConfigError("--mesh and --hw-set mesh.dims both vary the mesh; give one of them",
+                              key="--hw-set mesh.dims")
         axes.append(mesh_axis(args.mesh))
+    check_axes(axes)
     if not axes:
         raise ConfigError("nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,...", key="--hw-set")
     files = [resolve(file) for file in args.files]
@@ -869,11 +873,13 @@ def cmd_sweep(args) -> int:
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)
 
+    name_of = dict(zip((p.file for p in programs), program_names(p.file for p in programs)))
+
     def progress(point, entry):
         what = f"{entry['us_per_step']:.3f} us, {entry['bound_by']}" if entry["status"] == "ok" else (
             f"rejected: {entry['reason']}")
-        print(f"{point_label(point)} {Path(entry['program']).name}: {what} ({entry['wall_s']:.1f} s)",
-              file=sys.stderr, flush=True)
+        print(f"{point_label(point)} {name_of.get(entry['program'], entry['program'])}: {what} "
+              f"({entry['wall_s']:.1f} s)", file=sys.stderr, flush=True)
 
     sweep.progress = progress
     sweep.run()

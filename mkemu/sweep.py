@@ -109,6 +109,11 @@ def check_axes(axes: list[Axis]) -> None:
 
     seen: set[str] = set()
     for axis in axes:
+        for i, value in enumerate(axis.values):
+            if value in axis.values[:i]:
+                flag = "--mesh" if axis.key == "mesh" else f"--hw-set {axis.key}"
+                shown = value if axis.key == "mesh" else _show(value)
+                raise ConfigError(f"{shown} is given twice: each value is one point of the sweep", key=flag)
         if axis.key in seen:
             raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
                               key="--hw-set")
@@ -248,8 +253,21 @@ def point_label(point: dict) -> str:
     return " ".join(parts)
 
 
+def program_names(files) -> list[str]:
+    """Each program's name for a reader: its file's name, or as many of the last parts of
+    its path as tell it from the other programs of that name (`base/k.mk`, `tuned/k.mk`)."""
+    parts = [Path(f).parts for f in files]
+    names = []
+    for mine in parts:
+        n = 1
+        while n < len(mine) and sum(other[-n:] == mine[-n:] for other in parts) > 1:
+            n += 1
+        names.append(str(Path(*mine[-n:])))
+    return names
+
+
 def render(sweep: Sweep) -> str:
-    names = [Path(p.file).name for p in sweep.programs]
+    names = program_names(p.file for p in sweep.programs)
     labels = [point_label(p) for p in sweep.points]
     width = max(len(x) for x in labels + ["point"])
     cell = 34
@@ -290,13 +308,13 @@ def plot(sweep: Sweep, path: str) -> None:
         return value if numeric else first.values.index(value)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = program_names(p.file for p in sweep.programs)
     lines: dict[tuple, list] = {}
     for point in sweep.points:
         rest = tuple(point["mesh"] if a.key == "mesh" else _show(point["hw_set"][a.key]) for a in others)
-        for r in point["results"]:
+        for name, r in zip(names, point["results"]):
             if r.get("status") == "ok":
-                lines.setdefault((Path(r["program"]).name, rest), []).append((x_of(point), r["us_per_step"],
-                                                                             r["bound_by"]))
+                lines.setdefault((name, rest), []).append((x_of(point), r["us_per_step"], r["bound_by"]))
     for (name, rest), pts in lines.items():
         pts.sort()
         text = name + "".join(f", {_short(a.key) if a.key != 'mesh' else 'mesh'}={v}" for a, v in zip(others, rest))

@@ -110,6 +110,21 @@ def test_the_plot_is_a_png(capsys, tmp_path):
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_programs_of_one_name_in_two_folders_are_told_apart(capsys, tmp_path):
+    # Their columns, progress lines and plot lines were all named by the file's name.
+    for folder in ("base", "tuned"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "k.mk").write_text(Path(SCALE).read_text().replace(
+            "param N = 2048;", "param N = 2048;" if folder == "base" else "param N = 4096;"))
+        (tmp_path / folder / "tune_scale_ref.py").write_text((Path(SCALE).parent / "tune_scale_ref.py").read_text())
+    code, out, err, record = sweep(capsys, tmp_path, str(tmp_path / "base" / "k.mk"), str(tmp_path / "tuned" / "k.mk"),
+                                   "--hw", "test", "--mesh", "1,2")
+    assert code == 0 and out.splitlines()[0].split()[1:] == ["base/k.mk", "tuned/k.mk"]
+    assert "mesh=1 base/k.mk:" in err and "mesh=1 tuned/k.mk:" in err
+    from mkemu.sweep import program_names
+    assert program_names(["/a/x/k.mk", "/b/x/k.mk", "/b/y.mk"]) == ["a/x/k.mk", "b/x/k.mk", "y.mk"]
+
+
 def test_without_matplotlib_the_plot_is_a_clear_error(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib now fails
     code, _, err, record = sweep(capsys, tmp_path, SCALE, "--hw", "test", "--mesh", "1", "--plot",
@@ -156,6 +171,11 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
      "--hw-set: error: ici.hop_latency_cycles and ici.hop_latency_s are one profile value in two units"),
     ((), "--hw-set: error: nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,..."),
     (("--mesh", "1", "--plot", "{out}"), "--plot: error: --out and --plot both write"),
+    # A value given twice was two points at one x; the profile's dims beside --mesh varied nothing.
+    (("--hw-set", "clock_hz=1e9,2e9,1e9"), "--hw-set chip.clock_hz: error: 1e+09 is given twice"),
+    (("--mesh", "1,2,1"), "--mesh: error: 1 is given twice"),
+    (("--hw-set", "mesh.dims=[1,1,1],[2,1,1]", "--mesh", "1,2"),
+     "--hw-set mesh.dims: error: --mesh and --hw-set mesh.dims both vary the mesh"),
 ])
 def test_bad_sweep_options_are_one_line_errors(capsys, tmp_path, argv, message):
     argv = [a.format(out=tmp_path / "sweep.json") for a in argv]
