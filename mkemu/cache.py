@@ -6,7 +6,8 @@ second, and the same program is compiled with the same parameters over and over 
 that hashes everything its output depends on: the compiler's own sources, the main
 file's name and text, the parameters and the hardware profile (its values, not the
 file it was read from). The entry also records every file the compile read (imports
-included) with a hash of its text; an entry whose files changed is compiled afresh. A
+included) with a hash of its text; an entry whose files changed is compiled afresh, and
+so is one whose bytes no longer match the checksum it was written with (a damaged file). A
 relative name is read relative to the current directory, so two checkouts at different
 places share the entries of the files they hold alike (a program that read the shipped
 library's files, named by absolute path, only with the library at the same place).
@@ -66,6 +67,8 @@ MAX_PROGRAM_BYTES = 256 << 20
 EVICT_EVERY = 16     # program stores per process between looks for entries to drop
 MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
+# A kept program's file: this, the SHA-256 of the rest, then the pickled entry.
+ENTRY_MAGIC = b"mkemu-program-1\n"
 
 
 class NoCacheDirectory(ConfigError, OSError):
@@ -283,8 +286,18 @@ def _load(entry: Path, main_path: str):
     spans name those files)."""
     try:
         with open(entry, "rb") as fh:
-            hashes, program, root = pickle.load(fh)
-    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, ValueError, TypeError):
+            data = fh.read()
+    except OSError:
+        return None
+    # A damaged entry (a flipped bit, a truncated write) is a miss, compiled afresh and
+    # written over: never a program that differs from its source, nor an unpickling
+    # error of any kind.
+    head = len(ENTRY_MAGIC) + 32
+    if data[:len(ENTRY_MAGIC)] != ENTRY_MAGIC or hashlib.sha256(data[head:]).digest() != data[len(ENTRY_MAGIC):head]:
+        return None
+    try:
+        hashes, program, root = pickle.loads(data[head:])
+    except Exception:   # noqa: BLE001 - (whatever a payload of another version raises)
         return None
     here = _shipped_root()
     if root != here and any(name.startswith(root + os.sep) for name in hashes):
@@ -324,7 +337,8 @@ def _shipped_root() -> str:
 def _store(entry: Path, hashes: dict[str, str], program) -> None:
     record = (hashes, program, _shipped_root())
     try:
-        _replace(entry, lambda fh: pickle.dump(record, fh, protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        _replace(entry, lambda fh: fh.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload))
     except (OSError, pickle.PickleError, TypeError, AttributeError):
         pass
 

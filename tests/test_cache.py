@@ -14,6 +14,7 @@ import pytest
 
 import mkemu
 from mkemu.api import build_program
+from mkemu import cache
 from mkemu.cache import cached_program
 from mkemu.isa.hardware import load_profile
 
@@ -67,6 +68,31 @@ def test_a_repeat_compile_comes_from_the_cache(cache_home):
     assert (hit1, hit2) == (False, True)
     assert [k.code.tobytes() for k in first.kernels.values()] == [k.code.tobytes() for k in second.kernels.values()]
     assert build_program("main.mk", MAIN, profile, {}).kernels.keys() == first.kernels.keys()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "old format"])
+def test_a_damaged_entry_is_compiled_afresh_and_written_over(cache_home, damage):
+    # A flipped bit in the code words loaded as another program (a race or an
+    # out-of-bounds fault blamed on the source); others raised OverflowError,
+    # IndexError or MemoryError from the unpickling, on every later run.
+    import pickle
+
+    profile = load_profile("test")
+    first, _ = compile_counted("main.mk", MAIN, profile)
+    (entry,) = (cache_home / "cache" / "mkemu" / "programs").glob("*.pkl")
+    data = bytearray(entry.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 1
+    elif damage == "truncate":
+        data = data[:len(data) - 7]
+    elif damage == "empty":
+        data = bytearray()
+    else:   # the entry as it was written before it carried a checksum
+        data = bytearray(pickle.dumps(pickle.loads(bytes(data[len(cache.ENTRY_MAGIC) + 32:]))))
+    entry.write_bytes(bytes(data))
+    again, hit = compile_counted("main.mk", MAIN, profile)
+    assert not hit and again.kernels["k"].code.tobytes() == first.kernels["k"].code.tobytes()
+    assert compile_counted("main.mk", MAIN, profile)[1]      # (written over: a hit again)
 
 
 def test_an_edited_import_is_compiled_afresh(cache_home):
