@@ -117,6 +117,12 @@ class Recorder:
             "program": machine.program.path if machine.program is not None else None,
         }
 
+    def detach(self) -> None:
+        """The run is over (any fault recorded): the recorder lets go of its machine, so
+        that the machine, which refers to it, goes as soon as nothing else does, not at
+        the next garbage collection (a loop of traced runs piled them up)."""
+        self.machine = None
+
     def on_launch(self, machine, launch, start: int) -> None:
         kernel = machine.kernel
         ops = machine.decoded[launch.kernel].ops

@@ -272,6 +272,9 @@ class Kernel:
                 fault.details = (*fault.details, f"trace up to the fault: {self.options.trace}")
                 fault.args = (fault.render(),)     # (str(fault) says it too)
             raise
+        finally:
+            if recorder is not None:
+                recorder.detach()
 
     def _save_trace(self, figures: dict, recorder) -> bool:
         """`trace` given as a path: the trace is written there (atomically) after the run,

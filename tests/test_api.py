@@ -482,3 +482,31 @@ def test_an_exception_of_the_callers_progress_reaches_the_caller_as_raised():
 
 def test_dir_shows_the_api():
     assert {"compile", "compile_source", "Kernel", "Run", "Options", "Session"} <= set(dir(mkemu))
+
+
+def test_a_traced_runs_machine_goes_with_the_run_without_a_garbage_collection(monkeypatch):
+    # The recorder referred back to its machine: the pair waited for a full collection,
+    # and a loop of traced runs (a tuner asking for traces) piled up machines (1.8 GB
+    # after 250 runs of a small kernel).
+    import gc
+    import weakref
+
+    from mkemu.emulator.machine import Machine
+
+    made = []
+    real = Machine.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(Machine, "__init__", init)
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1", trace=True)
+    gc.disable()
+    try:
+        run = kernel()
+        assert run.report.trace is not None and made[-1]() is not None
+        del run
+        assert made[-1]() is None
+    finally:
+        gc.enable()
