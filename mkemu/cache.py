@@ -162,19 +162,61 @@ def _import_module(name: str, prefix: str, source: str, announce: str | None,
     if announce and not compiled.exists() and sys.stderr is not None and sys.stderr.isatty():
         print(f"mkemu: {announce} ...", file=sys.stderr, flush=True)
     with _compiling(path.with_suffix(".lock"), compiled):
-        first = while_compiling is not None and not compiled.exists()
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        # Registered before it runs: numba's cache finds the module again by name.
-        sys.modules[name] = module
-        try:
-            with while_compiling() if first else contextlib.nullcontext():
-                spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
+        for attempt in (1, 2):
+            first = while_compiling is not None and not compiled.exists()
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            # Registered before it runs: numba's cache finds the module again by name.
+            sys.modules[name] = module
+            try:
+                with while_compiling() if first else contextlib.nullcontext():
+                    spec.loader.exec_module(module)
+                break
+            except Exception:
+                del sys.modules[name]
+                if attempt == 2:
+                    raise
+                # A damaged file of what was compiled from it (numba's cache, Python's
+                # bytecode: a truncated index raised from numba on every run): compiled afresh.
+                _purge_compiled(path)
+            except BaseException:
+                del sys.modules[name]
+                raise
         _touch(compiled)
     return module
+
+
+def _purge_compiled(path: Path) -> None:
+    """Drop what was compiled from the module at `path`: numba's cache of it, Python's
+    bytecode of it and its compiled marker."""
+    for file in (path.parent / "__pycache__").glob(f"{path.stem}.*"):
+        file.unlink(missing_ok=True)
+    path.with_suffix(".compiled").unlink(missing_ok=True)
+
+
+def damaged_compiled_code(exc: BaseException) -> bool:
+    """Was `exc` raised reading numba's cache of a module compiled at its first call
+    (the flow model's kernels: `module_in_cache` compiles the issue loop's at import,
+    where a damaged file is compiled afresh)? Then every module's compiled code is
+    dropped, to be compiled afresh by the next run, and True."""
+    modules, damaged = set(), False
+    tb = exc.__traceback__
+    while tb is not None:
+        file = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        damaged = damaged or file.endswith("numba/core/caching.py")
+        py_func = getattr(tb.tb_frame.f_locals.get("self"), "py_func", None)   # (a numba dispatcher's)
+        if file.endswith("numba/core/dispatcher.py") and py_func is not None:
+            modules.add(py_func.__module__)
+        tb = tb.tb_next
+    if not damaged:
+        return False
+    try:     # (the modules whose functions were loading, else every one)
+        for module in cache_dir().glob("mkemu_*.py"):
+            if module.stem in modules or not modules:
+                _purge_compiled(module)
+    except (OSError, ConfigError):
+        pass
+    return True
 
 
 @contextlib.contextmanager

@@ -51,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:
         return _write_failed(exc)
+    except Exception as exc:
+        from mkemu.cache import cache_dir, damaged_compiled_code
+
+        if not damaged_compiled_code(exc):
+            raise
+        print(f"{cache_dir()}: error: a file of the compiled code kept there was damaged ({type(exc).__name__}: "
+              f"{exc}); it is cleared: run the command again, which compiles it afresh", file=sys.stderr)
+        return 1
 
 
 def _more_positionals(parser: argparse.ArgumentParser, args, extra: list[str]) -> None:

@@ -342,3 +342,52 @@ def test_the_temporary_fallback_must_be_the_user_s_own(tmp_path, monkeypatch):
     shared.chmod(0o777)                                          # (as if another user had made it)
     with pytest.raises(mkemu.ConfigError, match="no writable cache directory for mkemu"):
         cache.cache_dir()
+
+
+EAGER = "from numba import njit\n\n@njit('int64(int64)', cache=True)\ndef twice(x):\n    return 2 * x\n"
+LAZY = "from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n"
+
+
+def _truncate_compiled(directory, stem: str, pattern: str) -> int:
+    files = list((directory / "__pycache__").glob(f"{stem}.{pattern}"))
+    for file in files:
+        file.write_bytes(file.read_bytes()[:20])
+    return len(files)
+
+
+def _fresh(name: str) -> None:
+    import sys
+
+    sys.modules.pop(name, None)
+
+
+def test_a_damaged_compiled_file_of_a_module_compiled_at_import_is_compiled_afresh(cache_home):
+    # A truncated numba index or data file raised from numba on every run.
+    for pattern in ("*.nbi", "*.nbc"):
+        source = EAGER + f"# {pattern}\n"
+        module = cache.module_in_cache("mkemu_eagertest", source)
+        assert module.twice(21) == 42
+        _fresh(module.__name__)
+        assert _truncate_compiled(cache.cache_dir(), module.__name__, pattern) >= 1, pattern
+        again = cache.module_in_cache("mkemu_eagertest", source)
+        assert again is not module and again.twice(4) == 8
+        _fresh(module.__name__)
+
+
+def test_a_damaged_compiled_file_of_a_module_compiled_at_first_call_is_cleared(cache_home):
+    # Loaded at a function's first call, outside the import: the error is said as the
+    # cache's (mkemu's command line prints one line) and the module's files are dropped,
+    # so the next process compiles it afresh.
+    module = cache.module_in_cache("mkemu_lazytest", LAZY)
+    assert module.twice(21) == 42
+    _fresh(module.__name__)
+    assert _truncate_compiled(cache.cache_dir(), module.__name__, "*.nbi") == 1
+    damaged = cache.module_in_cache("mkemu_lazytest", LAZY)
+    with pytest.raises(Exception) as info:
+        damaged.twice(3)
+    assert cache.damaged_compiled_code(info.value)
+    assert not list((cache.cache_dir() / "__pycache__").glob(f"{module.__name__}.*"))
+    _fresh(module.__name__)
+    assert cache.module_in_cache("mkemu_lazytest", LAZY).twice(5) == 10
+    assert not cache.damaged_compiled_code(ValueError("not from numba's cache"))
+    _fresh(module.__name__)
