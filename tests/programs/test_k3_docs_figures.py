@@ -303,12 +303,12 @@ def test_the_test_profile_is_too_small_at_k3_mini_too(capsys):
 
 def k3_report_keys() -> list[str]:
     """README's K3 key list and k3.md's `--json` table, but the keys of a timing-only run
-    (`routing`), of --dump and of --spec-rows."""
+    (`routing`), of --dump, of --trace and of --spec-rows."""
     keys = re.findall(r"`(\w+)`", re.search(r"for K3 programs (.*?) \(see `docs/k3.md`\)", flat(README)).group(1))
     assert "us_per_step" in keys
     for row in table(K3, "| key | meaning |"):
         if "with `--spec-rows` only" not in row[1]:
-            keys += [k for k in re.findall(r"`(\w+)`", row[0]) if k not in ("routing", "dump")]
+            keys += [k for k in re.findall(r"`(\w+)`", row[0]) if k not in ("routing", "dump", "trace")]
     assert "routing_record" in keys and "cycles_per_step" in keys
     return keys
 
