@@ -109,9 +109,9 @@ def setup(path: str, text: str, options: Options) -> Setup:
         if hasattr(reference, "check_overrides"):   # (before the compile: see programs/k3/driver.py)
             reference.check_overrides(driver_params, dict(options.params))
     elif options.driver_options_set():
-        raise ConfigError(f"{', '.join(options.driver_options_set())} appl"
-                          f"{'ies' if len(options.driver_options_set()) == 1 else 'y'} only to programs "
-                          "run by a driver (e.g. the K3 programs)", file=path)
+        names = options.driver_options_set()
+        raise ConfigError(f"{', '.join(names)} appl{'ies' if len(names) == 1 else 'y'} only to programs run by a "
+                          f"driver (e.g. the K3 programs), not to {Path(path).name}", key=names[0])
     return Setup(profile, mesh, reference, driver_params)
 
 

@@ -12,6 +12,7 @@ import gc
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -459,11 +460,22 @@ def _as_flags(args):
     except ConfigError as exc:
         if exc.file is not None or not exc.key or not exc.key.isidentifier():
             raise
-        flag = _FLAG_OF.get(exc.key) or (hasattr(args, exc.key) and "--" + exc.key.replace("_", "-"))
+        flag = _flag_of(exc.key, args)
         if not flag:
             raise
-        message = exc.message.replace(exc.key, flag, 1) if exc.message.startswith(exc.key) else exc.message
+        # (the options a message starts with, `model, batch apply only ...`, by their flags too)
+        listed = re.match(r"\w+(, \w+)*", exc.message)
+        names = listed.group(0).split(", ") if listed else []
+        if names and all(_flag_of(name, args) for name in names):
+            message = ", ".join(map(lambda name: _flag_of(name, args), names)) + exc.message[listed.end():]
+        else:
+            message = exc.message
         raise ConfigError(message, key=flag) from None
+
+
+def _flag_of(name: str, args) -> str | None:
+    """The flag of option field `name` (`prompt_len` -> `--prompt-len`), if the command has one."""
+    return _FLAG_OF.get(name) or (f"--{name.replace('_', '-')}" if hasattr(args, name) else None)
 
 
 def cmd_compare(args) -> int:

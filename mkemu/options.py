@@ -26,10 +26,8 @@ from mkemu.errors import ConfigError
 from mkemu.isa.hardware import DEFAULT_PROFILE
 
 # Driver options: (name, the CLI flag that sets it).
-DRIVER_FIELDS = (("model", "--model"), ("batch", "--batch"), ("prompt_len", "--prompt-len"),
-                 ("steps", "--steps"), ("check_layers", "--check-layers"), ("dump", "--dump"),
-                 ("timing_only", "--timing-only"), ("routing", "--routing"), ("routing_skew", "--routing-skew"),
-                 ("record_routing", "--record-routing"), ("spec_rows", "--spec-rows"), ("accept", "--accept"))
+DRIVER_FIELDS = ("model", "batch", "prompt_len", "steps", "check_layers", "dump", "timing_only", "routing",
+                 "routing_skew", "record_routing", "spec_rows", "accept")
 
 # Driver options a plain program takes too (a plain timing-only run reads no data back).
 PLAIN_TOO = ("timing_only",)
@@ -87,7 +85,7 @@ MAX_GUARD = 2**62
 
 def _one_of(choices):
     def check(instance, attribute, value):
-        if value not in choices:
+        if not isinstance(value, str) or value not in choices:
             raise ConfigError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}",
                               key=attribute.name)
     return check
@@ -127,8 +125,10 @@ def _real(value):
 def _optional_number(instance, attribute, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
         raise ConfigError(f"{attribute.name} must be a number >= 0, not {value!r}", key=attribute.name)
-    if value is not None and not math.isfinite(value):
-        raise ConfigError(f"{attribute.name} must be a finite number, not {value!r}", key=attribute.name)
+    if value is not None and (value > 1e308 if isinstance(value, int) else not math.isfinite(value)):
+        # (an int past float's range: math.isfinite would raise OverflowError)
+        shown = f"{value!r}" if len(str(value)) <= 40 else f"an integer of {len(str(value))} digits"
+        raise ConfigError(f"{attribute.name} must be a finite number, not {shown}", key=attribute.name)
 
 
 def _trace(instance, attribute, value):
@@ -205,8 +205,8 @@ class Options:
 
     def __attrs_post_init__(self):
         if self.routing is not None and self.routing_skew is not None:
-            raise ConfigError("--routing replays recorded router choices and --routing-skew draws synthetic "
-                              "ones: give one of them", key="--routing-skew")
+            raise ConfigError("routing_skew, routing: give one of them (the first draws synthetic router choices, "
+                              "the second replays recorded ones)", key="routing_skew")
 
     def run_config(self) -> RunConfig:
         """The emulator's view of these options."""
@@ -218,15 +218,15 @@ class Options:
     def driver_options(self) -> dict:
         """What a driver sees: the seed and the driver options that were set."""
         out = {"seed": self.seed}
-        for name, _flag in DRIVER_FIELDS:
+        for name in DRIVER_FIELDS:
             value = getattr(self, name)
             if value is not None and value is not False:   # 0 is a value (an error the driver names)
                 out[name] = value
         return out
 
     def driver_options_set(self) -> list[str]:
-        """The CLI flags of the driver options that were set (an error for a plain program)."""
-        return [flag for name, flag in DRIVER_FIELDS
+        """The driver options that were set (an error for a plain program)."""
+        return [name for name in DRIVER_FIELDS
                 if name not in PLAIN_TOO and getattr(self, name) is not None and getattr(self, name) is not False]
 
     @classmethod

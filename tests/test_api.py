@@ -115,7 +115,7 @@ def test_bad_inputs_are_config_errors(call, message):
     ({"max_cycles": 0}, "max_cycles must be an integer >= 1"),
     ({"params": {"N": "big"}}, "params want NAME -> integer"),
     ({"colour": "red"}, "unknown option(s) colour"),
-    ({"model": "k3-tiny"}, "--model applies only to programs run by a driver"),
+    ({"model": "k3-tiny"}, "model applies only to programs run by a driver (e.g. the K3 programs), not to vector_add.mk"),
 ])
 def test_bad_options_are_config_errors(changes, message):
     with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
@@ -132,6 +132,12 @@ def test_bad_options_are_config_errors(changes, message):
     ({"mesh": b"1x1"}, "mesh: error: bad mesh b'1x1'"),     # (was taken as the mesh (49, 120, 49))
     ({"mesh": {2: 1}}, "mesh: error: bad mesh {2: 1}"),      # (was taken as its keys)
     ({"checks": None}, "checks: error: checks must be a set of check names"),
+    # (OverflowError from math.isfinite, and an array's ambiguous truth value, escaped)
+    ({"routing_skew": 10**400}, "routing_skew: error: routing_skew must be a finite number, not an integer of 401"),
+    ({"dma_order": np.array(["fifo", "round_robin"])}, "dma_order: error: dma_order must be one of round_robin, fifo"),
+    ({"schedule": np.array(["late"])}, "schedule: error: schedule must be one of normal, shuffle, late"),
+    ({"model": "k3-tiny", "routing": "r.json", "routing_skew": 1.0},
+     "routing_skew: error: routing_skew, routing: give one of them"),
 ])
 def test_options_made_directly_are_checked_as_options_of_checks_them(make, changes, message):
     # (Options(bogus=1) raised Python's TypeError: anything but an MkemuError escaping the API is a bug)

@@ -89,7 +89,7 @@ def test_routing_and_routing_skew_do_not_go_together(capsys):
     """README: `--timing-only [--routing FILE | --routing-skew S]` (the skew was ignored)."""
     one_line_error(capsys, ["run", "k3_megakernel", "--model", "k3-tiny", "--mesh", "1", "--timing-only",
                             "--routing", "r.bin", "--routing-skew", "1"],
-                   "--routing-skew: error: --routing replays recorded router choices")
+                   "--routing-skew: error: --routing-skew, --routing: give one of them")
 
 
 # ---------------------------------------------------------------- docs/api.md: calling
@@ -330,7 +330,7 @@ def test_a_rejection_reason_says_error_once(capsys, tmp_path):
     code, _, _ = cli(capsys, "sweep", SCALE, "--hw", "test", "--mesh", "1", "--model", "k3-tiny", "--out", str(out))
     assert code == 1
     reason = json.loads(out.read_text())["points"][0]["results"][0]["reason"]
-    assert reason.count("error:") == 1 and "--model applies only to programs run by a driver" in reason
+    assert reason.count("error:") == 1 and "model: error: model applies only to programs run by a driver" in reason
 
 
 @pytest.mark.parametrize("argv, message", [
