@@ -170,7 +170,7 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
 def _f32_for_bf16(values: np.ndarray) -> np.ndarray:
     """float32 values whose rounding to bf16 (nearest, ties to even) is the nearest bf16
     of `values` themselves. A type float32 holds exactly is converted as it is; wider
-    ones (float64, 32- and 64-bit integers) are rounded to float32 *to odd* (toward zero,
+    ones (float64, longdouble, 32- and 64-bit integers) are rounded to float32 *to odd* (toward zero,
     the last bit set when anything was dropped): rounding them to float32 to nearest
     first could land on a bf16 tie that the value itself is not on (1 + 2^-8 + 2^-40 is
     nearer 1 + 2^-7 than 1, but its nearest float32 is the tie 1 + 2^-8, which goes to
@@ -181,12 +181,14 @@ def _f32_for_bf16(values: np.ndarray) -> np.ndarray:
     if kind in "iu" and size == 8 and values.size and (values.max() > 2**53 or values.min() < -2**53):
         # Beyond 2^53 a float64 holds these no better than float32 does: to odd exactly, as Python ints.
         return np.array([_int_to_f32_odd(int(v)) for v in values.reshape(-1)], np.float32).reshape(values.shape)
-    wide = values.astype(np.float64)            # exact for the rest (float64, or integers within 2^53)
+    # Exact for the rest: float64 or integers within 2^53 as float64, a longdouble as it is
+    # (through float64 it would be rounded twice).
+    wide = values if kind == "f" and size > 8 else values.astype(np.float64)
     f32 = wide.astype(np.float32)
-    inexact = (f32.astype(np.float64) != wide) & ~np.isnan(wide)
+    inexact = (f32.astype(wide.dtype) != wide) & ~np.isnan(wide)
     if inexact.any():
         bits = f32.view(np.uint32).copy()
-        away = np.abs(f32.astype(np.float64)) > np.abs(wide)
+        away = np.abs(f32.astype(wide.dtype)) > np.abs(wide)
         bits[inexact & away] -= np.uint32(1)        # toward zero (an infinity becomes the largest finite)
         bits[inexact] |= np.uint32(1)
         f32 = bits.view(np.float32)

@@ -381,6 +381,12 @@ def test_bf16_inputs_are_rounded_once_to_the_nearest_bf16():
     wide = np.zeros((8, 2048), np.int64)
     wide[0, :3] = [2**24 + 2**16 + 1, 2**24 + 2**16, 2**60 + 2**52 + 1]
     assert list(kernel(x=wide).inputs["x@0"][0, :3]) == [2**24 + 2**17, 2**24, 2**60 + 2**53]
+    # A longdouble was rounded to float64 first, landing on the tie 1 + 2^-8 it is not on.
+    if np.finfo(np.longdouble).nmant > 52:
+        long = np.zeros((8, 2048), np.longdouble)
+        long[0, :2] = [np.longdouble(1) + np.longdouble(2)**-8 + np.longdouble(2)**-60,
+                       np.longdouble(1) + np.longdouble(2)**-8 - np.longdouble(2)**-60]
+        assert list(kernel(x=long).inputs["x@0"][0, :2]) == [1 + 2**-7, 1]
 
 
 def test_an_inputs_file_that_is_not_an_npz_says_so(capsys, tmp_path):
