@@ -340,8 +340,10 @@ class Kernel:
                                   file=source, key=key)
             if at and not runner.is_chip_text(chip, self.chips):
                 raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
-            arrays[key] = runner.widened(runner.as_array(given[key], f"buffer {name}", file=source, key=key))
-            runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key)
+            array = runner.as_array(given[key], f"buffer {name}", file=source, key=key)
+            arrays[key] = runner.widened(array)
+            runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key,
+                                given=array.dtype)
         written = {}
         for buf in self.program.buffers:
             for chip in range(self.chips):

@@ -135,18 +135,21 @@ def widened(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None) -> None:
+def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None,
+                 given: np.dtype | None = None) -> None:
     """Refuse an array whose values a buffer cannot take as they are: not numbers, or,
     for an i32 buffer, not integers or outside int32 (float buffers round to their
-    format, as documented)."""
+    format, as documented). `given`: the type the caller's array had, if `values` is
+    that array `widened` (a bfloat16 array is named as one, not as the float32 it became)."""
     kind = values.dtype.kind
     where = dict(file=file, key=key or name)
+    shown = values.dtype if given is None else given
     if kind not in "biuf":
-        raise ConfigError(f"buffer {name} ({dtype}): got an array of {values.dtype}, not numbers", **where)
+        raise ConfigError(f"buffer {name} ({dtype}): got an array of {shown}, not numbers", **where)
     if dtype != "i32":
         return
     if kind == "f":
-        raise ConfigError(f"buffer {name} (i32): got {values.dtype} values; an i32 buffer takes integers", **where)
+        raise ConfigError(f"buffer {name} (i32): got {shown} values; an i32 buffer takes integers", **where)
     info = np.iinfo(np.int32)
     if values.size and kind in "iu" and (values.min() < info.min or values.max() > info.max):
         raise ConfigError(f"buffer {name} (i32): values {values.min()}..{values.max()} do not all fit in int32",

@@ -75,7 +75,8 @@ class Session:
             array = np.asarray(bits)
             if array.dtype != np.uint16:
                 raise ConfigError(f"buffer {name}: bf16_bits must be uint16, got {array.dtype}", key=name)
-        values = widened(as_array(array, f"buffer {name}", key=name))
+        given = as_array(array, f"buffer {name}", key=name)
+        values = widened(given)
         if values.shape != buf.shape and values.size == int(np.prod(buf.shape)):
             # Stacked tensors may be declared with leading dimensions merged (e.g.
             # [layers, heads, a, b] as [layers*heads, a, b]): same bytes, row-major.
@@ -84,7 +85,7 @@ class Session:
             raise ConfigError(f"buffer {name}: got shape {values.shape}, the program declares {buf.shape}",
                               key=name)
         if bits is None:
-            check_values(name, buf.dtype, values)
+            check_values(name, buf.dtype, values, given=given.dtype)
         # (MXFP4: its bytes, values then scales)
         data = values if bits is not None else to_storage(values, buf.dtype)
         if chip is not None:

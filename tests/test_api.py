@@ -380,6 +380,12 @@ def test_an_input_of_a_narrow_ml_dtypes_type_is_taken_as_the_values_it_holds():
     # (expected outputs are given as float32 arrays, bf16 ones too: docs/api.md)
     with pytest.raises(mkemu.ConfigError, match="give bf16 values as float32"):
         run.check({"y": run.output("y").astype(ml_dtypes.bfloat16)})
+    # Refused values are named by the type given, not the float32 they were widened to.
+    counts = np.ones((2, 32), ml_dtypes.bfloat16)
+    all_to_all = mkemu.compile("all_to_all", hw="test")
+    for call in (lambda: all_to_all(counts=counts), lambda: all_to_all.session().write("counts", counts)):
+        with pytest.raises(mkemu.ConfigError, match=r"buffer counts \(i32\): got bfloat16 values"):
+            call()
 
 
 DRIVEN = """
