@@ -9,6 +9,8 @@ numpy side stays independent of the emulator.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import numpy as np
 
@@ -124,6 +126,7 @@ class Session:
             raise ConfigError(f"core must be a global core id 0..{len(self._machine.cores) - 1}, not {core!r}",
                               key="core")
         cores = self._machine.cores if core is None else [self._machine.cores[core]]
+        values = _readback_values(values)
         for c in cores:
             c.feed_readbacks(values)
 
@@ -142,7 +145,13 @@ class Session:
     def feed_payloads(self, payloads: list[list[bytes]]) -> None:
         """For the next run of a timing-only session: per core, the bytes its DMAs of
         computed data into SMEM or i32 buffers move, in order."""
-        self._machine.payloads_in = [list(p) for p in payloads]
+        cores = len(self._machine.cores)
+        if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence) or len(payloads) != cores or any(
+                isinstance(p, (str, bytes)) or not isinstance(p, Sequence)
+                or not all(isinstance(b, (bytes, bytearray, memoryview)) for b in p) for p in payloads):
+            raise ConfigError(f"payloads must be a list of {cores} lists (one per core, by global core id) of "
+                              "bytes", key="payloads")
+        self._machine.payloads_in = [[bytes(b) for b in p] for p in payloads]
         self._machine.payloads_fed = True
 
     def run(self) -> dict:
@@ -180,3 +189,19 @@ def _delta(now: dict, then: dict, keep: tuple[str, ...] = ()) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _readback_values(values) -> np.ndarray:
+    """The values reads back into scalars take: a list of integers (64-bit registers)."""
+    problem = "a list of integers"
+    try:
+        array = np.asarray(values)
+        if array.ndim == 1 and (array.dtype.kind in "iu" or array.size == 0 and array.dtype.kind == "f"):
+            if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+                problem = "integers of at most 64 bits"
+            else:
+                return array.astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    raise ConfigError(f"readback values must be {problem} (each read back into a 64-bit register), not "
+                      f"{values!r:.80}", key="values")

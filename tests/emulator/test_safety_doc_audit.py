@@ -6,6 +6,7 @@ and what its report names, what is not caught, and `mkemu run --schedules N`."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -458,7 +459,7 @@ host { input x: f32[8, 128]; output o: i32[8, 1]; launch k(x, o); }
     assert "nothing supplies them" in str(fault) and "run this program as a data run" in str(fault)
     # A driver that supplied payloads but too few: the record is named.
     session = build(src, timing_only=True).session()
-    session.feed_payloads([[]])
+    session.feed_payloads([[], []])
     with pytest.raises(EmulatorFault, match="no recorded payload is left for it"):
         session.run()
 
@@ -515,3 +516,34 @@ def test_schedules_report_every_run_that_faults_or_changes_bits(tmp_path, capsys
     assert code == 1 and "schedules:" not in out and "fault [race]" in err
     code, out, err = _run_cli(capsys, fixed, "--schedules", "1001")
     assert code == 1 and "--schedules must be 0..1000" in err
+
+
+@pytest.mark.parametrize("feed, message", [
+    (lambda s: s.feed_readbacks(None), "readback values must be a list of integers"),
+    (lambda s: s.feed_readbacks(7), "readback values must be a list of integers"),
+    (lambda s: s.feed_readbacks([1.5]), "readback values must be a list of integers"),
+    (lambda s: s.feed_readbacks(["1"]), "readback values must be a list of integers"),
+    (lambda s: s.feed_readbacks([[1, 2], [3, 4]]), "readback values must be a list of integers"),
+    (lambda s: s.feed_readbacks([2**63]), "readback values must be integers of at most 64 bits"),
+    (lambda s: s.feed_payloads(None), "payloads must be a list of 2 lists"),
+    (lambda s: s.feed_payloads([[1]]), "payloads must be a list of 2 lists"),
+    (lambda s: s.feed_payloads([[b"x"], [b"y"], [b"z"]]), "payloads must be a list of 2 lists"),
+])
+def test_what_a_timing_only_session_is_fed_is_checked(feed, message):
+    # (each escaped as TypeError, ValueError, OverflowError, or an IndexError mid-run)
+    session = build(TIMING_READBACK, timing_only=True).session()
+    with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
+        feed(session)
+
+
+TIMING_READBACK = """
+kernel k(x: hbm f32[8, 128], y: hbm i32[8]) {
+    vmem v: f32[8, 128];
+    smem m: i32[8];
+    sem s;
+    start copy(x, v, s); wait copy(x, v, s);
+    m[0] = scalar(argmax(v, axis=1)[0:1, 0:1]);
+    start copy(m, y, s); wait copy(m, y, s);
+}
+host { input x: f32[8, 128]; output y: i32[8]; launch k(x, y); }
+"""
