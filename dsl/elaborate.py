@@ -103,8 +103,13 @@ class Elaborator(Calls):
         if "\0" in path:   # (resolve() would raise ValueError)
             self.error(item.span, "reference file name contains a NUL character")
             return None
-        full = (main_dir / path).resolve()
-        if not full.is_file():
+        try:
+            full = (main_dir / path).resolve()
+            found = full.is_file()
+        except (OSError, RuntimeError) as exc:   # (a symlink loop, a name too long for the file system)
+            self.error(item.span, f"cannot read reference file '{path}': {getattr(exc, 'strerror', None) or exc}")
+            return None
+        if not found:
             self.error(item.span, f"reference file '{path}' not found (looked for {full})")
             return None
         return ir.ReferenceFn(str(full), fn, item.span)

@@ -87,7 +87,12 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
                                                      f"'{item.path}' is outside them"))
                     continue
             else:
-                target = (path.parent / item.path).resolve()
+                try:
+                    target = (path.parent / item.path).resolve()
+                except (OSError, RuntimeError) as exc:   # (a symlink loop: RuntimeError before Python 3.13)
+                    result.errors.append((item.span, f"cannot read imported file '{item.path}': "
+                                                     f"{getattr(exc, 'strerror', None) or exc}"))
+                    continue
                 target_name = os.path.normpath(os.path.join(os.path.dirname(name), item.path))
             if target in on_stack:
                 chain = stack[stack.index(target):] + [target]
@@ -96,7 +101,12 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
                 continue
             if target in loaded:
                 continue
-            if target.exists() and not target.is_file():
+            try:
+                irregular = target.exists() and not target.is_file()
+            except OSError as exc:     # (a name too long for the file system)
+                result.errors.append((item.span, f"cannot read imported file '{item.path}': {exc.strerror or exc}"))
+                continue
+            if irregular:
                 # (a device or a pipe may never end: /dev/zero would fill memory)
                 result.errors.append((item.span, f"cannot read imported file '{item.path}': it is not a regular "
                                                  "file (a directory, a device or a pipe)"))

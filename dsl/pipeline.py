@@ -244,6 +244,11 @@ class Pipe:
     def emit(self, out: list) -> None:
         c, part = self.c, self.part
         if part != "whole":
+            if not self.inputs:
+                # (its prefetch would start nothing; the depths of no slots were then compared)
+                c.error(self.span, f"a pipeline run in parts ({part}) streams inputs: the prefetch starts their "
+                                   "first tiles and the primed part the rest; this one has none")
+                return
             unshared = [st for st in self.inputs if st.via is None]
             if unshared:
                 c.error(unshared[0].span, f"the inputs of a pipeline run in parts ({part}) give their slots with "

@@ -273,7 +273,12 @@ def load_reference_named(reference: str, program_path: str | None):
     else:
         base = Path(program_path).parent if program_path else Path.cwd()
         path = base / target
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as exc:     # (a name too long for the file system, a symlink loop)
+            raise ConfigError(f"cannot read reference file {target!r}: {exc.strerror or exc}",
+                              file=program_path) from None
+        if not found:
             raise ConfigError(f"reference file {target!r} not found next to the program ({path})",
                               file=program_path)
         package = _package_of(path)

@@ -222,6 +222,23 @@ def test_missing_import(tmp_path, monkeypatch):
     assert carets == "  " + "^" * len('import "lib/missing.mk";')
 
 
+@pytest.mark.parametrize("statement, what", [
+    ('import "loop_a.mk";', "cannot read imported file 'loop_a.mk': "),
+    ('reference "ref_a.py:reference";', "cannot read reference file 'ref_a.py': "),
+    (f'import "{"a" * 300}.mk";', "cannot read imported file 'aaaa"),
+    (f'reference "{"a" * 300}.py:reference";', "cannot read reference file 'aaaa"),
+])
+def test_an_import_or_reference_the_file_system_cannot_resolve_is_an_error_at_its_line(tmp_path, monkeypatch,
+                                                                                      statement, what):
+    # A symlink loop (RuntimeError from resolve) and a name too long for the file system
+    # (OSError) escaped as Python exceptions.
+    for a, b in (("loop_a.mk", "loop_b.mk"), ("loop_b.mk", "loop_a.mk"), ("ref_a.py", "ref_b.py"),
+                 ("ref_b.py", "ref_a.py")):
+        (tmp_path / a).symlink_to(b)
+    out = errors(statement + "\nkernel k(a: hbm f32[8, 128]) { }\n", tmp_path, monkeypatch)
+    assert out.startswith("prog.mk:1:1: error: " + what) and len(out.splitlines()) == 3
+
+
 @pytest.mark.parametrize("target", ["/dev/zero", "folder"])
 def test_an_import_of_what_is_not_a_file_is_refused_unread(tmp_path, monkeypatch, target):
     # /dev/zero was read until memory ran out

@@ -851,6 +851,8 @@ S_OUT = "output yt = y[t * 8 +: 8, :];"
      "the inputs of a pipeline run in parts (prefetch) give their slots with `via BUF, SEMS`"),
     (f"pipeline t in 0..2 part primed {{ {S_IN}; {S_OUT} yt = xt; }}",
      "the inputs of a pipeline run in parts (primed) give their slots with `via BUF, SEMS`"),
+    (f"pipeline t in 0..2 part prefetch {{ {S_OUT} yt = 1.0; }}",
+     "a pipeline run in parts (prefetch) streams inputs: the prefetch starts their first tiles"),
     (f"pipeline t in 0..2 depth 0 {{ {S_IN}; {S_OUT} yt = xt; }}", "the pipeline depth must be positive, got 0"),
     (f"pipeline t in 0..2 step 0 {{ {S_IN}; {S_OUT} yt = xt; }}", "the pipeline step must be positive, got 0"),
     (f"let s = core_id() + 1; pipeline t in 0..2 step s {{ {S_IN}; {S_OUT} yt = xt; }}",
