@@ -30,6 +30,7 @@ MX_SPACES = ("hbm", "vmem")
 # A param range is listed value by value (for `--params` and tuners): keep it small.
 MAX_PARAM_VALUES = 4096
 MAX_CONST_CHAIN = 100      # consts defined in terms of consts ..., evaluated recursively
+CONTEXT_CALLS = 4          # fn calls an error names in full; a longer chain: the innermost two, the outermost
 
 
 class Declarations:
@@ -94,11 +95,16 @@ class Declarations:
         self.limits_hit[limit] = (key, self.errors[key])
 
     def error_context(self, *notes: str) -> str:
-        """Where an error in inlined code comes from: the fn call it is inlined at (the
-        innermost), and the launch of a generic kernel's instance, whose values (the
-        generics) the error may depend on; after `notes` (what made the thing, for the
-        `context` of a buffer or semaphore)."""
-        frames = [*notes, *self._frames(self.inline_stack[-1:])]
+        """Where an error in inlined code comes from: every fn call it is inlined at,
+        innermost first (a library fn's error is told apart by the caller's call that
+        reached it, which may hold the bad argument), and the launch of a generic
+        kernel's instance, whose values (the generics) the error may depend on; after
+        `notes` (what made the thing, for the `context` of a buffer or semaphore)."""
+        frames = self._frames(reversed(self.inline_stack))
+        calls = len(self.inline_stack)
+        if calls > CONTEXT_CALLS:   # (a chain of dozens: the innermost two and the outermost)
+            frames = [*frames[:2], f"{calls - 3} calls more", *frames[calls - 1:]]
+        frames = [*notes, *frames]
         return f" ({', '.join(frames)})" if frames else ""
 
     def call_chain(self) -> str:

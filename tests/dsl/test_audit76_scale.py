@@ -98,7 +98,8 @@ def test_fn_chain_past_the_depth_limit_is_one_error():
         f"fn g{i}(x: vmem f32[8, 128]) {{ g{i - 1}(x); }}\n" for i in range(1, 300))
     assert error_lines(fns + kernel("g299(x);")) == [
         "prog.mk:2:30: error: fn calls nested more than 64 deep (fns are inlined): g64 -> g63 -> g62 -> ... -> g0 "
-        "(in fn 'g1' inlined at prog.mk:3:30)"]
+        "(in fn 'g1' inlined at prog.mk:3:30, in fn 'g2' inlined at prog.mk:4:30, 61 calls more, "
+        "in fn 'g64' inlined at prog.mk:66:31)"]
 
 
 def test_const_chain_past_the_limit_is_one_error():

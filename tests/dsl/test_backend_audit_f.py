@@ -79,7 +79,7 @@ def test_code_of_the_kernel_after_an_inlined_call_names_no_call():
     assert error_line(source) == f"prog.mk:15:12: error: the constant 4,000,000,000 does not fit in 32 bits {INT32}"
 
 
-def test_a_back_end_error_in_an_fn_called_from_an_fn_names_the_innermost_call():
+def test_a_back_end_error_in_an_fn_called_from_an_fn_names_every_call():
     source = """\
 fn f(n: i32, y: smem i32[1]) {
     for i in 0..n {
@@ -102,7 +102,7 @@ kernel k(out: hbm i32[1]) {
 """
     assert error_line(source) == (
         "prog.mk:2:17: error: the loop bound 5,000,000,000 does not fit in 32 bits (a loop variable is an int32, "
-        "-2,147,483,648..2,147,483,647) (in fn 'f' inlined at prog.mk:9:5)")
+        "-2,147,483,648..2,147,483,647) (in fn 'f' inlined at prog.mk:9:5, in fn 'g' inlined at prog.mk:15:5)")
 
 
 def test_an_error_a_loop_of_an_fn_finds_after_its_body_names_the_call():

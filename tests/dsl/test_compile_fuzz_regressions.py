@@ -206,7 +206,8 @@ def test_fn_calls_nested_too_deeply():
         "kernel k(x: hbm f32[8, 128]) {\n    vmem v: f32[8, 128];\n    g0(v);\n}\n"
     assert first_line(src) == (
         "prog.mk:64:31: error: fn calls nested more than 64 deep (fns are inlined): g0 -> g1 -> g2 -> ... -> g64 "
-        "(in fn 'g63' inlined at prog.mk:63:31)")
+        "(in fn 'g63' inlined at prog.mk:63:31, in fn 'g62' inlined at prog.mk:62:31, 61 calls more, "
+        "in fn 'g0' inlined at prog.mk:404:5)")
 
 
 # -- buffers too big, and pipeline tiles of no dimension ----------------------------------------
