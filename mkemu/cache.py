@@ -197,8 +197,9 @@ def _purge_compiled(path: Path) -> None:
 def damaged_compiled_code(exc: BaseException) -> bool:
     """Was `exc` raised reading numba's cache of a module compiled at its first call
     (the flow model's kernels: `module_in_cache` compiles the issue loop's at import,
-    where a damaged file is compiled afresh)? Then every module's compiled code is
-    dropped, to be compiled afresh by the next run, and True."""
+    where a damaged file is compiled afresh)? Then the compiled code of the modules
+    whose functions were loading (of every module, if none is named) is dropped, to be
+    compiled afresh by the next run, and True."""
     modules, damaged = set(), False
     tb = exc.__traceback__
     while tb is not None:

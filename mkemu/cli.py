@@ -467,7 +467,7 @@ def _as_flags(args):
         listed = re.match(r"\w+(, \w+)*", exc.message)
         names = listed.group(0).split(", ") if listed else []
         if names and all(_flag_of(name, args) for name in names):
-            message = ", ".join(map(lambda name: _flag_of(name, args), names)) + exc.message[listed.end():]
+            message = ", ".join(_flag_of(name, args) for name in names) + exc.message[listed.end():]
         else:
             message = exc.message
         raise ConfigError(message, key=flag) from None
