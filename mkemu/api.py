@@ -488,8 +488,9 @@ class Run:
                               f"{returned or 'nothing'})", file=source)
 
     def check(self, expected: Mapping[str, np.ndarray] | None = None) -> runner.Mismatch | None:
-        """Compare bit for bit with `expected` (`name@chip` or `name` for every chip;
-        default: the program's reference on this run's inputs). Returns the first
+        """Compare bit for bit with `expected` (`name@chip`, or `name` for every chip
+        without a `name@chip` of its own; default: the program's reference on this run's
+        inputs). Returns the first
         difference, or None; also records the outcome in the report."""
         # A bad entry is named in the reference's file when the reference gave it,
         # and by its key alone when the caller did.
@@ -510,6 +511,9 @@ class Run:
         else:
             self._check_names_an_output(expected)
         mismatch = None
+        # (a `name@chip` entry wins over `name` for its chip, as for inputs)
+        own = {(k.partition("@")[0], int(k.partition("@")[2])) for k in expected
+               if isinstance(k, str) and "@" in k and runner.is_chip_text(k.partition("@")[2], self.kernel.chips)}
         for key, value in expected.items():
             if not isinstance(key, str):
                 raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", file=source,
@@ -528,7 +532,8 @@ class Run:
                 hint = "; give bf16 values as float32 (.astype(np.float32))" if "bfloat16" in str(value.dtype) else ""
                 raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers{hint}",
                                   file=source, key=key)
-            for chip in ([int(chip_text)] if chip_text else range(self.kernel.chips)):
+            chips = [int(chip_text)] if at else [c for c in range(self.kernel.chips) if (name, c) not in own]
+            for chip in chips:
                 mismatch = runner.compare(value, self.output(buf.name, chip), name, chip, buf.dtype)
                 if mismatch:
                     break

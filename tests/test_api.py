@@ -522,3 +522,14 @@ def test_a_traced_runs_machine_goes_with_the_run_without_a_garbage_collection(mo
         assert made[-1]() is None
     finally:
         gc.enable()
+
+
+def test_check_takes_name_at_chip_over_name_as_inputs_do():
+    # A dict in the inputs' form (`a` for every chip, `a@1` for chip 1) compared `out`
+    # against chip 1 as well, failing a correct run.
+    kernel = mkemu.compile("vector_add", hw="test", mesh="2")
+    zeros, ones = np.zeros((8, 1024), np.float32), np.ones((8, 1024), np.float32)
+    run = kernel({"a": zeros, "a@1": ones, "b": zeros})
+    assert run.check({"out": zeros, "out@1": ones}) is None and run.report.bit_exact
+    mismatch = run.check({"out": ones, "out@1": ones})
+    assert "on chip 0" in mismatch.render() and not run.report.bit_exact
