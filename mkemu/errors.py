@@ -31,6 +31,15 @@ def _rebuilt(cls: type, state: dict) -> MkemuError:
     return error
 
 
+# Control characters as escapes (`\n`, `\x1b`): a name given with a newline or a
+# carriage return in it keeps its error on one line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+
+
+def one_line(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
 class ConfigError(MkemuError):
     """A bad hardware profile, model config, mesh or run option. Names file and key."""
 
@@ -47,8 +56,9 @@ class ConfigError(MkemuError):
         place = self.file
         if place and self.line is not None:
             place += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
-        where = ": ".join(p for p in (place, self.key) if p)
-        return f"{where}: error: {self.message}" if where else f"error: {self.message}"
+        where = one_line(": ".join(p for p in (place, self.key) if p))
+        message = one_line(self.message)
+        return f"{where}: error: {message}" if where else f"error: {message}"
 
 
 @attrs.frozen

@@ -1,5 +1,7 @@
 """Error rendering (mkemu/errors.py): what a user sees under a source line."""
 
+import pytest
+
 from mkemu.errors import Diagnostic, SourceSpan
 
 
@@ -17,3 +19,16 @@ def test_the_caret_under_a_tab_indented_line_keeps_the_tabs():
 def test_the_caret_spans_the_named_columns():
     text = Diagnostic(SourceSpan("k.mk", 1, 5, 1, 8), "bad", "let abc = 1;").render()
     assert text.splitlines()[2] == "      ^^^"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["run", "x\ny"], "x\\ny: error: no program file or shipped program named 'x\\ny'"),
+    (["hw", "show", "a\nb"], "hw show: error: unknown hardware profile 'a\\nb'."),
+    (["run", "x\rBOGUS"], "x\\rBOGUS: error: no program file or shipped program named"),
+])
+def test_a_name_with_a_newline_or_carriage_return_keeps_its_error_on_one_line(capsys, argv, line):
+    from mkemu.cli import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1 and "\r" not in err
