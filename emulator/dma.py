@@ -184,12 +184,11 @@ class DmaMixin:
 
     def _recorded_payload(self, core: Core, size: int) -> np.ndarray:
         queue = self.payloads_in[core.gid]
-        if not queue and not (self.payloads_fed or core.readbacks_fed):
-            raise Trap("readback", f"this timing-only DMA copies computed bytes into SMEM or an i32 buffer, where "
-                                   f"control reads them, and nothing supplies them: {UNSUPPLIED}")
         if not queue:
-            raise Trap("readback", "this timing-only DMA copies computed bytes into SMEM or an i32 buffer, "
-                                   "where control reads them, and no recorded payload is left for it (record "
+            what = "this timing-only DMA copies computed bytes into SMEM or an i32 buffer, where control reads them"
+            if not (self.payloads_fed or core.readbacks_fed):     # (no driver: a plain program)
+                raise Trap("readback", f"{what}, and nothing supplies them: {UNSUPPLIED}")
+            raise Trap("readback", f"{what}, and no recorded payload is left for it (record "
                                    "the data run's with --record-routing and replay it with --routing)")
         data = np.frombuffer(queue.pop(0), np.uint8)
         if data.size != size:

@@ -512,8 +512,8 @@ class Run:
             self._check_names_an_output(expected)
         mismatch = None
         # (a `name@chip` entry wins over `name` for its chip, as for inputs)
-        own = {(k.partition("@")[0], int(k.partition("@")[2])) for k in expected
-               if isinstance(k, str) and "@" in k and runner.is_chip_text(k.partition("@")[2], self.kernel.chips)}
+        own = {(name, int(chip)) for name, at, chip in (k.partition("@") for k in expected if isinstance(k, str))
+               if at and runner.is_chip_text(chip, self.kernel.chips)}
         for key, value in expected.items():
             if not isinstance(key, str):
                 raise ConfigError(f"expected outputs are named 'name' or 'name@chip', not {key!r}", file=source,

@@ -187,11 +187,9 @@ def _import_module(name: str, prefix: str, source: str, announce: str | None,
 
 
 def _purge_compiled(path: Path) -> None:
-    """Drop what was compiled from the module at `path`: numba's cache of it, Python's
-    bytecode of it and its compiled marker."""
-    for file in (path.parent / "__pycache__").glob(f"{path.stem}.*"):
+    """Drop what was compiled from the module at `path` (`_compiled_files`)."""
+    for file in _compiled_files(path):
         file.unlink(missing_ok=True)
-    path.with_suffix(".compiled").unlink(missing_ok=True)
 
 
 def damaged_compiled_code(exc: BaseException) -> bool:
@@ -261,9 +259,14 @@ def _module_used(path: Path) -> Path:
 
 
 def _module_files(path: Path) -> list[Path]:
-    """Module `path`, its markers and its compiled files (Python's and numba's)."""
-    return [path, path.with_suffix(".used"), path.with_suffix(".compiled"), path.with_suffix(".lock"),
-            *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
+    """Module `path`, its markers and its compiled files."""
+    return [path, path.with_suffix(".used"), path.with_suffix(".lock"), *_compiled_files(path)]
+
+
+def _compiled_files(path: Path) -> list[Path]:
+    """What was compiled from module `path`: its compiled marker, Python's bytecode and
+    numba's cache of it."""
+    return [path.with_suffix(".compiled"), *(path.parent / "__pycache__").glob(f"{path.stem}.*")]
 
 
 _fingerprint: str | None = None

@@ -25,7 +25,7 @@ from mkemu.emulator.topology import parse_mesh
 from mkemu.errors import ConfigError
 from mkemu.isa.hardware import DEFAULT_PROFILE
 
-# Driver options: (name, the CLI flag that sets it).
+# The options a driver takes (named by field; `mkemu run` names their flags).
 DRIVER_FIELDS = ("model", "batch", "prompt_len", "steps", "check_layers", "dump", "timing_only", "routing",
                  "routing_skew", "record_routing", "spec_rows", "accept")
 

@@ -46,7 +46,7 @@ def list_programs() -> list[ShippedProgram]:
     return out
 
 
-MAX_PROGRAM_BYTES = 16 << 20     # the shipped K3 programs with every import: about 0.2 MB
+MAX_SOURCE_BYTES = 16 << 20     # the shipped K3 programs with every import: about 0.2 MB
 
 
 def resolve(program: str) -> str:
@@ -57,9 +57,9 @@ def resolve(program: str) -> str:
     try:
         if Path(program).is_file():
             size = Path(program).stat().st_size
-            if size > MAX_PROGRAM_BYTES:   # (read whole, a 3 GB file took minutes and all memory)
+            if size > MAX_SOURCE_BYTES:   # (read whole, a 3 GB file took minutes and all memory)
                 raise ConfigError(f"cannot read program: it is {size:,} bytes, and a .mk or .s program is text of "
-                                  f"at most {MAX_PROGRAM_BYTES >> 20} MiB", file=program)
+                                  f"at most {MAX_SOURCE_BYTES >> 20} MiB", file=program)
             return program
         if Path(program).is_dir():
             raise ConfigError("cannot read program: it is a directory", file=program)

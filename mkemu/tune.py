@@ -89,11 +89,11 @@ class Space:
 
     def variant_at(self, index: int) -> dict[str, int]:
         """Variant `index` of `variants()` (0 <= index < size)."""
-        out = {}
-        for name in reversed(self.names):
+        picked = []
+        for name in reversed(self.names):       # (the last name varies fastest)
             index, at = divmod(index, len(self.values[name]))
-            out[name] = self.values[name][at]
-        return {name: out[name] for name in self.names}
+            picked.append(self.values[name][at])
+        return dict(zip(self.names, reversed(picked)))
 
     def enumerated(self, budget: int) -> bool:
         """Does a tune of this budget run every variant (an exhaustive search)? The

@@ -408,8 +408,8 @@ host { input x: i32[8]; output y: i32[16]; launch k(x, y); }
     assert y.tolist() == list(range(8)) + [5] * 8
 
 
-def test_a_timing_only_run_without_the_values_control_reads_faults_readback():
-    src = """
+# Core 0 reads a computed value (an argmax) back into a scalar and stores it.
+READS_BACK = """
 kernel k(x: hbm f32[8, 128], y: hbm i32[8]) {
     vmem v: f32[8, 128];
     smem m: i32[8];
@@ -422,6 +422,10 @@ kernel k(x: hbm f32[8, 128], y: hbm i32[8]) {
 }
 host { input x: f32[8, 128]; output y: i32[8]; launch k(x, y); }
 """
+
+
+def test_a_timing_only_run_without_the_values_control_reads_faults_readback():
+    src = READS_BACK
     build(src)()
     fault = fault_of(src, timing_only=True)
     assert fault.kind == "readback"
@@ -531,19 +535,6 @@ def test_schedules_report_every_run_that_faults_or_changes_bits(tmp_path, capsys
 ])
 def test_what_a_timing_only_session_is_fed_is_checked(feed, message):
     # (each escaped as TypeError, ValueError, OverflowError, or an IndexError mid-run)
-    session = build(TIMING_READBACK, timing_only=True).session()
+    session = build(READS_BACK, timing_only=True).session()
     with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
         feed(session)
-
-
-TIMING_READBACK = """
-kernel k(x: hbm f32[8, 128], y: hbm i32[8]) {
-    vmem v: f32[8, 128];
-    smem m: i32[8];
-    sem s;
-    start copy(x, v, s); wait copy(x, v, s);
-    m[0] = scalar(argmax(v, axis=1)[0:1, 0:1]);
-    start copy(m, y, s); wait copy(m, y, s);
-}
-host { input x: f32[8, 128]; output y: i32[8]; launch k(x, y); }
-"""
