@@ -175,6 +175,56 @@ print(json.dumps({"wall_s": sorted(walls)[len(walls) // 2], "best_s": min(walls)
                   "y_sha": __import__("hashlib").sha256(y2.tobytes()).hexdigest()}))
 """
 
+# The matmul's floor in this tree: only the work no emulator of this contract can skip,
+# timed alone. Its 32 weight tiles (and x, y) copied as its DMAs copy them (the same
+# strides, into a fresh 64 MiB VMEM after the weights are written into a fresh HBM, as
+# a run does), and its 64 weight loads and 64 contract-ordered `mxu.mac`s (256x256
+# tiles, 8 rows) run as the compiled semantics the issue loop calls. No decode, no
+# issue loop, no events, flows or race checks.
+SCRIPT_MATMUL_FLOOR = SCRIPT_COMMON + """
+RUNS = 9
+import numpy as np
+from mkemu.emulator.memory import block_view, write_block
+from mkemu.isa import semantics as S
+from mkemu.runner import to_storage
+rng = np.random.default_rng(0)
+x = to_storage(rng.standard_normal((8, 2048)).astype(np.float32), "bf16").view(np.uint8).reshape(-1)
+w = to_storage(rng.standard_normal((2048, 2048)).astype(np.float32), "bf16").view(np.uint8).reshape(-1)
+def copies():
+    hbm = np.zeros(x.size + w.size + 8 * 2048 * 4, np.uint8)
+    hbm[:x.size] = x
+    hbm[x.size:x.size + w.size] = w
+    vmem = np.zeros(64 << 20, np.uint8)
+    t0 = time.perf_counter()
+    write_block(vmem, 0, x.size, 1, x.size, 1, x.size, block_view(hbm, 0, x.size, 1, x.size, 1, x.size))
+    for j in range(8):
+        for k in range(4):
+            src = block_view(hbm, x.size + k * 512 * 4096 + j * 512, 512, 512, 4096, 1, 0)
+            write_block(vmem, x.size + (k % 2) * 512 * 512, 512, 512, 512, 1, 0, src)
+    write_block(hbm, x.size + w.size, 65536, 1, 65536, 1, 65536, block_view(vmem, 1 << 20, 65536, 1, 65536, 1, 65536))
+    return time.perf_counter() - t0, vmem
+def arithmetic(vmem):
+    mxw = np.zeros((2, 256, 256), np.uint16)
+    lhs = np.zeros((2, 8, 256), np.uint32)
+    lhs[:] = (x[:8 * 256 * 2].view(np.uint16).astype(np.uint32) << 16).reshape(8, 256)
+    acc = np.zeros((2, 2, 8, 256), np.uint32)
+    mxr, err = np.zeros(4, np.int64), np.zeros(8, np.int64)
+    vmem16 = vmem.view(np.uint16)
+    t0 = time.perf_counter()
+    for n in range(64):
+        S.load_weights(vmem, vmem16, mxw, mxr, 0, x.size + (n % 4) * 256 * 512, 512, 256, 256, False, err)
+        S.mac(mxw, lhs.view(np.float32), acc.view(np.float32), mxr, 0, 0, n % 4 == 0, err)
+    return time.perf_counter() - t0
+arithmetic(copies()[1])
+samples = []
+for _ in range(RUNS):
+    copy_s, vmem = copies()
+    samples.append((copy_s, arithmetic(vmem)))
+copy_s = sorted(c for c, _ in samples)[RUNS // 2]
+math_s = sorted(a for _, a in samples)[RUNS // 2]
+print(json.dumps({"copies_s": copy_s, "arithmetic_s": math_s}))
+"""
+
 SCRIPT_MAIN = SCRIPT_COMMON + """
 import resource
 from mkemu.cli import main
@@ -293,6 +343,8 @@ def main(argv=None) -> int:
                 mixed = _mixed_program(base_iters)
                 add(name, "mixed", run_script(tree, SCRIPT_ASM, mixed, "1x1x1"))
                 add(name, "matmul", run_script(tree, SCRIPT_MATMUL, MATMUL_MK, str(profile_path)))
+                if name == "current":
+                    add(name, "matmul_floor", run_script(tree, SCRIPT_MATMUL_FLOOR))
                 add(name, "main", main_job(tree))
                 print(f"repetition {rep + 1}/{reps}: {name} done", file=sys.stderr, flush=True)
         compile_fig = _compile_times(trees["current"], tmp)
@@ -359,6 +411,13 @@ def _summarise(samples: dict, compile_fig: dict, suite, baseline: str, reps: int
                  f"{b / c:.1f}x"])
     records["matmul"] = {"baseline_ms": b * 1e3, "current_ms": c * 1e3, "speedup": b / c,
                          "same_bits": samples["baseline"]["matmul"][0]["y_sha"] == samples["current"]["matmul"][0]["y_sha"]}
+    copies = median([s["copies_s"] for s in samples["current"]["matmul_floor"]])
+    arithmetic = median([s["arithmetic_s"] for s in samples["current"]["matmul_floor"]])
+    floor = copies + arithmetic
+    rows.append(["matmul floor: its copies + weight loads and macs alone, ms", "",
+                 f"{floor * 1e3:.1f} ({copies * 1e3:.1f} + {arithmetic * 1e3:.1f})", f"{b / floor:.1f}x"])
+    records["matmul"].update(floor_ms=floor * 1e3, floor_copies_ms=copies * 1e3,
+                             floor_arithmetic_ms=arithmetic * 1e3, floor_speedup=b / floor)
     for field, label, fmt in (("wall_s", "main job: wall s", "{:.2f}"),
                               ("emulator_s", "main job: wall in Machine.run, s", "{:.2f}"),
                               ("rss_mb", "main job: peak RSS, MB", "{:.0f}")):
