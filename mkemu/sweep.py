@@ -38,6 +38,7 @@ FORMAT = "mkemu-sweep/1"
 class Axis:
     key: str                      # `section.key`, or "mesh"
     values: tuple                 # TOML values, or mesh texts
+    texts: tuple = ()             # the values as given (`64_000`, `1e9`), for messages; () for `_show`n values
 
 
 def parse_axis(item: str) -> Axis:
@@ -52,7 +53,7 @@ def parse_axis(item: str) -> Axis:
         key = toml_key(key)
     except ConfigError as exc:
         raise ConfigError(exc.message, key=f"--hw-set {key}") from None
-    values = []
+    values, texts = [], []
     for part in _split_top(text):
         try:
             value = tomllib.loads(f"v = {part}")["v"]
@@ -62,7 +63,8 @@ def parse_axis(item: str) -> Axis:
             raise ConfigError(f"{part!r} is not a value a profile takes (a number, true/false or [..])",
                               key=f"--hw-set {key}") from None
         values.append(value)
-    return Axis(key, tuple(values))
+        texts.append(part)
+    return Axis(key, tuple(values), tuple(texts))
 
 
 def _short(key: str) -> str:
@@ -102,18 +104,40 @@ def mesh_axis(text: str) -> Axis:
     return Axis("mesh", meshes)
 
 
+def _normal(key: str, value):
+    """What a point is given, whatever its spelling: a mesh as its (X, Y, Z) (`2x1` is
+    `2x1x1`), a profile value as the number it is (`64_000` is `64000`, `1e9` is
+    `1_000_000_000`), where `true` is not `1`."""
+    if key == "mesh":
+        from mkemu.emulator.topology import parse_mesh
+
+        return parse_mesh(value)
+    if isinstance(value, list):
+        return tuple(_normal(key, v) for v in value)
+    return (bool, value) if isinstance(value, bool) else value
+
+
 def check_axes(axes: list[Axis]) -> None:
-    """Each profile value is varied once: not twice under one key, nor under both of
-    its units (`hbm_bw_bytes_per_s` and `hbm_bw_bytes_per_cycle` are one value)."""
+    """Each point is given once: a value not twice in one axis, in any spellings (`2x1`
+    and `2x1x1`, `1e9` and `1_000_000_000`); and each profile value is varied once: not
+    twice under one key, nor under both of its units (`hbm_bw_bytes_per_s` and
+    `hbm_bw_bytes_per_cycle` are one value)."""
     from mkemu.isa.hardware import _ALTERNATIVES
 
     seen: set[str] = set()
     for axis in axes:
-        for i, value in enumerate(axis.values):
-            if value in axis.values[:i]:
+        normal = [_normal(axis.key, value) for value in axis.values]
+        for i, value in enumerate(normal):
+            if value in normal[:i]:
                 flag = "--mesh" if axis.key == "mesh" else f"--hw-set {axis.key}"
-                shown = value if axis.key == "mesh" else _show(value)
-                raise ConfigError(f"{shown} is given twice: each value is one point of the sweep", key=flag)
+                first = normal.index(value)
+                spelt = axis.values if axis.key == "mesh" else axis.texts
+                if spelt and spelt[first] != spelt[i]:
+                    what = "mesh" if axis.key == "mesh" else "value"
+                    said = f"{spelt[first]} and {spelt[i]} are one {what}, given twice"
+                else:
+                    said = f"{spelt[i] if axis.key == 'mesh' else _show(axis.values[i])} is given twice"
+                raise ConfigError(f"{said}: each value is one point of the sweep", key=flag)
         if axis.key in seen:
             raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",
                               key="--hw-set")

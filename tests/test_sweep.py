@@ -174,6 +174,15 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
     # A value given twice was two points at one x; the profile's dims beside --mesh varied nothing.
     (("--hw-set", "clock_hz=1e9,2e9,1e9"), "--hw-set chip.clock_hz: error: 1e+09 is given twice"),
     (("--mesh", "1,2,1"), "--mesh: error: 1 is given twice"),
+    # Two spellings of one point were two points (the same run twice, one x twice); both are named.
+    (("--mesh", "1,2,1x1x1"), "--mesh: error: 1 and 1x1x1 are one mesh, given twice: each value is one point"),
+    (("--mesh", "2x1, 2X1x1"), "--mesh: error: 2x1 and 2X1x1 are one mesh, given twice"),
+    (("--hw-set", "clock_hz=1e9,1_000_000_000"),
+     "--hw-set chip.clock_hz: error: 1e9 and 1_000_000_000 are one value, given twice"),
+    (("--hw-set", "mesh.dims=[2,1,1],[2, 1, 1]"), "--hw-set mesh.dims: error: [2,1,1] and [2, 1, 1] are one value"),
+    # true is not 1: the 1 is the loader's error, not a duplicate of true.
+    (("--hw-set", "per_core_links=true,1"),
+     "--hw-set ici.per_core_links=1: error: expected true or false, got an integer (1)"),
     (("--hw-set", "mesh.dims=[1,1,1],[2,1,1]", "--mesh", "1,2"),
      "--hw-set mesh.dims: error: --mesh and --hw-set mesh.dims both vary the mesh"),
 ])
