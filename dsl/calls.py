@@ -91,6 +91,10 @@ class Calls(Pipelines):
             return
         for p, v, a in values:
             entity = self.bind_param(decl, p, v, a, callee, call.span)
+            if entity is None:
+                # The parameter's own type is in error at this call: the arguments that size
+                # it are (reported once, naming them), and the types after it read the same.
+                return
             if entity is POISON:
                 ok = False
             callee.names[p.name] = Binding(entity, p.name_span, "parameter")
@@ -115,6 +119,9 @@ class Calls(Pipelines):
             self.inline_stack.pop()
 
     def bind_param(self, decl: ast.FnDecl, p: ast.Param, v, a, callee: Scope, site):
+        """The entity `p` stands for at this call: `v`, POISON if the argument does not
+        fit the parameter (reported at the argument), None if the parameter's type is in
+        error at this call (reported in the fn's text, naming the call)."""
         t = p.type
         if isinstance(t, ast.ScalarType):   # a struct: any instance of it
             if not isinstance(v, StructVal) or v.decl.name != t.name:
@@ -133,7 +140,7 @@ class Calls(Pipelines):
                 return v
             count = self.in_fn_type(decl, site, lambda: self.slot_count(t.count, callee, t.span, "a semaphore array"))
             if count is None:
-                return POISON
+                return None
             if not whole_array or v.sem.count != count:
                 return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' takes an array of {count} "
                                           f"semaphores, got {got}")
@@ -147,7 +154,7 @@ class Calls(Pipelines):
             return self.error(a.span, f"parameter '{p.name}' of fn '{decl.name}' is in {t.space}, got a {buf.space} buffer '{buf.name}'")
         want = self.in_fn_type(decl, site, lambda: self.mem_type(t, callee, p.name, "param"))
         if want is None:
-            return POISON
+            return None
         if buf.dtype != want.dtype:
             return self.error(a.span, f"dtype mismatch: parameter '{p.name}' of fn '{decl.name}' is {want.dtype}, got {buf.dtype}")
         whole = buf.slots is not None and v.slot is None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import re
 
+import attrs
+
 from mkemu.dsl import ast, ir
 from mkemu.dsl.builtins import BUILTINS, PIPELINE_PARTS
 from mkemu.dsl.layout import MX_BLOCK
@@ -354,10 +356,30 @@ class Declarations:
             if v is None:
                 return None
             if v <= 0:
-                self.error(e.span, f"dimensions must be positive, got {v}")
+                self.error(e.span, f"dimensions must be positive, got {v}{self.passed(e, scope)}")
                 return None
             out.append(v)
         return tuple(out)
+
+    def passed(self, e, scope) -> str:
+        """What the call of the fn being inlined passed to the parameters `e` reads
+        (`; the call passes maxp = 8, cap = 0`): a dimension or count an fn computes from
+        its arguments is wrong because of one of them. "" if `e` reads none."""
+        found: dict[str, int] = {}
+        stack = [e]
+        while stack:       # (a stack of its own: an expression may nest deeper than Python's)
+            node = stack.pop()
+            if isinstance(node, ast.Name):
+                b = scope.lookup(node.name)
+                if b is not None and b.what == "parameter" and isinstance(b.entity, ConstVal):
+                    found[node.name] = b.entity.value
+            elif isinstance(node, (list, tuple)):
+                stack.extend(reversed(node))
+            elif attrs.has(type(node)) and not isinstance(node, SourceSpan):
+                stack.extend(getattr(node, f.name) for f in reversed(attrs.fields(type(node))))
+        if not found:
+            return ""
+        return "; the call passes " + ", ".join(f"{name} = {value}" for name, value in found.items())
 
     def dtype(self, name: str, span: SourceSpan, allowed=DTYPES) -> bool:
         if name not in allowed:
@@ -390,7 +412,7 @@ class Declarations:
             return None
         n = self.const_int(exprs[0], scope, "a count")
         if n is not None and n <= 0:
-            self.error(exprs[0].span, f"count must be positive, got {n}")
+            self.error(exprs[0].span, f"count must be positive, got {n}{self.passed(exprs[0], scope)}")
             return None
         return n
 

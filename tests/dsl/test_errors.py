@@ -272,6 +272,27 @@ def test_error_inside_inlined_fn_names_the_call(tmp_path, monkeypatch):
     )
 
 
+def test_a_parameter_type_sized_by_bad_arguments_is_one_error_naming_them(tmp_path, monkeypatch):
+    # Every parameter the two sized was an error of its own (four for this call), none
+    # saying which argument made the dimension 0.
+    src = (
+        "fn pair(x: vmem f32[m * c, 128], y: vmem f32[m * c, 128], t: smem i32[m], s: sem[m], m: i32, c: i32) { }\n"
+        + KERNEL.format(body="    vmem v: f32[8, 128];\n    smem n: i32[8];\n    sem q[8];\n    pair(v, v, n, q, 8, 0);")
+    )
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:1:21: error: dimensions must be positive, got 0; the call passes m = 8, c = 0"
+        " (in fn 'pair' inlined at prog.mk:9:5)\n"
+        "  fn pair(x: vmem f32[m * c, 128], y: vmem f32[m * c, 128], t: smem i32[m], s: sem[m], m: i32, c: i32) { }\n"
+        "                      ^^^^^"
+    )
+
+
+def test_a_bad_count_in_an_fn_names_what_the_call_passes(tmp_path, monkeypatch):
+    src = "fn f(d: i32) { sem s[d - 2]; }\n" + KERNEL.format(body="    f(2);")
+    assert errors(src, tmp_path, monkeypatch).startswith(
+        "prog.mk:1:22: error: count must be positive, got 0; the call passes d = 2 (in fn 'f' inlined at prog.mk:6:5)")
+
+
 def test_param_override_and_unknown_override(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.mk").write_text("param D = 128;\nconst N = D / 64;\n")

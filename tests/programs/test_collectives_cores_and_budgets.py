@@ -325,3 +325,45 @@ def test_all_to_all_refuses_a_capacity_of_8192_rows(tmp_path):
         mkemu.compile_source(source.format(library=LIBRARY, call="all_to_all(buf, yb, c, r, 1, 8192, 8);"),
                              str(tmp_path / "cap.mk"), hw="test", mesh="1")
     assert "assertion failed: all_to_all: cap must be below 8192 rows" in str(info.value)
+
+
+@pytest.mark.parametrize("call,message", [
+    # br = 0 was four to six errors: division by zero in the rows % br assert and in
+    # rows / br, a slot of 0 rows, empty slices in the all-gather's copies.
+    ("reduce_scatter(buf, 64, 128, 0, 1, 8);", "assertion failed: reduce_scatter: the block rows br must be positive"),
+    ("reduce_scatter_level(buf, 64, 128, 0, 1, 1, 8);",
+     "assertion failed: reduce_scatter_level: the block rows br must be positive"),
+    ("all_reduce(buf, 64, 128, 0, 1, 8);", "assertion failed: all_reduce: the block rows br must be positive"),
+    ("all_reduce(buf, 64, 128, -8, 2, 8);", "assertion failed: all_reduce: the block rows br must be positive"),
+    ("all_reduce_level(buf, 64, 128, 0, 1, 1, 8);",
+     "assertion failed: all_reduce_level: the block rows br must be positive"),
+    ("all_gather(buf, 64, 128, 0, 1, 8);", "assertion failed: all_gather: the block rows br must be positive"),
+    ("all_gather_level(buf, 64, 128, -8, 1, 1, 8);",
+     "assertion failed: all_gather_level: the block rows br must be positive"),
+    # A capacity or room of 0 (or below) sizes the parameters' own types: once, not per parameter.
+    ("all_to_all(buf, yb, c, r, 8, 0, 128);", "dimensions must be positive, got 0; the call passes maxp = 8, cap = 0"),
+    ("all_to_all(buf, yb, c, r, 0, 8, 128);", "dimensions must be positive, got 0; the call passes maxp = 0, cap = 8"),
+    ("all_to_all(buf, yb, c, r, -8, -8, 128);", "dimensions must be positive, got -8; the call passes maxp = -8"),
+    ("all_to_all_checked(buf, yb, c, r, 8, 0, 128);",
+     "dimensions must be positive, got 0; the call passes maxp = 8, cap = 0"),
+])
+def test_a_bad_block_or_row_count_is_one_error_naming_it_and_the_call(tmp_path, call, message):
+    with pytest.raises(mkemu.errors.SourceError) as info:
+        mkemu.compile_source(ONE_CALL.format(library=LIBRARY, call=call), str(tmp_path / "bad.mk"), hw="test",
+                             mesh="2")
+    (only,) = info.value.diagnostics
+    assert message in only.message
+    fn = call.partition("(")[0]
+    assert only.message.endswith(f"(in fn '{fn}' inlined at {tmp_path / 'bad.mk'}:8:5)")
+
+
+def test_a_bad_block_count_at_the_command_line_is_one_error(tmp_path, capsys):
+    from mkemu.cli import main
+
+    source = tmp_path / "ring.mk"
+    source.write_text(ONE_CALL.format(library=LIBRARY, call="all_gather(buf, 64, 128, 0, 1, 8);"))
+    code = main(["run", str(source), "--hw", "test", "--mesh", "2"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count(": error:") == 1 and err.startswith(f"{LIBRARY}:")
+    assert "all_gather: the block rows br must be positive" in err and f"inlined at {source}:8:5" in err
+    assert 'assert br > 0, "all_gather: the block rows br must be positive";' in err   # the line, with its caret
