@@ -36,16 +36,19 @@ from mkemu.session import Session
 
 
 def _at_reference(path: str, text: str, declared: re.Match, message: str) -> MkemuError:
-    """`message` about the reference a program names, at its `reference` line: a
-    ConfigError, as any failing reference is (docs/api.md), for a `.mk` program; a
-    SourceError at the `.reference` line, which the assembler does not check, for a `.s`."""
+    """`message` about the reference a program names, at its `reference` line (shown,
+    with a caret under the name): a ConfigError, as any failing reference is
+    (docs/api.md), for a `.mk` program; a SourceError at the `.reference` line, which the
+    assembler does not check, for a `.s`."""
     line = text.count("\n", 0, declared.start(1)) + 1
     start = text.rfind("\n", 0, declared.start(1)) + 1
     column = declared.start(1) - start + 1
+    source_line = text.splitlines()[line - 1]
     if not path.endswith(".s"):
-        return ConfigError(message, file=path, line=line, column=column)
+        return ConfigError(message, file=path, line=line, column=column, end_column=column + len(declared.group(1)),
+                           source_line=source_line)
     span = SourceSpan(path, line, column, line, column + len(declared.group(1)))
-    return SourceError([Diagnostic(span, message, text.splitlines()[line - 1])])
+    return SourceError([Diagnostic(span, message, source_line)])
 
 
 def compile(program: str, options: Options | None = None, **changes) -> Kernel:  # noqa: A001 (pl-style name)
@@ -99,6 +102,8 @@ def setup(path: str, text: str, options: Options) -> Setup:
             build_program(path, text, profile, dict(options.params))
         except SourceError as compile_error:
             raise compile_error from None
+        if exc.source_line is not None:   # (at the line of the reference file it failed at)
+            raise exc from None
         # (the front end checks only that a reference file exists, and the assembler not
         # even that: what else is wrong with it, at its line here)
         raise _at_reference(path, text, declared, exc.message) from None

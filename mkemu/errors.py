@@ -44,12 +44,16 @@ class ConfigError(MkemuError):
     """A bad hardware profile, model config, mesh or run option. Names file and key."""
 
     def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
-                 line: int | None = None, column: int | None = None):
+                 line: int | None = None, column: int | None = None, end_column: int | None = None,
+                 source_line: str | None = None):
         self.message = message
         # (a file or key that came from the user as something else, e.g. a buffer named 3)
         self.file = None if file is None else str(file)
         self.key = None if key is None else str(key)
         self.line, self.column = line, column      # where in the file, when known (TOML syntax)
+        # The text of that line, shown under the error with a caret as a SourceError's is
+        # (a reference that fails to load); end_column: where the caret ends, exclusive.
+        self.end_column, self.source_line = end_column, source_line
         super().__init__(self.render())
 
     def render(self) -> str:
@@ -58,7 +62,10 @@ class ConfigError(MkemuError):
             place += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
         where = one_line(": ".join(p for p in (place, self.key) if p))
         message = one_line(self.message)
-        return f"{where}: error: {message}" if where else f"error: {message}"
+        text = f"{where}: error: {message}" if where else f"error: {message}"
+        if self.source_line is None or self.line is None:
+            return text
+        return text + excerpt(self.source_line, self.column or 1, self.end_column)
 
 
 @attrs.frozen
@@ -88,24 +95,31 @@ class Diagnostic:
         text = f"{self.span}: error: {self.message}"
         if self.source_line is None:
             return text
-        line = self.source_line.rstrip("\n")
-        start = max(self.span.column, 1)
-        if self.span.end_line in (None, self.span.line) and self.span.end_column:
-            width = max(self.span.end_column - start, 1)
-        else:
-            width = max(len(line) - start + 1, 1)
-        if len(line) > SHOWN_CHARS:
-            # A long line (minified, or a file of one huge line) shows the part around
-            # the error, its cut ends marked, not megabytes of it.
-            lo = max(min(start - 1 - SHOWN_CHARS // 4, len(line) - SHOWN_CHARS), 0)
-            hi = lo + SHOWN_CHARS
-            head, tail = ("..." if lo else ""), ("..." if hi < len(line) else "")
-            width = max(min(width, hi - (start - 1)), 1)
-            line, start = head + line[lo:hi] + tail, start - lo + len(head)
-        # (The caret's padding keeps the line's tabs, so it lands under the same column
-        # however the terminal expands them.)
-        pad = "".join(ch if ch == "\t" else " " for ch in line[:start - 1])
-        return f"{text}\n  {line}\n  {pad}{'^' * width}"
+        one_line_span = self.span.end_line in (None, self.span.line)
+        return text + excerpt(self.source_line, self.span.column, self.span.end_column if one_line_span else None)
+
+
+def excerpt(source_line: str, column: int, end_column: int | None) -> str:
+    """The lines under a located error: its source line, then a caret under columns
+    `column` to `end_column` (exclusive; None: to the end of the line)."""
+    line = source_line.rstrip("\n")
+    start = max(column, 1)
+    if end_column:
+        width = max(end_column - start, 1)
+    else:
+        width = max(len(line) - start + 1, 1)
+    if len(line) > SHOWN_CHARS:
+        # A long line (minified, or a file of one huge line) shows the part around
+        # the error, its cut ends marked, not megabytes of it.
+        lo = max(min(start - 1 - SHOWN_CHARS // 4, len(line) - SHOWN_CHARS), 0)
+        hi = lo + SHOWN_CHARS
+        head, tail = ("..." if lo else ""), ("..." if hi < len(line) else "")
+        width = max(min(width, hi - (start - 1)), 1)
+        line, start = head + line[lo:hi] + tail, start - lo + len(head)
+    # (The caret's padding keeps the line's tabs, so it lands under the same column
+    # however the terminal expands them.)
+    pad = "".join(ch if ch == "\t" else " " for ch in line[:start - 1])
+    return f"\n  {line}\n  {pad}{'^' * width}"
 
 
 class SourceError(MkemuError):

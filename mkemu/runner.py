@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import linecache
 import numbers
 import os
 import re
@@ -283,11 +284,11 @@ def load_reference_named(reference: str, program_path: str | None):
                               file=program_path)
         package = _package_of(path)
         if package:
-            module = _import(package, str(path), program_path)
+            module = _import(package, str(path), program_path, str(path.resolve()))
         else:
             spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
-            _guard(lambda: spec.loader.exec_module(module), str(path), program_path)
+            _guard(lambda: spec.loader.exec_module(module), str(path), program_path, spec.origin)
         where = f"reference file {path}"
     fn = getattr(module, func, None)
     if not callable(fn):
@@ -295,22 +296,47 @@ def load_reference_named(reference: str, program_path: str | None):
     return fn
 
 
-def _import(name: str, shown: str, program_path: str | None):
-    return _guard(lambda: importlib.import_module(name), shown, program_path)
+def _import(name: str, shown: str, program_path: str | None, file: str | None = None):
+    return _guard(lambda: importlib.import_module(name), shown, program_path, file)
 
 
-def _guard(load, shown: str, program_path: str | None):
+def _guard(load, shown: str, program_path: str | None, file: str | None = None):
+    """load() of a reference (`file`, if it is a file): what fails is the user's error,
+    one ConfigError at the line of `file` it failed at (with that line and a caret, as
+    any located error), or, if it did not fail in `file`, at the program."""
     try:
         return load()
     except MkemuError:
         raise
     except ModuleNotFoundError as exc:
         raise ConfigError(f"reference {shown} failed to load: no module named {exc.name!r}",
-                          file=program_path) from None
+                          **_failed_in(exc, file, program_path)) from None
     except (Exception, SystemExit) as exc:  # a broken reference file is the user's error, not ours
         # (SystemExit too: a sys.exit(0) in it would end mkemu with status 0, as if it passed)
-        raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {exc}",
-                          file=program_path) from None
+        where = _failed_in(exc, file, program_path)
+        # (a syntax error's own text names its file and line: said by the location instead)
+        said = exc.msg if isinstance(exc, SyntaxError) and where.get("file") == exc.filename else exc
+        raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {said}", **where) from None
+
+
+def _failed_in(exc: BaseException, file: str | None, program_path: str | None) -> dict:
+    """ConfigError's place for `exc`, raised loading reference file `file`: the line of
+    its syntax error, or the innermost line of `file` it passed through (where a
+    function called at import failed in another module too), with its text and the
+    columns to mark; the program if `file` is not known or not among them."""
+    if file is not None:
+        if isinstance(exc, SyntaxError) and exc.filename == file and exc.lineno:
+            end = exc.end_offset if exc.end_lineno in (None, exc.lineno) else None
+            return {"file": file, "line": exc.lineno, "column": exc.offset or 1, "end_column": end,
+                    "source_line": linecache.getline(file, exc.lineno) or exc.text}
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == file]
+        if frames:
+            frame = frames[-1]
+            column = frame.colno + 1 if frame.colno is not None else None
+            end = frame.end_colno + 1 if frame.end_colno is not None and frame.end_lineno == frame.lineno else None
+            return {"file": file, "line": frame.lineno, "column": column, "end_column": end,
+                    "source_line": linecache.getline(file, frame.lineno) or None}
+    return {"file": program_path}
 
 
 def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):

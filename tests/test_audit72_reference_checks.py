@@ -112,7 +112,39 @@ def test_a_reference_function_the_file_lacks_is_an_error_at_the_reference_line(t
     code, _, err = cli(tmp_path, capsys, "refrence")
     assert code == 1
     assert err.splitlines() == [f"{tmp_path / 'p.mk'}:2:12: error: reference file {tmp_path / 'r.py'} has no "
-                                "function 'refrence'"]
+                                "function 'refrence'",
+                                '  reference "r.py:refrence";',   # the line and a caret, as every located error
+                                "             ^^^^^^^^^^^^^"]
+
+
+@pytest.mark.parametrize("refs, where, message, line, caret", [
+    # Each was the program's reference line alone (p.mk:2:12), no line shown, a syntax
+    # error's place in the message, an exception's place nowhere.
+    ("import numpy as np\n\ndef double(inputs, *, chips, cores_per_chip):\n    return {'y': inputs['x@0'] +* 2}\n",
+     "4:33", "SyntaxError: invalid syntax", "    return {'y': inputs['x@0'] +* 2}", 32 * " " + "^"),
+    ("import numpy as np\n\nSCALE = 1 / 0\n", "3:9", "ZeroDivisionError: division by zero",
+     "SCALE = 1 / 0", 8 * " " + "^^^^^"),
+    ("def table():\n    return {}['a']\n\nTABLE = table()\n", "2:12", "KeyError: 'a'", "    return {}['a']",
+     11 * " " + "^^^^^^^"),
+    ("import numpyy as np\n", "1:1", "no module named 'numpyy'", "import numpyy as np", 19 * "^"),
+    ("import sys\nsys.exit(0)\n", "2:1", "SystemExit: 0", "sys.exit(0)", 11 * "^"),
+])
+def test_a_reference_file_that_fails_to_load_is_one_error_at_its_line_with_a_caret(tmp_path, capsys, refs, where,
+                                                                                  message, line, caret):
+    code, out, err = cli(tmp_path, capsys, "double", refs)
+    assert code == 1 and "PASS" not in out
+    assert err.splitlines() == [f"{tmp_path / 'r.py'}:{where}: error: reference {tmp_path / 'r.py'} failed to load: "
+                                f"{message}", f"  {line}", f"  {caret}"]
+
+
+def test_a_reference_file_that_fails_to_load_is_a_config_error_at_its_line(tmp_path):
+    # (the API's class for a failing reference, docs/api.md; its line and column as fields)
+    (tmp_path / "r.py").write_text("x = 1\nx = (\n")
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile_source(DOUBLE.format(fn="double"), str(tmp_path / "p.mk"), hw="test", mesh="1")
+    error = info.value
+    assert (error.file, error.line, error.column, error.source_line) == (str(tmp_path / "r.py"), 2, 5, "x = (\n")
+    assert error.render().splitlines()[1:] == ["  x = (", "      ^"]
 
 
 BF16_OUT = """

@@ -32,3 +32,17 @@ def test_a_name_with_a_newline_or_carriage_return_keeps_its_error_on_one_line(ca
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1 and "\r" not in err
+
+
+def test_a_config_error_with_its_source_line_shows_it_with_a_caret_as_a_diagnostic_does():
+    import pickle
+
+    from mkemu.errors import ConfigError
+
+    error = ConfigError("reference r.py failed to load: ZeroDivisionError: division by zero", file="r.py", line=3,
+                        column=9, end_column=14, source_line="SCALE = 1 / 0\n")
+    shown = Diagnostic(SourceSpan("r.py", 3, 9, 3, 14), error.message, "SCALE = 1 / 0\n").render()
+    assert error.render() == shown == ("r.py:3:9: error: reference r.py failed to load: ZeroDivisionError: division "
+                                       "by zero\n  SCALE = 1 / 0\n          ^^^^^")
+    assert pickle.loads(pickle.dumps(error)).render() == shown     # (a worker sends it back whole)
+    assert ConfigError("bad", file="hw.toml", line=2, column=1).render() == "hw.toml:2:1: error: bad"
