@@ -157,6 +157,62 @@ def test_kept_arrays_come_back_equal_and_read_only(cache_home):
     assert len(calls) == 1
 
 
+def _kept_arrays_file(cache_home, key: str):
+    from mkemu.cache import cache_dir
+
+    return cache_dir("arrays") / f"{key}.npy"
+
+
+@pytest.mark.parametrize("damage", ["flip a data byte", "flip a checksum byte", "cut short", "add a byte",
+                                    "no checksum (an earlier version's file)"])
+def test_a_damaged_kept_array_file_is_made_afresh_and_written_over(cache_home, damage):
+    import numpy as np
+
+    from mkemu.cache import cached_arrays
+
+    made = [np.arange(12, dtype=np.uint16).reshape(3, 4), np.array([7, 8], np.uint16)]
+    calls = []
+
+    def build():
+        calls.append(1)
+        return [a.copy() for a in made]
+
+    shapes = [(3, 4), (2,)]
+    cached_arrays("k", np.uint16, shapes, build)
+    path = _kept_arrays_file(cache_home, "k")
+    data = bytearray(path.read_bytes())
+    at = len(data) - 47 - 2 * 14 + 2          # the second value of the first array
+    if damage == "flip a data byte":
+        data[at] ^= 0x10
+    elif damage == "flip a checksum byte":
+        data[-1] ^= 1
+    elif damage == "cut short":
+        del data[-5:]
+    elif damage == "add a byte":
+        data += b"\0"
+    else:                                     # a plain .npy file of the right type and size
+        np.save(path, np.full(14, 99, np.uint16))
+        data = bytearray(path.read_bytes())
+    path.write_bytes(bytes(data))
+    again = cached_arrays("k", np.uint16, shapes, build)
+    assert len(calls) == 2                    # the damaged bytes are not used: made afresh
+    assert all(np.array_equal(a, b) for a, b in zip(made, again))
+    # ... and written over: the next call reads the repaired file back.
+    kept = cached_arrays("k", np.uint16, shapes, build)
+    assert len(calls) == 2
+    assert all(np.array_equal(a, b) for a, b in zip(made, kept))
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_a_kept_array_file_is_still_a_npy_file(cache_home):
+    import numpy as np
+
+    from mkemu.cache import cached_arrays
+
+    cached_arrays("k", np.int32, [(2, 3)], lambda: [np.arange(6, dtype=np.int32).reshape(2, 3)])
+    assert np.array_equal(np.load(_kept_arrays_file(cache_home, "k")), np.arange(6))
+
+
 def test_array_cache_keeps_at_most_its_byte_budget(cache_home, monkeypatch):
     import numpy as np
 

@@ -286,6 +286,21 @@ def test_weight_bits_kept_in_the_cache_are_the_drawn_ones(tiny, tmp_path, monkey
     assert len(list((tmp_path / "mkemu" / "arrays").glob("*.npy"))) == 1
 
 
+def test_a_flipped_byte_in_the_kept_weights_is_not_used(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg, _ = tiny
+    drawn = generate_weights(cfg, seed=3)
+    generate_weight_bits(cfg, seed=3)                     # drawn and kept
+    (path,) = (tmp_path / "mkemu" / "arrays").glob("*.npy")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40                          # a bit of some weight, on disk
+    path.write_bytes(bytes(data))
+    for _ in range(2):    # drawn afresh and the file written over, then read back from it
+        bits = generate_weight_bits(cfg, seed=3)
+        assert all(np.array_equal(np.asarray(bits[k]), drawn[k]) for k in drawn)
+    assert path.read_bytes() != bytes(data)
+
+
 def test_batch_rows_are_independent_to_the_bit(tiny):
     cfg, w = tiny
     prompt = np.array([[1, 2, 3], [400, 5, 6], [7, 8, 9], [10, 11, 12]])
