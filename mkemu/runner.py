@@ -118,7 +118,12 @@ def _why(exc: Exception) -> str:
 
 def as_array(value, what: str, file: str | None = None, key: str | None = None) -> np.ndarray:
     """`value` (an array, a nested list, ...) as a numpy array; one numpy cannot make
-    (a ragged list) is a ConfigError naming `what`."""
+    (a ragged list) is a ConfigError naming `what`. So is a masked array: numpy would
+    hand on its data and drop the mask, and the masked values (whatever the data holds
+    under them) would be used as if they were given."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise ConfigError(f"{what} is a masked array, whose mask would be dropped: give value.filled(fill) "
+                          "(with the value masked elements should take) or the plain data (value.data)", file=file, key=key)
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:

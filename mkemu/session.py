@@ -74,7 +74,7 @@ class Session:
         bits = getattr(array, "bf16_bits", None) if buf.dtype == "bf16" else None
         if bits is not None:
             # Bit patterns go in as they are: no widening to float32 and rounding back.
-            array = np.asarray(bits)
+            array = as_array(bits, f"buffer {name}: bf16_bits", key=name)
             if array.dtype != np.uint16:
                 raise ConfigError(f"buffer {name}: bf16_bits must be uint16, got {array.dtype}", key=name)
         given = as_array(array, f"buffer {name}", key=name)

@@ -331,6 +331,40 @@ def test_an_i32_buffer_takes_only_integers_that_fit():
     assert kernel(widened).check() is None     # integers that fit are taken, whatever their width
 
 
+def _masked(shape, dtype=np.float32):
+    data = np.ones(shape, dtype)
+    mask = np.zeros(shape, bool)
+    mask[0, 0] = True
+    return np.ma.masked_array(data, mask)
+
+
+@pytest.mark.parametrize("write", [
+    lambda k, m: k(a=m, b=m.data),                            # a run's input
+    lambda k, m: k({"a@0": m, "b": m.data}),                  # under name@chip
+    lambda k, m: k.session().write("a", m),                   # a driver's write
+    lambda k, m: k.session().write("a", m, chip=0),
+])
+def test_a_masked_input_is_refused_not_written_without_its_mask(write):
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    with pytest.raises(mkemu.ConfigError) as info:
+        write(kernel, _masked((8, 1024)))
+    message = str(info.value)
+    assert message.startswith("a") and "buffer a is a masked array, whose mask would be dropped" in message
+    assert ".filled(" in message and "value.data" in message
+    # The fix it names is taken.
+    m = _masked((8, 1024))
+    assert kernel(a=m.filled(0.0), b=m.data).output("out")[0, :2].tolist() == [1.0, 2.0]
+
+
+def test_masked_bf16_bits_and_expected_outputs_are_refused_too():
+    kernel = mkemu.compile_source(".buffer w bf16 8x128 input\n.kernel main\n    halt\n", "w.s", hw="test", mesh="1")
+    with pytest.raises(mkemu.ConfigError, match=re.escape("buffer w: bf16_bits is a masked array")):
+        kernel.session().write("w", _Bits(_masked((8, 128), np.uint16)))
+    run = mkemu.compile("vector_add", hw="test", mesh="1")(a=np.ones((8, 1024), np.float32), b=np.ones((8, 1024), np.float32))
+    with pytest.raises(mkemu.ConfigError, match=re.escape("expected output 'out' is a masked array")):
+        run.check({"out": _masked((8, 1024)) * 2})      # (a check that ignored the mask would pass)
+
+
 def test_progress_must_be_callable_and_a_buffer_of_that_name_goes_in_the_dict():
     source = """
     kernel k(progress: hbm f32[8, 128], out: hbm f32[8, 128]) {
