@@ -146,20 +146,36 @@ def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = N
     """Refuse an array whose values a buffer cannot take as they are: not numbers, or,
     for an i32 buffer, not integers or outside int32 (float buffers round to their
     format, as documented). `given`: the type the caller's array had, if `values` is
-    that array `widened` (a bfloat16 array is named as one, not as the float32 it became)."""
+    that array `widened` (a bfloat16 array is named as one, not as the float32 it became).
+    Integers numpy holds as objects (a list holding one beyond int64) are integers: out
+    of range for an i32 buffer, where they are reported as any others are."""
     kind = values.dtype.kind
     where = dict(file=file, key=key or name)
     shown = values.dtype if given is None else given
-    if kind not in "biuf":
+    integers = _object_integers(values)
+    if kind not in "biuf" and not integers:
         raise ConfigError(f"buffer {name} ({dtype}): got an array of {shown}, not numbers", **where)
+    if integers and dtype != "i32":
+        raise ConfigError(f"buffer {name} ({dtype}): got integers {values.min()}..{values.max()} held as Python "
+                          "objects (as numpy holds those beyond int64); give them as floats "
+                          "(np.asarray(values, np.float64))",
+                          **where)
     if dtype != "i32":
         return
     if kind == "f":
         raise ConfigError(f"buffer {name} (i32): got {shown} values; an i32 buffer takes integers", **where)
     info = np.iinfo(np.int32)
-    if values.size and kind in "iu" and (values.min() < info.min or values.max() > info.max):
+    if values.size and (kind in "iu" or integers) and (values.min() < info.min or values.max() > info.max):
         raise ConfigError(f"buffer {name} (i32): values {values.min()}..{values.max()} do not all fit in int32",
                           **where)
+
+
+def _object_integers(values: np.ndarray) -> bool:
+    """Is `values` an array of objects that are all integers? numpy makes one of a list
+    holding an integer beyond int64 and uint64 (2**70), which is a number out of a
+    buffer's range, not something that is no number at all."""
+    return (values.dtype.kind == "O" and values.size > 0
+            and all(isinstance(v, numbers.Integral) for v in values.flat))
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -331,6 +331,42 @@ def test_an_i32_buffer_takes_only_integers_that_fit():
     assert kernel(widened).check() is None     # integers that fit are taken, whatever their width
 
 
+@pytest.mark.parametrize("huge, shown", [
+    (2**70, "0..1180591620717411303424"),
+    (-2**70, "-1180591620717411303424..0"),
+    (2**64, "0..18446744073709551616"),             # (just beyond uint64)
+])
+def test_integers_beyond_int64_are_out_of_range_for_an_i32_buffer_not_objects(huge, shown):
+    # (they were "got an array of object, not numbers": numpy holds them as objects)
+    kernel = mkemu.compile("all_to_all", hw="test", mesh="2")
+    inputs = kernel.generate_inputs()
+    counts = np.zeros_like(inputs["counts@1"]).tolist()    # a Python list, as a user might give it
+    counts[0][0] = huge
+    message = f"buffer counts (i32): values {shown} do not all fit in int32"
+    with pytest.raises(mkemu.ConfigError) as info:
+        kernel({**inputs, "counts@1": counts})
+    assert str(info.value) == f"counts@1: error: {message}"
+    with pytest.raises(mkemu.ConfigError) as info:
+        kernel.session().write("counts", counts, chip=1)
+    assert str(info.value) == f"counts: error: {message}"
+
+
+def test_integers_held_as_objects_are_integers_whatever_the_buffer():
+    kernel = mkemu.compile("all_to_all", hw="test", mesh="2")
+    inputs = kernel.generate_inputs()
+    as_objects = {key: a.astype(object) if key.startswith("counts") else a for key, a in inputs.items()}
+    assert kernel(as_objects).check() is None          # that fit in int32: taken, as any integer type
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    ones = np.ones((8, 1024), np.float32)
+    with pytest.raises(mkemu.ConfigError, match=re.escape(
+            "a: error: buffer a (f32): got integers 1180591620717411303424..1180591620717411303424 held as "
+            "Python objects (as numpy holds those beyond int64); give them as floats")):
+        vector_add(a=np.full((8, 1024), 2**70, object), b=ones)
+    with pytest.raises(mkemu.ConfigError, match=re.escape("buffer a (f32): got an array of object, not numbers")):
+        vector_add(a=np.full((8, 1024), None, object), b=ones)
+    assert vector_add(a=np.full((8, 1024), 2.0**70), b=ones).output("out")[0, 0] == np.float32(2.0**70)
+
+
 def _masked(shape, dtype=np.float32):
     data = np.ones(shape, dtype)
     mask = np.zeros(shape, bool)
