@@ -344,7 +344,7 @@ class Kernel:
                 raise ConfigError(f"no buffer named {name!r} in the program (buffers: {', '.join(sorted(names))})",
                                   file=source, key=key)
             if at and not runner.is_chip_text(chip, self.chips):
-                raise ConfigError(f"{key!r}: chip must be 0..{self.chips - 1}", file=source, key=key)
+                raise runner.bad_chip_key(key, self.chips, source)
             array = runner.as_array(given[key], f"buffer {name}", file=source, key=key)
             arrays[key] = runner.widened(array)
             runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key,
@@ -525,7 +525,7 @@ class Run:
                                   key=str(key))
             name, at, chip_text = key.partition("@")
             if at and not runner.is_chip_text(chip_text, self.kernel.chips):
-                raise ConfigError(f"{key!r}: chip must be 0..{self.kernel.chips - 1}", file=source, key=key)
+                raise runner.bad_chip_key(key, self.kernel.chips, source)
             try:
                 buf = self.kernel.program.buffer(name)
             except KeyError:

@@ -57,11 +57,11 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
             digest.update(key.encode() + np.ascontiguousarray(run.outputs[key]).tobytes())
         # (a timing-only run keeps only its i32 outputs: with none, there is nothing to hash)
         report["outputs_sha256"] = digest.hexdigest() if run.outputs or not options.timing_only else None
-    if not kernel.is_driven and options.timing_only:
-        report["timing_only"] = True
-    elif not kernel.is_driven and kernel.reference is not None:
-        run.check()
-        report["reference"] = kernel.program.reference
+    if not kernel.is_driven:
+        report["timing_only"] = bool(options.timing_only)    # (a driver's report has its own)
+        if not options.timing_only and kernel.reference is not None:
+            run.check()
+            report["reference"] = kernel.program.reference
     render = getattr(kernel.reference, "render", render_figures) if kernel.is_driven else render_plain
     # (a trace given as a path was written by the run: report["trace"] names it)
     report["program"] = kernel.path

@@ -535,6 +535,13 @@ def is_chip_text(text: str, chips: int) -> bool:
             and int(text) < chips)
 
 
+def bad_chip_key(key: str, chips: int, source: str | None) -> ConfigError:
+    """The error for a `name@chip` key whose chip `is_chip_text` refuses."""
+    return ConfigError(f"{key!r}: chip must be 0..{chips - 1}, written as a plain decimal number (no sign, "
+                       "no leading zeros)",
+                       file=source, key=key)
+
+
 def check_writable(path: str, key: str) -> None:
     """An output file that will be written after a long run: its folder must exist and
     take files (checked before the run, not after it)."""

@@ -50,10 +50,12 @@ MAX_SOURCE_BYTES = 16 << 20     # the shipped K3 programs with every import: abo
 
 
 def resolve(program: str) -> str:
-    """`program` itself if it is a file, else the path of the shipped program of that name."""
+    """`program` itself if it is a file, else the path of the shipped program of that name
+    (also where a folder or device has that name: it could never be a program)."""
     if not program:
         raise ConfigError("no program given: the name is empty (`mkemu programs` lists the shipped ones)",
                           key="PROGRAM")
+    problem = None
     try:
         if Path(program).is_file():
             size = Path(program).stat().st_size
@@ -62,15 +64,16 @@ def resolve(program: str) -> str:
                                   f"at most {MAX_SOURCE_BYTES >> 20} MiB", file=program)
             return program
         if Path(program).is_dir():
-            raise ConfigError("cannot read program: it is a directory", file=program)
-        if Path(program).exists():   # (/dev/zero would never end; a pipe cannot be read twice)
-            raise ConfigError("cannot read program: it is not a regular file (a device or a pipe); "
-                              "give a .mk or .s file", file=program)
+            problem = "cannot read program: it is a directory"
+        elif Path(program).exists():   # (/dev/zero would never end; a pipe cannot be read twice)
+            problem = "cannot read program: it is not a regular file (a device or a pipe); give a .mk or .s file"
     except OSError as exc:   # e.g. a name too long for the file system
         raise ConfigError(f"cannot read program: {exc.strerror or exc}", file=program) from None
     for shipped in list_programs():
         if program in (shipped.name, shipped.path.name):
             return str(shipped.path)
+    if problem:
+        raise ConfigError(problem, file=program)
     if "/" in program or "\\" in program:
         raise ConfigError("cannot read program: No such file", file=program)
     if Path(program).suffix in SUFFIXES:

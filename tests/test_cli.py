@@ -45,6 +45,13 @@ def test_run_json_has_the_documented_keys(capsys):
     assert report["unit_busy_cycles"]["valu"] == 2
 
 
+def test_run_json_says_whether_the_run_was_timing_only_for_a_plain_program_too(capsys):
+    code, out, _ = cli(capsys, *RUN, "--json")
+    assert code == 0 and json.loads(out)["timing_only"] is False
+    code, out, _ = cli(capsys, *RUN, "--json", "--timing-only")
+    assert code == 0 and json.loads(out)["timing_only"] is True
+
+
 def test_run_options_change_the_run(capsys, tmp_path):
     _, out, _ = cli(capsys, *RUN, "--json")
     base = json.loads(out)
@@ -168,6 +175,16 @@ def test_bad_profile_contents_name_file_and_key(capsys, tmp_path):
     assert str(path) in err and "start_latncy_cycles" in err
     code, _, err = cli(capsys, "hw", "show", "no-such-chip")
     assert code == 1 and "no-such-chip" in err
+
+
+def test_a_folder_named_like_a_shipped_program_does_not_hide_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vector_add").mkdir()
+    (tmp_path / "mine").mkdir()
+    code, out, _ = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1")
+    assert code == 0 and out.startswith("PASS")
+    code, _, err = cli(capsys, "run", "mine", "--hw", "test", "--mesh", "1")
+    assert code == 1 and err.strip() == "mine: error: cannot read program: it is a directory"
 
 
 def test_missing_program_and_usage(capsys):
