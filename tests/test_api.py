@@ -367,6 +367,18 @@ def test_integers_held_as_objects_are_integers_whatever_the_buffer():
     assert vector_add(a=np.full((8, 1024), 2.0**70), b=ones).output("out")[0, 0] == np.float32(2.0**70)
 
 
+def test_booleans_are_the_numbers_0_and_1_for_any_buffer():
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    flags = np.zeros((8, 1024), bool)
+    flags[0, :3] = True
+    out = vector_add(a=flags, b=np.ones((8, 1024), np.float32)).output("out")
+    assert list(out[0, :4]) == [2.0, 2.0, 2.0, 1.0]
+    kernel = mkemu.compile("all_to_all", hw="test", mesh="2")
+    session = kernel.session()
+    session.write("counts", np.ones(session.read("counts").shape, bool), chip=1)
+    assert (session.read("counts", chip=1) == 1).all()
+
+
 def _masked(shape, dtype=np.float32):
     data = np.ones(shape, dtype)
     mask = np.zeros(shape, bool)
