@@ -312,8 +312,7 @@ fn cl_ag_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32
 // sum over all participants (reduce-scatter over levels 0, 3, 2, 1, then all-gather
 // over 1, 2, 3, 0). Blocks from nblocks on are left alone.
 fn all_reduce(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, nblocks: i32) {
-    assert br > 0, "all_reduce: the block rows br must be positive";
-    assert rows % br == 0, "all_reduce: rows must be a multiple of the block rows br";
+    assert br > 0, "all_reduce: the block rows br must be positive"; assert rows % br == 0, "all_reduce: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_reduce: dirs is 1 (rings) or 2 (bidirectional rings)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
     sem recv[CL_RECV * dirs];
@@ -337,8 +336,7 @@ fn all_reduce(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32,
 // level 1, 2, 3 over the chips along mesh axis X, Y, Z (the same core on each).
 fn all_reduce_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, level: i32,
                     nblocks: i32) {
-    assert br > 0, "all_reduce_level: the block rows br must be positive";
-    assert rows % br == 0, "all_reduce_level: rows must be a multiple of the block rows br";
+    assert br > 0, "all_reduce_level: the block rows br must be positive"; assert rows % br == 0, "all_reduce_level: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_reduce_level: dirs is 1 (ring) or 2 (bidirectional ring)";
     assert level >= 0 && level <= 3, "all_reduce_level: level is 0 (cores) or 1, 2, 3 (mesh axis X, Y, Z)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
@@ -357,8 +355,7 @@ fn all_reduce_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs
 // own part of blocks 0 .. nblocks-1: the p-th of P equal parts when P divides nblocks
 // (in general the nested chunks described at the top). Other blocks hold partial sums.
 fn reduce_scatter(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, nblocks: i32) {
-    assert br > 0, "reduce_scatter: the block rows br must be positive";
-    assert rows % br == 0, "reduce_scatter: rows must be a multiple of the block rows br";
+    assert br > 0, "reduce_scatter: the block rows br must be positive"; assert rows % br == 0, "reduce_scatter: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "reduce_scatter: dirs is 1 (rings) or 2 (bidirectional rings)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
     sem recv[CL_SLOTS * dirs];
@@ -377,8 +374,7 @@ fn reduce_scatter(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: 
 // All-gather: participant p brings its own part of blocks 0 .. nblocks-1 (the part
 // reduce_scatter leaves it); afterwards every participant holds all the parts.
 fn all_gather(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32, nblocks: i32) {
-    assert br > 0, "all_gather: the block rows br must be positive";
-    assert rows % br == 0, "all_gather: rows must be a multiple of the block rows br";
+    assert br > 0, "all_gather: the block rows br must be positive"; assert rows % br == 0, "all_gather: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_gather: dirs is 1 (rings) or 2 (bidirectional rings)";
     sem recv[CL_AG_SEMS * dirs];
     sem send[CL_AG_SEMS];
@@ -401,8 +397,7 @@ fn all_gather(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32,
 // ring holds the ring's sum of chunk r of blocks 0 .. nblocks-1.
 fn reduce_scatter_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32,
                         level: i32, nblocks: i32) {
-    assert br > 0, "reduce_scatter_level: the block rows br must be positive";
-    assert rows % br == 0, "reduce_scatter_level: rows must be a multiple of the block rows br";
+    assert br > 0, "reduce_scatter_level: the block rows br must be positive"; assert rows % br == 0, "reduce_scatter_level: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "reduce_scatter_level: dirs is 1 (ring) or 2 (bidirectional ring)";
     assert level >= 0 && level <= 3, "reduce_scatter_level: level is 0 (cores) or 1, 2, 3 (mesh axis X, Y, Z)";
     vmem slot: f32[CL_SLOTS * dirs][br, cols];
@@ -420,8 +415,7 @@ fn reduce_scatter_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, 
 // chunk r of blocks 0 .. nblocks-1; afterwards every core of the ring holds all of them.
 fn all_gather_level(x: vmem f32[rows, cols], rows: i32, cols: i32, br: i32, dirs: i32,
                     level: i32, nblocks: i32) {
-    assert br > 0, "all_gather_level: the block rows br must be positive";
-    assert rows % br == 0, "all_gather_level: rows must be a multiple of the block rows br";
+    assert br > 0, "all_gather_level: the block rows br must be positive"; assert rows % br == 0, "all_gather_level: rows must be a multiple of the block rows br";
     assert dirs == 1 || dirs == 2, "all_gather_level: dirs is 1 (ring) or 2 (bidirectional ring)";
     assert level >= 0 && level <= 3, "all_gather_level: level is 0 (cores) or 1, 2, 3 (mesh axis X, Y, Z)";
     sem recv[CL_AG_SEMS * dirs];
