@@ -22,11 +22,16 @@ class Calls(Pipelines):
     def inline(self, decl: ast.FnDecl, call: ast.Call, scope: Scope, out: list) -> None:
         names = [name for name, _ in self.inline_stack]
         if decl.name in names:
-            cycle = names[names.index(decl.name):]
-            # (Each fn of a cycle is checked on its own too: one report per cycle.)
+            first = names.index(decl.name)
+            cycle = names[first:]
+            # (Each fn of a cycle is checked on its own too: one report per cycle.) It names
+            # the calls that led into the cycle, the one that entered it included, but not
+            # the cycle's own calls: an fn's own check enters it at this very call.
+            entered_here = self.inline_stack[first][1] == call.span
             if frozenset(cycle) not in self.cycles_reported:
                 self.cycles_reported.add(frozenset(cycle))
-                self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)")
+                self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)",
+                           self.error_context(outer=first if entered_here else first + 1))
             return
         if len(self.inline_stack) >= MAX_INLINE_DEPTH:   # (inlined recursively: Python's stack would overflow)
             self.limit_error("inline depth", call.span,

@@ -96,14 +96,16 @@ class Declarations:
         self.error(span, message)
         self.limits_hit[limit] = (key, self.errors[key])
 
-    def error_context(self, *notes: str) -> str:
+    def error_context(self, *notes: str, outer: int | None = None) -> str:
         """Where an error in inlined code comes from: every fn call it is inlined at,
         innermost first (a library fn's error is told apart by the caller's call that
         reached it, which may hold the bad argument), and the launch of a generic
         kernel's instance, whose values (the generics) the error may depend on; after
-        `notes` (what made the thing, for the `context` of a buffer or semaphore)."""
-        frames = self._frames(reversed(self.inline_stack))
-        calls = len(self.inline_stack)
+        `notes` (what made the thing, for the `context` of a buffer or semaphore).
+        `outer`: only the outermost `outer` calls (those that led to a recursion)."""
+        stack = self.inline_stack if outer is None else self.inline_stack[:outer]
+        frames = self._frames(reversed(stack))
+        calls = len(stack)
         if calls > CONTEXT_CALLS:   # (a chain of dozens: the innermost two and the outermost)
             frames = [*frames[:2], f"{calls - 3} calls more", *frames[calls - 1:]]
         frames = [*notes, *frames]

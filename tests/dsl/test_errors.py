@@ -387,6 +387,14 @@ def test_mutually_recursive_fns_are_one_error(tmp_path, monkeypatch):
     assert out.count("recursive fn call") == 1 and ("g -> f -> g" in out or "f -> g -> f" in out)
 
 
+def test_a_recursion_an_fns_own_check_finds_names_no_call(tmp_path, monkeypatch):
+    """docs/language.md: reported once, at the fn, without a call (it named the recursive
+    call itself as the call it was inlined at)."""
+    src = "fn f(s: sem) { g(s); }\nfn g(s: sem) { f(s); }\nkernel k() {\n    sem a;\n    f(a);\n}\n"
+    first = errors(src, tmp_path, monkeypatch).splitlines()[0]
+    assert first == "prog.mk:1:16: error: recursive fn call: g -> f -> g (fns are inlined)"
+
+
 @pytest.mark.parametrize("param, arg, message", [
     ("s: sem", "a", "parameter 's' of fn 'f' takes one semaphore, got the array 'a' of 2: index the array"),
     ("s: sem[3]", "a", "parameter 's' of fn 'f' takes an array of 3 semaphores, got the array 'a' of 2"),
