@@ -267,9 +267,12 @@ class Pipe:
         got_slots, default_depth = {}, self.depth_given
         # A prefetch starts input tiles only: the outputs and the body belong to the primed run.
         streams = self.inputs if part == "prefetch" else self.streams
+        out_of_range = self.check_all_tiles(streams, n) if part == "whole" else set()
         # Streams `via` existing slots first: without a `depth`, theirs is the pipeline's, so
         # the fresh slots of the other streams take it (else 2).
         for st in sorted(streams, key=lambda st: st.via is None):
+            if st.name in out_of_range:     # (reported over every tile, not again at one)
+                continue
             tile = self.view(st, probe)
             got = self.slots_for(st, tile, default_depth) if tile is not None else None
             if got is None:     # (reported; the other streams and the body are still checked)
@@ -319,6 +322,19 @@ class Pipe:
             self.wait_copy(sems, self.mod(ir.ScalarRead(e, self.span), depth), tile.size_bytes, waits)
             first = self.op("max", self.const(0), self.op("-", n, self.const(depth)))
             out.append(ir.For(e, first, n, 1, tuple(waits), self.span))
+
+    def check_all_tiles(self, streams, n) -> set[str]:
+        """The streams whose views leave their buffers at some tile, checked once over all
+        `n` tiles (a known count of two or more): each error then gives the range of every
+        tile, not of the tiles one copy of the lowering issues (the loop's prefetched
+        tiles 1..n-1, say). Their names; the lowering leaves them out."""
+        if not (isinstance(n, ir.Const) and n.value > 1):
+            return set()
+        c = self.c
+        k = ir.ScalarVar(c.unique(f"{self.s.var}#any"), "loop", self.span)
+        c.ctx.ranges[k] = (0, n.value - 1, frozenset([k]))
+        every = self.bind_t(ir.ScalarRead(k, self.span), self.scope, [])
+        return {st.name for st in streams if self.view(st, every) is None}
 
     def check_body(self, slots: dict, probe: Scope) -> None:
         """A stream in error (reported): the body is checked for errors of its own all the

@@ -144,3 +144,20 @@ host {
     x = f32(16, 128)
     outs, _, _ = run(text, {"x": x})
     same(x * np.float32(3.0), outs["y"])
+
+
+def test_a_stream_out_of_range_at_some_tile_is_one_error_over_every_tile(tmp_path, monkeypatch):
+    """The input's error gave the range of the tiles the loop prefetches (256..1280),
+    the output's that of every tile (0..1280): both now say every tile's."""
+    out = kernel_errors("""\
+pipeline t in 0..5 {
+    input wt = w[0:128, t * 256 +: 256];
+    output yt = w[128:256, t * 256 +: 256];
+    yt = wt;
+}
+""", tmp_path, monkeypatch)
+    lines = [line for line in out.splitlines() if "error" in line]
+    assert lines == [
+        "prog.mk:6:29: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
+        "prog.mk:7:32: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
+    ]
