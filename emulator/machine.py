@@ -207,14 +207,19 @@ class Machine(DmaMixin):
     # -- running -------------------------------------------------------------
 
     def run(self) -> RunResult:
+        launches = self.program.launches
         with np.errstate(all="ignore"):
-            for launch in self.program.launches:
+            for index, launch in enumerate(launches):
                 start = self.now + self.profile.kernel_launch_cycles
-                if start > self.config.max_cycles:
-                    # (as the core loop would at the launch's first instruction, before a
-                    # start past 2^63 overflows a core's 64-bit clock)
-                    raise self._launch_past_guard(launch, start)
-                self._launch(launch, start)
+                try:
+                    if start > self.config.max_cycles:
+                        # (as the core loop would at the launch's first instruction, before a
+                        # start past 2^63 overflows a core's 64-bit clock)
+                        raise self._launch_past_guard(launch, start)
+                    self._launch(launch, start)
+                except EmulatorFault as fault:
+                    _name_the_launch(fault, launches, index)
+                    raise
                 self.launch_cycles.append(self.now - start + self.profile.kernel_launch_cycles)
         return self.result()
 
@@ -693,6 +698,18 @@ class Machine(DmaMixin):
 
 
 # What the machine does for each global kind of the instruction table.
+def _name_the_launch(fault: EmulatorFault, launches, index: int) -> None:
+    """A fault in a kernel the host block launches more than once says which launch it
+    was in (its kernel's name alone leaves that to the cycle)."""
+    name = launches[index].kernel
+    same = [i for i, launch in enumerate(launches) if launch.kernel == name]
+    if len(same) > 1:
+        nth = same.index(index) + 1
+        fault.details = (*fault.details, f"in kernel {name}'s launch {nth} of {len(same)} (the host "
+                                         f"block's launch {index + 1} of {len(launches)})")
+        fault.args = (fault.render(),)
+
+
 GLOBAL_OPS = {"halt": Machine._halt, "signal": Machine._signal, "signal_remote": Machine._signal_remote,
               "wait": Machine._wait, "barrier": Machine._barrier_op, "dma": Machine._dma_op,
               "dma_remote": Machine._dma_op}

@@ -321,6 +321,10 @@ def test_hbm_too_small_for_the_program_names_its_largest_buffers(tmp_path, capsy
     assert main(["run", str(asm), "--hw", "test", "--mesh", "1"]) == 1
     err = capsys.readouterr().err
     assert f"'big' f32[1048576, 128] 536,870,912 bytes (declared at {asm}:2)" in err and "Traceback" not in err
+    # Found at load, before anything runs (docs/safety.md): no trace is written.
+    trace = tmp_path / "big.mkt"
+    assert main(["run", str(asm), "--hw", "test", "--mesh", "1", "--trace", str(trace)]) == 1
+    assert "fault [out-of-memory]" in capsys.readouterr().err and not trace.exists()
 
 
 def test_max_cycle_guard_below_the_launch_cost_says_so(emu):
@@ -471,3 +475,25 @@ def test_the_max_cycle_guard_passed_by_local_instructions_names_the_cycle_past_i
     body = f"li s1, 100000\nloop:\n{latency}\naddi s1, s1, -1\nbne s1, s0, loop\nhalt"
     fault = fault_of(emu, body, config=RunConfig(max_cycles=1500))
     assert fault.kind == "max-cycles" and fault.cycle > 1500, fault.render()
+
+
+def test_a_fault_in_a_kernel_launched_twice_says_which_launch(tmp_path, capsys):
+    program = tmp_path / "two.mk"
+    program.write_text("""\
+kernel k(x: hbm i32[8, 128], n: i32) {
+    var q: i32 = 5 / n;
+}
+kernel once(x: hbm i32[8, 128]) {
+    var q: i32 = 1;
+}
+host {
+    input x: i32[8, 128];
+    launch k(x, 1);
+    launch once(x);
+    launch k(x, 0);
+}
+""")
+    assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fault [divide-by-zero]")
+    assert err.rstrip().endswith("in kernel k's launch 2 of 2 (the host block's launch 3 of 3)")
