@@ -346,6 +346,7 @@ def _failed_in(exc: BaseException, file: str | None, program_path: str | None) -
     function called at import failed in another module too), with its text and the
     columns to mark; the program if `file` is not known or not among them."""
     if file is not None:
+        linecache.checkcache(file)   # (a file edited since an earlier load in this process)
         if isinstance(exc, SyntaxError) and exc.filename == file and exc.lineno:
             end = exc.end_offset if exc.end_lineno in (None, exc.lineno) else None
             return {"file": file, "line": exc.lineno, "column": exc.offset or 1, "end_column": end,
