@@ -166,6 +166,7 @@ def _kept_arrays_file(cache_home, key: str):
 
 
 @pytest.mark.parametrize("damage", ["flip a data byte", "flip a checksum byte", "cut short", "add a byte",
+                                    "swap two words", "one bit flipped up and one down",
                                     "no checksum (an earlier version's file)"])
 def test_a_damaged_kept_array_file_is_made_afresh_and_written_over(cache_home, damage):
     import numpy as np
@@ -192,6 +193,11 @@ def test_a_damaged_kept_array_file_is_made_afresh_and_written_over(cache_home, d
         del data[-5:]
     elif damage == "add a byte":
         data += b"\0"
+    elif damage == "swap two words":            # (values 0..3 and 4..7: an XOR and a sum of words miss it)
+        data[at - 2:at + 14] = data[at + 6:at + 14] + data[at - 2:at + 6]
+    elif damage == "one bit flipped up and one down":
+        data[at - 2] ^= 4                        # (value 0 becomes 4 and value 4 becomes 0: the same
+        data[at + 6] ^= 4                        # bit of two words, as above)
     else:                                     # a plain .npy file of the right type and size
         np.save(path, np.full(14, 99, np.uint16))
         data = bytearray(path.read_bytes())
@@ -451,22 +457,27 @@ def test_a_damaged_compiled_file_of_a_module_compiled_at_first_call_is_cleared(c
     _fresh(module.__name__)
 
 
-@given(data=st.binary(max_size=80), cuts=st.lists(st.integers(0, 80), max_size=4), flip=st.integers(0, 639))
-def test_an_array_files_checksum_does_not_depend_on_how_its_bytes_arrive_and_sees_any_flipped_bit(data, cuts, flip):
+@given(data=st.binary(max_size=80), cuts=st.lists(st.integers(0, 80), max_size=4), flip=st.integers(0, 639),
+       swap=st.tuples(st.integers(0, 9), st.integers(0, 9)))
+def test_an_array_files_checksum_does_not_depend_on_how_its_bytes_arrive_and_sees_damage(data, cuts, flip, swap):
     import numpy as np
 
-    from mkemu.cache import Fold
+    from mkemu.cache import ArrayCheck
 
-    whole = Fold()
-    whole.update(np.frombuffer(data, np.uint8))
-    parts, at = Fold(), 0
-    for cut in sorted(min(c, len(data)) for c in cuts) + [len(data)]:
-        parts.update(np.frombuffer(data[at:cut], np.uint8))
-        at = cut
-    assert parts.digest() == whole.digest()
+    def check(raw: bytes, parts=()) -> bytes:
+        c, at = ArrayCheck(), 0
+        for cut in sorted(min(p, len(raw)) for p in parts) + [len(raw)]:
+            c.update(np.frombuffer(raw[at:cut], np.uint8))
+            at = cut
+        return c.digest()
+
+    assert check(data, cuts) == check(data)
     if data:
         damaged = bytearray(data)
         damaged[flip // 8 % len(data)] ^= 1 << flip % 8
-        other = Fold()
-        other.update(np.frombuffer(bytes(damaged), np.uint8))
-        assert other.digest() != whole.digest()
+        assert check(bytes(damaged)) != check(data)
+    words = [data[i:i + 8] for i in range(0, len(data) - len(data) % 8, 8)]
+    i, j = (k % len(words) for k in swap) if words else (0, 0)
+    if words and words[i] != words[j]:        # two 8-byte words swapped
+        words[i], words[j] = words[j], words[i]
+        assert check(b"".join(words) + data[len(words) * 8:]) != check(data)
