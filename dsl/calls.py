@@ -25,13 +25,14 @@ class Calls(Pipelines):
             first = names.index(decl.name)
             cycle = names[first:]
             # (Each fn of a cycle is checked on its own too: one report per cycle.) It names
-            # the calls that led into the cycle, the one that entered it included, but not
-            # the cycle's own calls: an fn's own check enters it at this very call.
+            # the calls the code here is inlined at, as any error does, but where the cycle
+            # came back to the very call that entered it (an fn's own check, `f` calling
+            # `f`), the calls of the cycle only repeat the place: those are left out.
             entered_here = self.inline_stack[first][1] == call.span
             if frozenset(cycle) not in self.cycles_reported:
                 self.cycles_reported.add(frozenset(cycle))
                 self.error(call.span, f"recursive fn call: {' -> '.join(cycle + [decl.name])} (fns are inlined)",
-                           self.error_context(outer=first if entered_here else first + 1))
+                           self.error_context(outer=first if entered_here else None))
             return
         if len(self.inline_stack) >= MAX_INLINE_DEPTH:   # (inlined recursively: Python's stack would overflow)
             self.limit_error("inline depth", call.span,

@@ -395,6 +395,13 @@ def test_a_recursion_an_fns_own_check_finds_names_no_call(tmp_path, monkeypatch)
     assert first == "prog.mk:1:16: error: recursive fn call: g -> f -> g (fns are inlined)"
 
 
+def test_a_recursion_entered_from_outside_its_cycle_names_every_call_its_place_is_inlined_at(tmp_path, monkeypatch):
+    src = "fn a(n: i32) { b(n); }\nfn b(n: i32) { c(n); }\nfn c(n: i32) { b(n); }\nkernel k() { a(1); }\n"
+    first = errors(src, tmp_path, monkeypatch).splitlines()[0]
+    assert first == ("prog.mk:3:16: error: recursive fn call: b -> c -> b (fns are inlined) "
+                     "(in fn 'c' inlined at prog.mk:2:16, in fn 'b' inlined at prog.mk:1:16)")
+
+
 @pytest.mark.parametrize("param, arg, message", [
     ("s: sem", "a", "parameter 's' of fn 'f' takes one semaphore, got the array 'a' of 2: index the array"),
     ("s: sem[3]", "a", "parameter 's' of fn 'f' takes an array of 3 semaphores, got the array 'a' of 2"),
