@@ -332,12 +332,24 @@ def _guard(load, shown: str, program_path: str | None, file: str | None = None):
     except ModuleNotFoundError as exc:
         raise ConfigError(f"reference {shown} failed to load: no module named {exc.name!r}",
                           **_failed_in(exc, file, program_path)) from None
-    except (Exception, SystemExit) as exc:  # a broken reference file is the user's error, not ours
-        # (SystemExit too: a sys.exit(0) in it would end mkemu with status 0, as if it passed)
+    except BaseException as exc:  # a broken reference file is the user's error, not ours
+        # (SystemExit and the like too: a sys.exit(0) in it would end mkemu with status 0,
+        # as if it passed; only an interrupt is the user's wish)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         where = _failed_in(exc, file, program_path)
         # (a syntax error's own text names its file and line: said by the location instead)
-        said = exc.msg if isinstance(exc, SyntaxError) and where.get("file") == exc.filename else exc
-        raise ConfigError(f"reference {shown} failed to load: {type(exc).__name__}: {said}", **where) from None
+        said = exc.msg if isinstance(exc, SyntaxError) and where.get("file") == exc.filename else _text(exc)
+        what = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+        raise ConfigError(f"reference {shown} failed to load: {what}", **where) from None
+
+
+def _text(exc: BaseException) -> str:
+    """str(exc), or a stand-in where the exception's own __str__ fails (user code)."""
+    try:
+        return str(exc)
+    except Exception:   # noqa: BLE001 - any failure of the user's __str__
+        return "(its message cannot be shown: its __str__ raises)"
 
 
 def _failed_in(exc: BaseException, file: str | None, program_path: str | None) -> dict:
@@ -348,17 +360,27 @@ def _failed_in(exc: BaseException, file: str | None, program_path: str | None) -
     if file is not None:
         linecache.checkcache(file)   # (a file edited since an earlier load in this process)
         if isinstance(exc, SyntaxError) and exc.filename == file and exc.lineno:
-            end = exc.end_offset if exc.end_lineno in (None, exc.lineno) else None
-            return {"file": file, "line": exc.lineno, "column": exc.offset or 1, "end_column": end,
-                    "source_line": linecache.getline(file, exc.lineno) or exc.text}
+            line = linecache.getline(file, exc.lineno) or exc.text or ""
+            end = exc.end_offset if exc.end_lineno in (None, exc.lineno) and exc.end_offset else None
+            return {"file": file, "line": exc.lineno, "column": _char_column(line, exc.offset or 1),
+                    "end_column": _char_column(line, end) if end else None,
+                    "source_line": line.rstrip("\r\n") or None}
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == file]
         if frames:
             frame = frames[-1]
-            column = frame.colno + 1 if frame.colno is not None else None
-            end = frame.end_colno + 1 if frame.end_colno is not None and frame.end_lineno == frame.lineno else None
+            line = linecache.getline(file, frame.lineno)
+            column = _char_column(line, frame.colno + 1) if frame.colno is not None else None
+            end = (_char_column(line, frame.end_colno + 1)
+                   if frame.end_colno is not None and frame.end_lineno == frame.lineno else None)
             return {"file": file, "line": frame.lineno, "column": column, "end_column": end,
-                    "source_line": linecache.getline(file, frame.lineno) or None}
+                    "source_line": line.rstrip("\r\n") or None}
     return {"file": program_path}
+
+
+def _char_column(line: str, byte_column: int) -> int:
+    """The 1-based column, in characters, of 1-based UTF-8 byte column `byte_column` of
+    `line` (Python counts a file's columns in bytes; a caret goes under characters)."""
+    return len(line.encode("utf-8")[:max(byte_column - 1, 0)].decode("utf-8", "ignore")) + 1
 
 
 def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
@@ -376,9 +398,11 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
         return fn(inputs, **kwargs)
     except MkemuError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
+    except BaseException as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         hint = ""
-        if isinstance(exc, KeyError) and exc.args and exc.args[0] not in inputs:
+        if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) and exc.args[0] not in inputs:
             # (most often `inputs["x"]`: the inputs are by buffer and chip)
             keys = sorted(map(str, inputs))
             hint = f"; its inputs are {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''} (name@chip)"
@@ -398,7 +422,9 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise
     except _CallerRaised as raised:    # (the caller's own exception, from its progress callable)
         raise raised.error from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the driver is the program's code, not ours
+    except BaseException as exc:  # noqa: BLE001 - the driver is the program's code, not ours
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise _raised(f"the program's driver {fn.__qualname__}", exc, fn, program_path) from None
     if not isinstance(figures, dict):
         raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
@@ -456,7 +482,8 @@ def _figures_problem(figures: dict) -> str | None:
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
     """The error for the program's own code (`who`, function `fn`) raising `exc`: named
     at the line of its file it failed at."""
-    return ConfigError(f"{who} raised {type(exc).__name__}: {exc}{_failed_at(exc, fn)}{hint}", file=program_path)
+    return ConfigError(f"{who} raised {type(exc).__name__}: {_text(exc)}{_failed_at(exc, fn)}{hint}",
+                       file=program_path)
 
 
 def _defined_at(fn) -> str:

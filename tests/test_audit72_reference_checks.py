@@ -128,6 +128,15 @@ def test_a_reference_function_the_file_lacks_is_an_error_at_the_reference_line(t
      11 * " " + "^^^^^^^"),
     ("import numpyy as np\n", "1:1", "no module named 'numpyy'", "import numpyy as np", 19 * "^"),
     ("import sys\nsys.exit(0)\n", "2:1", "SystemExit: 0", "sys.exit(0)", 11 * "^"),
+    # Columns in characters, not UTF-8 bytes; an exception whose message cannot be made,
+    # or that is not an Exception, is one error all the same (they were tracebacks).
+    ('x = "\u65e5\u672c\u8a9e"; y = 1/0\n', "1:16", "ZeroDivisionError: division by zero",
+     'x = "\u65e5\u672c\u8a9e"; y = 1/0', 15 * " " + "^^^"),
+    ('x = "\u00e9\u00e9"; y = 1 +* 2\n', "1:18", "SyntaxError: invalid syntax", 'x = "\u00e9\u00e9"; y = 1 +* 2',
+     17 * " " + "^"),
+    ("class E(Exception):\n    def __str__(self):\n        return 1 / 0\n\nraise E()\n", "5:1",
+     "E: (its message cannot be shown: its __str__ raises)", "raise E()", 9 * "^"),
+    ("raise GeneratorExit\n", "1:1", "GeneratorExit", "raise GeneratorExit", 19 * "^"),
 ])
 def test_a_reference_file_that_fails_to_load_is_one_error_at_its_line_with_a_caret(tmp_path, capsys, refs, where,
                                                                                   message, line, caret):
@@ -143,7 +152,7 @@ def test_a_reference_file_that_fails_to_load_is_a_config_error_at_its_line(tmp_p
     with pytest.raises(mkemu.ConfigError) as info:
         mkemu.compile_source(DOUBLE.format(fn="double"), str(tmp_path / "p.mk"), hw="test", mesh="1")
     error = info.value
-    assert (error.file, error.line, error.column, error.source_line) == (str(tmp_path / "r.py"), 2, 5, "x = (\n")
+    assert (error.file, error.line, error.column, error.source_line) == (str(tmp_path / "r.py"), 2, 5, "x = (")
     assert error.render().splitlines()[1:] == ["  x = (", "      ^"]
 
 
