@@ -305,6 +305,8 @@ class Kernel:
                               f"{type(inputs).__name__}", key="inputs")
         # A plain `name` is the same array on every chip, as when running: the reference
         # is given it under each `name@chip` not given on its own.
+        for key, value in inputs.items():
+            runner.refuse_masked(value, f"input {key}", key=str(key))
         given = {key: value for key, value in inputs.items() if "@" in str(key)}
         for key, value in inputs.items():
             if "@" not in str(key):

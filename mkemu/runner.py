@@ -121,9 +121,7 @@ def as_array(value, what: str, file: str | None = None, key: str | None = None) 
     (a ragged list) is a ConfigError naming `what`. So is a masked array: numpy would
     hand on its data and drop the mask, and the masked values (whatever the data holds
     under them) would be used as if they were given."""
-    if isinstance(value, np.ma.MaskedArray):
-        raise ConfigError(f"{what} is a masked array, whose mask would be dropped: give value.filled(fill) "
-                          "(with the value masked elements should take) or the plain data (value.data)", file=file, key=key)
+    refuse_masked(value, what, file, key)
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -139,6 +137,20 @@ def widened(array: np.ndarray) -> np.ndarray:
             if np.can_cast(array.dtype, wide, casting="safe"):
                 return array.astype(wide)
     return array
+
+
+def refuse_masked(value, what: str, file: str | None = None, key: str | None = None) -> None:
+    """A masked array, or a list or tuple holding one at any depth (`list(masked)`), is a
+    ConfigError naming `what`: numpy would hand on its data and drop the mask."""
+    stack = [value]
+    while stack:      # (a stack of its own: a list may nest deeper than Python's recursion)
+        item = stack.pop()
+        if isinstance(item, np.ma.MaskedArray):
+            raise ConfigError(f"{what} is a masked array, whose mask would be dropped: give value.filled(fill) "
+                              "(with the value masked elements should take) or the plain data (value.data)",
+                              file=file, key=key)
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None,

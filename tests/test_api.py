@@ -391,6 +391,8 @@ def _masked(shape, dtype=np.float32):
     lambda k, m: k({"a@0": m, "b": m.data}),                  # under name@chip
     lambda k, m: k.session().write("a", m),                   # a driver's write
     lambda k, m: k.session().write("a", m, chip=0),
+    lambda k, m: k(a=list(m), b=m.data),                      # rows of it in a list
+    lambda k, m: k(a=[m[0].tolist(), *m[1:]], b=m.data),      # one deep inside
 ])
 def test_a_masked_input_is_refused_not_written_without_its_mask(write):
     kernel = mkemu.compile("vector_add", hw="test", mesh="1")
@@ -411,6 +413,8 @@ def test_masked_bf16_bits_and_expected_outputs_are_refused_too():
     run = mkemu.compile("vector_add", hw="test", mesh="1")(a=np.ones((8, 1024), np.float32), b=np.ones((8, 1024), np.float32))
     with pytest.raises(mkemu.ConfigError, match=re.escape("expected output 'out' is a masked array")):
         run.check({"out": _masked((8, 1024)) * 2})      # (a check that ignored the mask would pass)
+    with pytest.raises(mkemu.ConfigError, match=re.escape("input a is a masked array")):
+        run.kernel.expected({"a": _masked((8, 1024)), "b": np.ones((8, 1024), np.float32)})
 
 
 def test_progress_must_be_callable_and_a_buffer_of_that_name_goes_in_the_dict():
