@@ -302,7 +302,7 @@ def load_reference_named(reference: str, program_path: str | None):
     if not target:
         target, func = reference, "reference"
     if not target.endswith(".py"):
-        module = _import(target, target, program_path)
+        module = _import(target, target, program_path, _module_file(target))
         where = f"module {target}"
     else:
         base = Path(program_path).parent if program_path else Path.cwd()
@@ -327,6 +327,17 @@ def load_reference_named(reference: str, program_path: str | None):
     if not callable(fn):
         raise ConfigError(f"{where} has no function {func!r}", file=program_path)
     return fn
+
+
+def _module_file(name: str) -> str | None:
+    """The file module `name` would be imported from, if it is found and is one (its
+    errors are then placed in it), else None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:   # noqa: BLE001 - a parent package that fails to import, a bad name: the import says
+        return None
+    origin = getattr(spec, "origin", None)
+    return origin if origin and os.path.isfile(origin) else None
 
 
 def _import(name: str, shown: str, program_path: str | None, file: str | None = None):

@@ -146,6 +146,19 @@ def test_a_reference_file_that_fails_to_load_is_one_error_at_its_line_with_a_car
                                 f"{message}", f"  {line}", f"  {caret}"]
 
 
+def test_a_reference_module_that_fails_to_import_is_placed_in_its_file(tmp_path, monkeypatch):
+    # (a `module:function` reference was placed at the program's line only)
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "mkemu_test_badmod.py").write_text("X = 1\nY = X / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    source = DOUBLE.replace('"r.py:{fn}"', '"mkemu_test_badmod:double"').format()
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile_source(source, str(tmp_path / "p.mk"), hw="test", mesh="1")
+    assert str(info.value).splitlines() == [
+        f"{tmp_path / 'mods' / 'mkemu_test_badmod.py'}:2:5: error: reference mkemu_test_badmod failed to load: "
+        "ZeroDivisionError: division by zero", "  Y = X / 0", "      ^^^^^"]
+
+
 def test_a_reference_file_that_fails_to_load_is_a_config_error_at_its_line(tmp_path):
     # (the API's class for a failing reference, docs/api.md; its line and column as fields)
     (tmp_path / "r.py").write_text("x = 1\nx = (\n")
