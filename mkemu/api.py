@@ -303,15 +303,12 @@ class Kernel:
         if not isinstance(inputs, Mapping):
             raise ConfigError(f"expected() takes the inputs as a dict name@chip -> array (e.g. run.inputs), not "
                               f"{type(inputs).__name__}", key="inputs")
-        # A plain `name` is the same array on every chip, as when running: the reference
-        # is given it under each `name@chip` not given on its own.
-        for key, value in inputs.items():
-            runner.refuse_masked(value, f"input {key}", key=str(key))
-        given = {key: value for key, value in inputs.items() if "@" in str(key)}
-        for key, value in inputs.items():
-            if "@" not in str(key):
-                for chip in range(self.chips):
-                    given.setdefault(f"{key}@{chip}", value)
+        # As a run takes them: checked, each chip's values as its buffer holds them (a
+        # plain `name` the same on every chip; bf16 rounded, ...), and a buffer not given
+        # zeros.
+        given = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
+                 for b in self.program.buffers if b.kind in INPUT_KINDS for chip in range(self.chips)}
+        given.update({key: values for key, (_, _, _, values) in self._stored(inputs).items()})
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
@@ -335,6 +332,21 @@ class Kernel:
         return machine, recorder
 
     def _write_inputs(self, machine, given: Mapping[str, np.ndarray], source: str | None = None) -> dict:
+        """Write `given` into the machine's buffers; what was written (`_stored`)."""
+        written = {}
+        for key, (buf, chip, stored, values) in self._stored(given, source).items():
+            try:
+                machine.write_buffer(chip, buf.name, stored)
+            except ValueError as exc:
+                raise ConfigError(str(exc), file=source, key=key) from None
+            written[key] = values
+        return written
+
+    def _stored(self, given: Mapping[str, np.ndarray], source: str | None = None) -> dict:
+        """`given` (`name` or `name@chip` keys) checked and put in each buffer's storage
+        form, per `name@chip`: (buffer, chip, the bytes as HBM holds them, and the values
+        the buffer then holds: bf16-rounded float32, float32, int32, quantised MXFP4, as
+        the reference contract hands them on, not the array as given)."""
         names = {b.name for b in self.program.buffers}
         arrays = {}
         for key in given:
@@ -351,7 +363,7 @@ class Kernel:
             arrays[key] = runner.widened(array)
             runner.check_values(name, self.program.buffer(name).dtype, arrays[key], file=source, key=key,
                                 given=array.dtype)
-        written = {}
+        stored = {}
         for buf in self.program.buffers:
             for chip in range(self.chips):
                 key = f"{buf.name}@{chip}" if f"{buf.name}@{chip}" in arrays else buf.name
@@ -359,18 +371,17 @@ class Kernel:
                 if array is None:
                     continue
                 try:
-                    stored = runner.to_storage(array, buf.dtype)
-                    machine.write_buffer(chip, buf.name, stored)
+                    bits = runner.to_storage(array, buf.dtype)
+                    if np.shape(bits) != buf.storage_shape:   # (as the machine's write says it)
+                        raise ValueError(f"buffer {buf.name}: shape {np.shape(bits)} != declared {buf.storage_shape}")
+                    values = runner.from_storage(bits, buf.dtype, buf.shape)
                 except ValueError as exc:
                     raise ConfigError(str(exc), file=source, key=key) from None
-                # What was written, as the reference contract hands it on: the values the
-                # buffer holds (bf16-rounded float32, float32, int32, quantised MXFP4), not
-                # the array as given (float64, int8, a list, ...). A copy: an f32 array
-                # may pass through as itself, and a caller that refills it for the next
-                # run must not change what this run's check() compares against.
-                written[f"{buf.name}@{chip}"] = np.array(
-                    runner.from_storage(stored, buf.dtype, buf.shape)).reshape(buf.shape)
-        return written
+                # (A copy: an f32 array may pass through as itself, and a caller that
+                # refills it for the next run must not change what this run's check()
+                # compares against.)
+                stored[f"{buf.name}@{chip}"] = (buf, chip, bits, np.array(values).reshape(buf.shape))
+        return stored
 
 
 def hw_profile(hw: str):
@@ -503,11 +514,8 @@ class Run:
         # and by its key alone when the caller did.
         source = self.kernel.program.reference or self.kernel.path if expected is None else None
         if expected is None:
-            # A buffer not given started as zeros: the reference sees it so too.
-            zeros = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
-                     for b in self.kernel.program.buffers if b.kind in INPUT_KINDS
-                     for chip in range(self.kernel.chips)}
-            expected = self.kernel.expected({**zeros, **self.inputs})
+            # (a buffer not given started as zeros: `expected` hands the reference zeros too)
+            expected = self.kernel.expected(self.inputs)
             self._check_covered(expected, source)
         elif not isinstance(expected, Mapping):
             raise ConfigError(f"check() takes a dict of expected outputs (name or name@chip -> array), not "

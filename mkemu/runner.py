@@ -550,7 +550,9 @@ def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int, dtyp
         # expected float is compared as the number it is (float64 holds every int32).
         same = expected.astype(np.float64) == actual.astype(np.float64) if expected.dtype.kind == "f" else (
             expected == actual)
-    elif expected.dtype.kind == "f":
+    elif expected.dtype.kind in "fbiu":
+        # A float buffer: the expected values converted to float32 (integers and bools
+        # too), then compared bit for bit (+0 and -0 differ).
         e32, a32 = expected.astype(np.float32), actual.astype(np.float32)
         same = (e32.view(np.uint32) == a32.view(np.uint32)) | (np.isnan(e32) & np.isnan(a32))
     else:

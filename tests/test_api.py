@@ -413,7 +413,7 @@ def test_masked_bf16_bits_and_expected_outputs_are_refused_too():
     run = mkemu.compile("vector_add", hw="test", mesh="1")(a=np.ones((8, 1024), np.float32), b=np.ones((8, 1024), np.float32))
     with pytest.raises(mkemu.ConfigError, match=re.escape("expected output 'out' is a masked array")):
         run.check({"out": _masked((8, 1024)) * 2})      # (a check that ignored the mask would pass)
-    with pytest.raises(mkemu.ConfigError, match=re.escape("input a is a masked array")):
+    with pytest.raises(mkemu.ConfigError, match=re.escape("buffer a is a masked array")):
         run.kernel.expected({"a": _masked((8, 1024)), "b": np.ones((8, 1024), np.float32)})
 
 
@@ -619,3 +619,31 @@ def test_check_takes_name_at_chip_over_name_as_inputs_do():
     assert run.check({"out": zeros, "out@1": ones}) is None and run.report.bit_exact
     mismatch = run.check({"out": ones, "out@1": ones})
     assert "on chip 0" in mismatch.render() and not run.report.bit_exact
+
+
+def test_check_converts_integer_and_bool_expected_values_of_a_float_buffer_to_float32_bits():
+    """They were compared by value: a -0.0 output passed against the integer 0."""
+    kernel = mkemu.compile("vector_add", hw="test", mesh="1")
+    minus = np.full((8, 1024), -0.0, np.float32)
+    run = kernel(a=minus, b=minus)
+    for zeros in (np.zeros((8, 1024), np.int64), np.zeros((8, 1024), bool)):
+        assert run.check({"out": zeros}) is not None           # +0 and -0 differ
+    assert run.check({"out": np.full((8, 1024), -0.0)}) is None
+    big = np.full((8, 1024), 16777216.0, np.float32)
+    run = kernel(a=big, b=np.zeros_like(big))
+    assert run.check({"out": np.full((8, 1024), 16777217, np.int64)}) is None   # float32(16777217) is 2^24
+
+
+def test_expected_takes_inputs_as_a_run_does():
+    """Rounded into their buffers (w is bf16), a buffer not given as zeros, bad keys refused."""
+    kernel = mkemu.compile("rmsnorm", hw="test", mesh="1")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1024)).astype(np.float32)
+    w = rng.standard_normal((1, 1024)).astype(np.float32)     # not bf16 values
+    run = kernel(x=x, w=w)
+    assert run.check(kernel.expected({"x": x, "w": w})) is None and run.check() is None
+    assert run.check(kernel.expected({"x": x})) is not None                      # w as zeros
+    for bad, message in (({"x": x, "zzz": x}, "no buffer named 'zzz'"), ({"x@5": x}, "chip must be 0..0"),
+                         ({1: x}, "inputs are named by buffer")):
+        with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
+            kernel.expected(bad)
