@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import linecache
+import math
 import numbers
 import os
 import re
@@ -123,9 +124,27 @@ def as_array(value, what: str, file: str | None = None, key: str | None = None) 
     under them) would be used as if they were given."""
     refuse_masked(value, what, file, key)
     try:
-        return np.asarray(value)
+        array = np.asarray(value)
+        if array.dtype.kind == "f" and isinstance(value, (list, tuple)) and _only_ints(value):
+            # Python integers numpy made floats (one of them beyond int64 beside others):
+            # kept as the integers they are, for one rounding into the buffer.
+            array = np.array(value, dtype=object)
+        return array
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{what} is not an array: {str(exc).splitlines()[0]}", file=file, key=key) from None
+
+
+def _only_ints(value) -> bool:
+    """Is every leaf of nested lists and tuples `value` a Python integer (not a float, a
+    numpy scalar or an array)?"""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif not isinstance(item, int):
+            return False
+    return True
 
 
 def widened(array: np.ndarray) -> np.ndarray:
@@ -160,18 +179,14 @@ def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = N
     format, as documented). `given`: the type the caller's array had, if `values` is
     that array `widened` (a bfloat16 array is named as one, not as the float32 it became).
     Integers numpy holds as objects (a list holding one beyond int64) are integers: out
-    of range for an i32 buffer, where they are reported as any others are."""
+    of range for an i32 buffer, where they are reported as any others are; a float
+    buffer rounds them once (`to_storage`)."""
     kind = values.dtype.kind
     where = dict(file=file, key=key or name)
     shown = values.dtype if given is None else given
     integers = _object_integers(values)
     if kind not in "biuf" and not integers:
         raise ConfigError(f"buffer {name} ({dtype}): got an array of {shown}, not numbers", **where)
-    if integers and dtype != "i32":
-        raise ConfigError(f"buffer {name} ({dtype}): got integers {values.min()}..{values.max()} held as Python "
-                          "objects (as numpy holds those beyond int64); give them as floats "
-                          "(np.asarray(values, np.float64))",
-                          **where)
     if dtype != "i32":
         return
     if kind == "f":
@@ -197,11 +212,29 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
 
     # Rounding to float32 takes a float64 beyond its range to +-inf, as documented: no warning.
     with np.errstate(over="ignore"):
+        if array.dtype.kind == "O" and dtype != "i32":     # (Python integers, checked by check_values)
+            array = np.frompyfunc(_int_to_float64_odd, 1, 1)(array).astype(np.float64)
         if dtype == "bf16":
             return f32_to_bf16_bits(_f32_for_bf16(np.asarray(array)))
         if dtype == "mxfp4":
             return mxfp4_to_bytes(array)
         return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
+
+
+def _int_to_float64_odd(value: int) -> float:
+    """A Python integer as a float64 rounded to odd (toward zero, the last bit set when
+    anything was dropped): rounding that once more to float32 or bf16 (24 or 8 bits, at
+    least 2 fewer than float64's 53) rounds as the integer itself would, once."""
+    size = abs(value)
+    if size < 1 << 53:
+        return float(value)
+    shift = size.bit_length() - 53
+    kept = size >> shift | (1 if size & ((1 << shift) - 1) else 0)
+    try:
+        result = math.ldexp(kept, shift)
+    except OverflowError:   # (beyond float64, so beyond float32 too)
+        result = math.inf
+    return -result if value < 0 else result
 
 
 def _f32_for_bf16(values: np.ndarray) -> np.ndarray:

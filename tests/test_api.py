@@ -358,13 +358,27 @@ def test_integers_held_as_objects_are_integers_whatever_the_buffer():
     assert kernel(as_objects).check() is None          # that fit in int32: taken, as any integer type
     vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
     ones = np.ones((8, 1024), np.float32)
-    with pytest.raises(mkemu.ConfigError, match=re.escape(
-            "a: error: buffer a (f32): got integers 1180591620717411303424..1180591620717411303424 held as "
-            "Python objects (as numpy holds those beyond int64); give them as floats")):
-        vector_add(a=np.full((8, 1024), 2**70, object), b=ones)
+    assert vector_add(a=np.full((8, 1024), 2**70, object), b=ones).inputs["a@0"][0, 0] == np.float32(2.0**70)
     with pytest.raises(mkemu.ConfigError, match=re.escape("buffer a (f32): got an array of object, not numbers")):
         vector_add(a=np.full((8, 1024), None, object), b=ones)
     assert vector_add(a=np.full((8, 1024), 2.0**70), b=ones).output("out")[0, 0] == np.float32(2.0**70)
+
+
+def test_python_integers_beyond_int64_in_a_list_are_rounded_once_into_a_float_buffer():
+    """numpy makes such a list float64 (rounded once already); they were rounded twice
+    (2^63 + 2^39 + 1 became 2^63, not the nearest float32, 2^63 + 2^40) or, for an i32
+    buffer, called floats."""
+    zeros = np.zeros((8, 1024), np.float32)
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    held = vector_add(a=[[2**63 + 2**39 + 1] + [0] * 1023] * 8, b=zeros).inputs["a@0"]
+    assert int(held[0, 0]) == 2**63 + 2**40
+    rmsnorm = mkemu.compile("rmsnorm", hw="test", mesh="1")                       # w is bf16
+    held = rmsnorm(x=zeros, w=[[2**63 + 2**55 + 1] + [0] * 1023]).inputs["w@0"]
+    assert int(held[0, 0]) == 2**63 + 2**56
+    assert vector_add(a=[[-10**400] + [0] * 1023] * 8, b=zeros).inputs["a@0"][0, 0] == -np.inf
+    with pytest.raises(mkemu.ConfigError, match=re.escape("buffer counts (i32): values 0..9223372036854775808 do "
+                                                          "not all fit in int32")):
+        mkemu.compile("all_to_all", hw="test", mesh="1")(counts=[[2**63] + [0] * 31] * 2)
 
 
 def test_booleans_are_the_numbers_0_and_1_for_any_buffer():
