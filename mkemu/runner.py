@@ -186,7 +186,10 @@ def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = N
     shown = values.dtype if given is None else given
     integers = _object_integers(values)
     if kind not in "biuf" and not integers:
-        raise ConfigError(f"buffer {name} ({dtype}): got an array of {shown}, not numbers", **where)
+        # (np.savez keeps an ml_dtypes array's bytes but not its type: it comes back as void)
+        hint = ("; a bfloat16 or float8 array saved with np.savez comes back as bytes without its type: "
+                "save it as float32" if kind == "V" and values.dtype.names is None and shown == values.dtype else "")
+        raise ConfigError(f"buffer {name} ({dtype}): got an array of {shown}, not numbers{hint}", **where)
     if dtype != "i32":
         return
     if kind == "f":

@@ -537,3 +537,13 @@ def test_an_output_onto_a_profile_the_hw_profile_extends_is_refused(capsys, tmp_
         code, _, err = cli(capsys, *argv)
         assert code == 1 and "base.toml is a profile the --hw profile extends" in err, err
     assert (tmp_path / "base.toml").read_bytes() == before
+
+
+def test_an_npz_input_saved_from_a_bfloat16_array_says_how_to_save_it(capsys, tmp_path):
+    import ml_dtypes
+
+    path = tmp_path / "in.npz"
+    np.savez(path, a=np.ones((8, 1024), ml_dtypes.bfloat16), b=np.ones((8, 1024), np.float32))
+    code, _, err = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--inputs", str(path))
+    assert code == 1 and err.strip().endswith("got an array of |V2, not numbers; a bfloat16 or float8 array saved "
+                                              "with np.savez comes back as bytes without its type: save it as float32")
