@@ -136,7 +136,7 @@ def check_axes(axes: list[Axis]) -> None:
                     what = "mesh" if axis.key == "mesh" else "value"
                     said = f"{spelt[first]} and {spelt[i]} are one {what}, given twice"
                 else:
-                    said = f"{spelt[i] if axis.key == 'mesh' else _show(axis.values[i])} is given twice"
+                    said = f"{spelt[i] if spelt else _show(axis.values[i])} is given twice"
                 raise ConfigError(f"{said}: each value is one point of the sweep", key=flag)
         if axis.key in seen:
             raise ConfigError(f"{axis.key} is varied twice; give its values once: --hw-set {axis.key}=V1,V2,...",

@@ -172,7 +172,7 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
     ((), "--hw-set: error: nothing to sweep: give --hw-set KEY=V1,V2,... and/or --mesh M1,M2,..."),
     (("--mesh", "1", "--plot", "{out}"), "--plot: error: --out and --plot both write"),
     # A value given twice was two points at one x; the profile's dims beside --mesh varied nothing.
-    (("--hw-set", "clock_hz=1e9,2e9,1e9"), "--hw-set chip.clock_hz: error: 1e+09 is given twice"),
+    (("--hw-set", "clock_hz=1e9,2e9,1e9"), "--hw-set chip.clock_hz: error: 1e9 is given twice"),
     (("--mesh", "1,2,1"), "--mesh: error: 1 is given twice"),
     # Two spellings of one point were two points (the same run twice, one x twice); both are named.
     (("--mesh", "1,2,1x1x1"), "--mesh: error: 1 and 1x1x1 are one mesh, given twice: each value is one point"),
