@@ -93,11 +93,13 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
         raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path) from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ConfigError("inputs must be a .npz file (np.savez) of arrays named by buffer", file=path)
+    arrays = {}
     with data:
-        try:
-            arrays = {k: data[k] for k in data.files}
-        except damaged as exc:
-            raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path) from None
+        for k in data.files:
+            try:
+                arrays[k] = data[k]
+            except damaged as exc:   # (named by the array: an object array, a damaged member)
+                raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path, key=k) from None
     if not arrays:
         raise ConfigError("the file holds no arrays (give one per input buffer, keyed name or name@chip)",
                           file=path)

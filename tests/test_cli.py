@@ -547,3 +547,11 @@ def test_an_npz_input_saved_from_a_bfloat16_array_says_how_to_save_it(capsys, tm
     code, _, err = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--inputs", str(path))
     assert code == 1 and err.strip().endswith("got an array of |V2, not numbers; a bfloat16 or float8 array saved "
                                               "with np.savez comes back as bytes without its type: save it as float32")
+
+
+def test_an_npz_array_that_cannot_be_read_is_named(capsys, tmp_path):
+    path = tmp_path / "in.npz"
+    np.savez(path, a=np.ones((8, 1024), np.float32), b=np.array([1, "x"], dtype=object))
+    code, _, err = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--inputs", str(path))
+    assert code == 1 and err.strip() == (f"{path}: b: error: cannot read inputs: Object arrays cannot be loaded "
+                                         "when allow_pickle=False")
