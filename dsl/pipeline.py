@@ -267,7 +267,15 @@ class Pipe:
         got_slots, default_depth = {}, self.depth_given
         # A prefetch starts input tiles only: the outputs and the body belong to the primed run.
         streams = self.inputs if part == "prefetch" else self.streams
-        out_of_range = self.check_all_tiles(streams, n) if part == "whole" else set()
+        # (a prefetch issues only the first tiles: their range is the primed run's to check)
+        out_of_range = self.check_all_tiles(streams, n) if part != "prefetch" else set()
+        for st in (st for st in streams if st.name in out_of_range and st.via is not None):
+            # A stream in error issues and waits nothing here: what the prefetch part
+            # started on its semaphores is not also a copy never waited for.
+            sems = self.c.expr(st.via[1], self.scope)
+            if isinstance(sems, ir.SemRef):
+                self.c.ctx.signalled.add(sems.sem)
+                self.c.ctx.waited.add(sems.sem)
         # Streams `via` existing slots first: without a `depth`, theirs is the pipeline's, so
         # the fresh slots of the other streams take it (else 2).
         for st in sorted(streams, key=lambda st: st.via is None):

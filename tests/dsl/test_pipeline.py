@@ -161,3 +161,24 @@ pipeline t in 0..5 {
         "prog.mk:6:29: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
         "prog.mk:7:32: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
     ]
+
+
+def test_a_primed_pipelines_stream_out_of_range_is_one_error_over_every_tile(tmp_path, monkeypatch):
+    """As in a whole pipeline; the prefetch part's copies are not then also never waited."""
+    out = kernel_errors("""\
+vmem ring: bf16[2][128, 128];
+sem rs[2];
+pipeline t in 0..3 part prefetch {
+    input wt = w[0:128, t * 128 +: 128] via ring, rs;
+}
+pipeline t in 0..3 part primed {
+    input wt = w[0:128, t * 128 +: 128] via ring, rs;
+    output yt = w[128:256, t * 128 +: 128];
+    yt = wt;
+}
+""", tmp_path, monkeypatch)
+    lines = [line for line in out.splitlines() if "error" in line]
+    assert lines == [
+        "prog.mk:11:29: error: slice reaching 0..384 is out of range for dimension 1 of 'w' (size 256)",
+        "prog.mk:12:32: error: slice reaching 0..384 is out of range for dimension 1 of 'w' (size 256)",
+    ]
