@@ -60,7 +60,12 @@ def compile(program: str, options: Options | None = None, **changes) -> Kernel: 
         raise ConfigError(f"program must be a file path or a shipped program's name, not {program!r}",
                           key="program")
     check_path(os.fspath(program), "program")
-    path = resolve(os.fspath(program))
+    try:
+        path = resolve(os.fspath(program))
+    except ConfigError as exc:
+        if exc.key != "PROGRAM":   # (the command line's name for it)
+            raise
+        raise ConfigError(exc.message, file=exc.file, key="program") from None
     return Kernel._build(path, read_program(path), Options.of(options, **changes))
 
 

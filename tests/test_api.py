@@ -661,3 +661,9 @@ def test_expected_takes_inputs_as_a_run_does():
                          ({1: x}, "inputs are named by buffer")):
         with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
             kernel.expected(bad)
+
+
+def test_an_empty_program_name_is_keyed_by_the_api_field():
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile("")
+    assert info.value.key == "program" and "no program given" in str(info.value)
