@@ -121,32 +121,36 @@ def _why(exc: Exception) -> str:
 
 def as_array(value, what: str, file: str | None = None, key: str | None = None) -> np.ndarray:
     """`value` (an array, a nested list, ...) as a numpy array; one numpy cannot make
-    (a ragged list) is a ConfigError naming `what`. So is a masked array: numpy would
-    hand on its data and drop the mask, and the masked values (whatever the data holds
-    under them) would be used as if they were given."""
-    refuse_masked(value, what, file, key)
+    (a ragged list) is a ConfigError naming `what`. So is a masked array, bare or in a
+    list: numpy would hand on its data and drop the mask, and the masked values
+    (whatever the data holds under them) would be used as if they were given."""
+    only_ints = _list_of_ints(value, what, file, key)
     try:
         array = np.asarray(value)
-        if array.dtype.kind == "f" and isinstance(value, (list, tuple)) and _only_ints(value):
-            # Python integers numpy made floats (one of them beyond int64 beside others):
-            # kept as the integers they are, for one rounding into the buffer.
-            array = np.array(value, dtype=object)
-        return array
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{what} is not an array: {str(exc).splitlines()[0]}", file=file, key=key) from None
+    if only_ints and array.dtype.kind == "f" and array.size:
+        # Python integers numpy made floats (one of them beyond int64 beside others):
+        # kept as the integers they are, for one rounding into the buffer.
+        array = np.array(value, dtype=object)
+    return array
 
 
-def _only_ints(value) -> bool:
-    """Is every leaf of nested lists and tuples `value` a Python integer (not a float, a
-    numpy scalar or an array)?"""
-    stack = [value]
-    while stack:
+def _list_of_ints(value, what: str, file: str | None, key: str | None) -> bool:
+    """Is `value` nested lists and tuples of Python integers only? A masked array, bare
+    or at any depth of them, is a ConfigError naming `what`."""
+    ints, stack = isinstance(value, (list, tuple)), [value]
+    while stack:      # (a stack of its own: a list may nest deeper than Python's recursion)
         item = stack.pop()
         if isinstance(item, (list, tuple)):
             stack.extend(item)
+        elif isinstance(item, np.ma.MaskedArray):
+            raise ConfigError(f"{what} is a masked array, whose mask would be dropped: give value.filled(fill) "
+                              "(with the value masked elements should take) or the plain data (value.data)",
+                              file=file, key=key)
         elif not isinstance(item, int):
-            return False
-    return True
+            ints = False
+    return ints
 
 
 def widened(array: np.ndarray) -> np.ndarray:
@@ -158,20 +162,6 @@ def widened(array: np.ndarray) -> np.ndarray:
             if np.can_cast(array.dtype, wide, casting="safe"):
                 return array.astype(wide)
     return array
-
-
-def refuse_masked(value, what: str, file: str | None = None, key: str | None = None) -> None:
-    """A masked array, or a list or tuple holding one at any depth (`list(masked)`), is a
-    ConfigError naming `what`: numpy would hand on its data and drop the mask."""
-    stack = [value]
-    while stack:      # (a stack of its own: a list may nest deeper than Python's recursion)
-        item = stack.pop()
-        if isinstance(item, np.ma.MaskedArray):
-            raise ConfigError(f"{what} is a masked array, whose mask would be dropped: give value.filled(fill) "
-                              "(with the value masked elements should take) or the plain data (value.data)",
-                              file=file, key=key)
-        if isinstance(item, (list, tuple)):
-            stack.extend(item)
 
 
 def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = None, key: str | None = None,
@@ -218,7 +208,7 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     # Rounding to float32 takes a float64 beyond its range to +-inf, as documented: no warning.
     with np.errstate(over="ignore"):
         if array.dtype.kind == "O" and dtype != "i32":     # (Python integers, checked by check_values)
-            array = np.frompyfunc(_int_to_float64_odd, 1, 1)(array).astype(np.float64)
+            array = np.frompyfunc(lambda v: _int_to_odd(v, 53), 1, 1)(array).astype(np.float64)
         if dtype == "bf16":
             return f32_to_bf16_bits(_f32_for_bf16(np.asarray(array)))
         if dtype == "mxfp4":
@@ -226,14 +216,13 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
         return np.asarray(array, {"f32": np.float32, "i32": np.int32}[dtype])
 
 
-def _int_to_float64_odd(value: int) -> float:
-    """A Python integer as a float64 rounded to odd (toward zero, the last bit set when
-    anything was dropped): rounding that once more to float32 or bf16 (24 or 8 bits, at
-    least 2 fewer than float64's 53) rounds as the integer itself would, once."""
+def _int_to_odd(value: int, bits: int) -> float:
+    """A Python integer rounded to `bits` significant bits to odd (toward zero, the last
+    kept bit set when anything was dropped), as a float (inf beyond float64). Rounding
+    that once more to a format of at least 2 bits fewer (float64's 53 to float32's 24,
+    float32's 24 to bf16's 8) rounds as the integer itself would, once."""
     size = abs(value)
-    if size < 1 << 53:
-        return float(value)
-    shift = size.bit_length() - 53
+    shift = max(size.bit_length() - bits, 0)
     kept = size >> shift | (1 if size & ((1 << shift) - 1) else 0)
     try:
         result = math.ldexp(kept, shift)
@@ -255,7 +244,7 @@ def _f32_for_bf16(values: np.ndarray) -> np.ndarray:
         return values.astype(np.float32, copy=False)
     if kind in "iu" and size == 8 and values.size and (values.max() > 2**53 or values.min() < -2**53):
         # Beyond 2^53 a float64 holds these no better than float32 does: to odd exactly, as Python ints.
-        return np.array([_int_to_f32_odd(int(v)) for v in values.reshape(-1)], np.float32).reshape(values.shape)
+        return np.array([_int_to_odd(int(v), 24) for v in values.reshape(-1)], np.float32).reshape(values.shape)
     # Exact for the rest: float64 or integers within 2^53 as float64, a longdouble as it is
     # (through float64 it would be rounded twice).
     wide = values if kind == "f" and size > 8 else values.astype(np.float64)
@@ -268,16 +257,6 @@ def _f32_for_bf16(values: np.ndarray) -> np.ndarray:
         bits[inexact] |= np.uint32(1)
         f32 = bits.view(np.float32)
     return f32
-
-
-def _int_to_f32_odd(v: int) -> float:
-    """An integer rounded to float32's 24 significant bits, to odd."""
-    m = abs(v)
-    shift = max(m.bit_length() - 24, 0)
-    q = m >> shift
-    if shift and m & ((1 << shift) - 1):
-        q |= 1
-    return float(q << shift) * (-1 if v < 0 else 1)
 
 
 def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
