@@ -166,8 +166,7 @@ class Machine(DmaMixin):
     def _buffer_data(self, name: str, array: np.ndarray):
         buf = self.program.buffer(name)
         data = np.asarray(array, dtype=NP_DTYPES[buf.dtype])
-        if data.shape != buf.storage_shape:   # (before ascontiguousarray, which makes a 0-d array 1-d)
-            raise ValueError(f"buffer {name}: shape {data.shape} != declared {buf.storage_shape}")
+        buf.check_storage_shape(data.shape)   # (before ascontiguousarray, which makes a 0-d array 1-d)
         return buf, np.ascontiguousarray(data).view(np.uint8).reshape(-1)
 
     def _check_chip(self, chip) -> None:

@@ -56,6 +56,11 @@ class Buffer:
         buffer's shape, or for MXFP4 its stored bytes."""
         return (self.size_bytes,) if self.dtype == "mxfp4" else self.shape
 
+    def check_storage_shape(self, shape: tuple[int, ...]) -> None:
+        """ValueError unless `shape` is `storage_shape` (the array a write gives)."""
+        if tuple(shape) != self.storage_shape:
+            raise ValueError(f"buffer {self.name}: shape {tuple(shape)} != declared {self.storage_shape}")
+
 
 @attrs.frozen
 class Extent:

@@ -311,9 +311,11 @@ class Kernel:
         # As a run takes them: checked, each chip's values as its buffer holds them (a
         # plain `name` the same on every chip; bf16 rounded, ...), and a buffer not given
         # zeros.
-        given = {f"{b.name}@{chip}": np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
-                 for b in self.program.buffers if b.kind in INPUT_KINDS for chip in range(self.chips)}
-        given.update({key: values for key, (_, _, _, values) in self._stored(inputs).items()})
+        given = {key: values for key, (_, _, _, values) in self._stored(inputs).items()}
+        for b in self.program.buffers:
+            for key in (f"{b.name}@{chip}" for chip in range(self.chips)):
+                if b.kind in INPUT_KINDS and key not in given:
+                    given[key] = np.zeros(b.shape, np.int32 if b.dtype == "i32" else np.float32)
         kwargs = {"chips": self.chips, "cores_per_chip": self.cores_per_chip}
         if "mesh" in inspect.signature(self.reference).parameters:
             kwargs["mesh"] = tuple(self.mesh.dims)   # reduction orders may follow the mesh
@@ -377,8 +379,7 @@ class Kernel:
                     continue
                 try:
                     bits = runner.to_storage(array, buf.dtype)
-                    if np.shape(bits) != buf.storage_shape:   # (as the machine's write says it)
-                        raise ValueError(f"buffer {buf.name}: shape {np.shape(bits)} != declared {buf.storage_shape}")
+                    buf.check_storage_shape(np.shape(bits))
                     values = runner.from_storage(bits, buf.dtype, buf.shape)
                 except ValueError as exc:
                     raise ConfigError(str(exc), file=source, key=key) from None
