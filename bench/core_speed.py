@@ -145,6 +145,13 @@ result, wall = once()
 print(json.dumps({"wall_s": wall, "instructions": result.instructions, "cycles": result.cycles}))
 """
 
+# The matmul's x and w (float32; both scripts round them into bf16 buffers).
+MATMUL_INPUTS = """
+rng = np.random.default_rng(0)
+x = rng.standard_normal((8, 2048)).astype(np.float32)
+w = rng.standard_normal((2048, 2048)).astype(np.float32)
+"""
+
 SCRIPT_MATMUL = SCRIPT_COMMON + """
 STEADY_RUNS = 9
 import numpy as np
@@ -153,9 +160,7 @@ from mkemu.runner import to_storage
 src, profile_path = sys.argv[2], sys.argv[3]
 profile = load_profile(profile_path)
 program = compile_text(src, "matmul.mk", profile=profile)
-rng = np.random.default_rng(0)
-x = rng.standard_normal((8, 2048)).astype(np.float32)
-w = rng.standard_normal((2048, 2048)).astype(np.float32)
+""" + MATMUL_INPUTS + """
 def once():
     machine = Machine(profile, Mesh((1, 1, 1)))
     machine.load(program)
@@ -187,9 +192,9 @@ import numpy as np
 from mkemu.emulator.memory import block_view, write_block
 from mkemu.isa import semantics as S
 from mkemu.runner import to_storage
-rng = np.random.default_rng(0)
-x = to_storage(rng.standard_normal((8, 2048)).astype(np.float32), "bf16").view(np.uint8).reshape(-1)
-w = to_storage(rng.standard_normal((2048, 2048)).astype(np.float32), "bf16").view(np.uint8).reshape(-1)
+""" + MATMUL_INPUTS + """
+x = to_storage(x, "bf16").view(np.uint8).reshape(-1)
+w = to_storage(w, "bf16").view(np.uint8).reshape(-1)
 def copies():
     hbm = np.zeros(x.size + w.size + 8 * 2048 * 4, np.uint8)
     hbm[:x.size] = x

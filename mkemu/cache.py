@@ -452,7 +452,7 @@ def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
         for array in arrays:
             data = np.ascontiguousarray(array, dtype).reshape(-1).view(np.uint8)
             check.update(data)
-            fh.write(data.tobytes())
+            fh.write(data)     # (its buffer, not a copy of it)
         fh.write(ARRAYS_MAGIC + check.digest())
 
     if 0 < total * dtype.itemsize <= MAX_ARRAY_BYTES:

@@ -38,7 +38,7 @@ FORMAT = "mkemu-sweep/1"
 class Axis:
     key: str                      # `section.key`, or "mesh"
     values: tuple                 # TOML values, or mesh texts
-    texts: tuple = ()             # the values as given (`64_000`, `1e9`), for messages; () for `_show`n values
+    texts: tuple = ()             # the values as given (`64_000`, `1e9`, `2x1`), for messages; () for `_show`n values
 
 
 def parse_axis(item: str) -> Axis:
@@ -101,7 +101,7 @@ def mesh_axis(text: str) -> Axis:
             Mesh(parse_mesh(m))     # (the chip limit too: every point is checked before the first runs)
         except ConfigError as exc:
             raise ConfigError(exc.message, key="--mesh") from None
-    return Axis("mesh", meshes)
+    return Axis("mesh", meshes, meshes)
 
 
 def _normal(key: str, value):
@@ -131,7 +131,7 @@ def check_axes(axes: list[Axis]) -> None:
             if value in normal[:i]:
                 flag = "--mesh" if axis.key == "mesh" else f"--hw-set {axis.key}"
                 first = normal.index(value)
-                spelt = axis.values if axis.key == "mesh" else axis.texts
+                spelt = axis.texts
                 if spelt and spelt[first] != spelt[i]:
                     what = "mesh" if axis.key == "mesh" else "value"
                     said = f"{spelt[first]} and {spelt[i]} are one {what}, given twice"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.dsl.test_compiler import bf16, f32, mm, run, same
 from tests.dsl.test_errors import kernel_errors
@@ -146,26 +147,14 @@ host {
     same(x * np.float32(3.0), outs["y"])
 
 
-def test_a_stream_out_of_range_at_some_tile_is_one_error_over_every_tile(tmp_path, monkeypatch):
-    """The input's error gave the range of the tiles the loop prefetches (256..1280),
-    the output's that of every tile (0..1280): both now say every tile's."""
-    out = kernel_errors("""\
+WHOLE_OUT_OF_RANGE = """\
 pipeline t in 0..5 {
     input wt = w[0:128, t * 256 +: 256];
     output yt = w[128:256, t * 256 +: 256];
     yt = wt;
 }
-""", tmp_path, monkeypatch)
-    lines = [line for line in out.splitlines() if "error" in line]
-    assert lines == [
-        "prog.mk:6:29: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
-        "prog.mk:7:32: error: slice reaching 0..1280 is out of range for dimension 1 of 'w' (size 256)",
-    ]
-
-
-def test_a_primed_pipelines_stream_out_of_range_is_one_error_over_every_tile(tmp_path, monkeypatch):
-    """As in a whole pipeline; the prefetch part's copies are not then also never waited."""
-    out = kernel_errors("""\
+"""
+PRIMED_OUT_OF_RANGE = """\
 vmem ring: bf16[2][128, 128];
 sem rs[2];
 pipeline t in 0..3 part prefetch {
@@ -176,9 +165,20 @@ pipeline t in 0..3 part primed {
     output yt = w[128:256, t * 128 +: 128];
     yt = wt;
 }
-""", tmp_path, monkeypatch)
-    lines = [line for line in out.splitlines() if "error" in line]
-    assert lines == [
-        "prog.mk:11:29: error: slice reaching 0..384 is out of range for dimension 1 of 'w' (size 256)",
-        "prog.mk:12:32: error: slice reaching 0..384 is out of range for dimension 1 of 'w' (size 256)",
-    ]
+"""
+
+
+@pytest.mark.parametrize("body, lines", [
+    # The input's error gave the range of the tiles the loop prefetches (256..1280), the
+    # output's that of every tile (0..1280): both now say every tile's.
+    (WHOLE_OUT_OF_RANGE, ((6, 29), (7, 32), "0..1280")),
+    # The same in a primed pipeline, whose prefetch part's copies are then not also
+    # reported never waited.
+    (PRIMED_OUT_OF_RANGE, ((11, 29), (12, 32), "0..384")),
+])
+def test_a_stream_out_of_range_at_some_tile_is_one_error_over_every_tile(tmp_path, monkeypatch, body, lines):
+    (input_at, output_at, reach) = lines
+    out = kernel_errors(body, tmp_path, monkeypatch)
+    assert [line for line in out.splitlines() if "error" in line] == [
+        f"prog.mk:{line}:{column}: error: slice reaching {reach} is out of range for dimension 1 of 'w' (size 256)"
+        for line, column in (input_at, output_at)]
