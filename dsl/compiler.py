@@ -153,7 +153,7 @@ def _host(program: ir.Program):
                 args += _address_words(addr)
             else:
                 args.append(int(arg))
-        launches.append(Launch(launch.kernel.name, tuple(args)))
+        launches.append(Launch(launch.kernel.name, tuple(args), launch.span))
     return buffers, tuple(launches)
 
 

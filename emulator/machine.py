@@ -699,13 +699,15 @@ class Machine(DmaMixin):
 # What the machine does for each global kind of the instruction table.
 def _name_the_launch(fault: EmulatorFault, launches, index: int) -> None:
     """A fault in a kernel the host block launches more than once says which launch it
-    was in (its kernel's name alone leaves that to the cycle)."""
-    name = launches[index].kernel
+    was in, and where that launch is (its kernel's name alone leaves that to the cycle;
+    a generic kernel's instance names only the launch that made it)."""
+    name, span = launches[index].kernel, launches[index].span
     same = [i for i, launch in enumerate(launches) if launch.kernel == name]
     if len(same) > 1:
         nth = same.index(index) + 1
         fault.details = (*fault.details, f"in kernel {name}'s launch {nth} of {len(same)} (the host "
-                                         f"block's launch {index + 1} of {len(launches)})")
+                                         f"block's launch {index + 1} of {len(launches)})"
+                                         + (f", launched at {span}" if span is not None else ""))
         fault.args = (fault.render(),)
 
 

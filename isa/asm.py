@@ -405,7 +405,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     for line_no, col, name, args in launches:
         if name not in built:
             error(line_no, col, f"launch of unknown kernel {name!r}")
-        launch_list.append(Launch(name, args))
+        launch_list.append(Launch(name, args, SourceSpan(filename, line_no, col)))
     if errors:
         raise SourceError(errors)
     if not launch_list:

@@ -164,6 +164,7 @@ class Kernel:
 class Launch:
     kernel: str
     args: tuple[int, ...] = ()   # 32-bit words of the SMEM argument block (word i at byte 4*i)
+    span: SourceSpan | None = None   # the launch statement (None: a program without one)
 
 
 @attrs.frozen

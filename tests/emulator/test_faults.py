@@ -496,4 +496,36 @@ host {
     assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("fault [divide-by-zero]")
-    assert err.rstrip().endswith("in kernel k's launch 2 of 2 (the host block's launch 3 of 3)")
+    assert err.rstrip().endswith(f"in kernel k's launch 2 of 2 (the host block's launch 3 of 3), "
+                                 f"launched at {program}:11:5")
+
+
+def test_a_fault_in_a_generic_instance_launched_twice_names_the_faulting_launch(tmp_path, capsys):
+    # The instance's context names the launch that made it; the fault names its own.
+    program = tmp_path / "gen.mk"
+    program.write_text("""\
+kernel k<C>(x: hbm i32[8, C], n: i32) {
+    var q: i32 = 5 / n;
+}
+host {
+    input x: i32[8, 128];
+    launch k(x, 1);
+    launch k(x, 0);
+}
+""")
+    assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fault [divide-by-zero]") and "Traceback" not in err
+    assert f"launched at {program}:6:5" in err      # (the instance's)
+    assert err.rstrip().endswith(f"in kernel k<128>'s launch 2 of 2 (the host block's launch 2 of 2), "
+                                 f"launched at {program}:7:5")
+
+
+def test_a_fault_in_an_assembler_kernel_launched_twice_names_its_launch_line(tmp_path, capsys):
+    program = tmp_path / "two.s"
+    program.write_text(".kernel k\n    li s1, 5\n    lds s2, 0(s0)\n    div s3, s1, s2\n    halt\n"
+                       ".launch k 1\n.launch k 0\n")
+    assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fault [divide-by-zero]") and "Traceback" not in err
+    assert err.rstrip().endswith(f"(the host block's launch 2 of 2), launched at {program}:7:1")
