@@ -127,8 +127,16 @@ class Session:
                               key="core")
         cores = self._machine.cores if core is None else [self._machine.cores[core]]
         values = _readback_values(values)
+        self._check_timing_only("feed_readbacks", "values its reads of data into scalars take")
         for c in cores:
             c.feed_readbacks(values)
+
+    def _check_timing_only(self, method: str, what: str) -> None:
+        """Feeding is for a timing-only session; a data session computes what it would feed
+        (and would silently ignore it)."""
+        if not self.timing_only:
+            raise ConfigError(f"{method} is for a timing-only session: this one computes the {what} "
+                              "(build the kernel with timing_only=True to replay them)", key="timing_only")
 
     def take_readbacks(self) -> list[list[int]]:
         """Per core, the values it read back into scalars since the last call (a run
@@ -151,6 +159,7 @@ class Session:
                 or not all(isinstance(b, (bytes, bytearray, memoryview)) for b in p) for p in payloads):
             raise ConfigError(f"payloads must be a list of {cores} lists (one per core, by global core id) of "
                               "bytes", key="payloads")
+        self._check_timing_only("feed_payloads", "bytes its DMAs of data into SMEM or i32 buffers move")
         self._machine.payloads_in = [[bytes(b) for b in p] for p in payloads]
         self._machine.payloads_fed = True
 

@@ -538,3 +538,14 @@ def test_what_a_timing_only_session_is_fed_is_checked(feed, message):
     session = build(READS_BACK, timing_only=True).session()
     with pytest.raises(mkemu.ConfigError, match=re.escape(message)):
         feed(session)
+
+
+@pytest.mark.parametrize("feed", [lambda s: s.feed_readbacks([3]), lambda s: s.feed_payloads([[], []])])
+def test_a_session_that_computes_its_data_refuses_what_only_timing_only_runs_take(feed):
+    # (It was accepted and never used: a data run computes its reads and payloads.)
+    session = build(READS_BACK).session()
+    with pytest.raises(mkemu.ConfigError, match="is for a timing-only session: this one computes") as info:
+        feed(session)
+    assert info.value.key == "timing_only"
+    session.run()          # (the session still runs, computing the value: x is zeros, argmax 0)
+    assert session.read("y")[0] == 0
