@@ -658,6 +658,9 @@ class Machine(DmaMixin):
                         f"since cycle {w[2]}")
             else:
                 what = "is stuck"
+            calls = self.kernel.calls_of(core.pc)    # (an inlined fn's line alone does not say which call)
+            if calls:
+                src = f"{src}, {calls}" if src else calls
             lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
         first = waiting[0]
         # The semaphores waited on, by their .mk names.
@@ -696,7 +699,6 @@ class Machine(DmaMixin):
             idle_cycles=self.idle_cycles)
 
 
-# What the machine does for each global kind of the instruction table.
 def _name_the_launch(fault: EmulatorFault, launches, index: int) -> None:
     """A fault in a kernel the host block launches more than once says which launch it
     was in, and where that launch is (its kernel's name alone leaves that to the cycle;
@@ -711,6 +713,7 @@ def _name_the_launch(fault: EmulatorFault, launches, index: int) -> None:
         fault.args = (fault.render(),)
 
 
+# What the machine does for each global kind of the instruction table.
 GLOBAL_OPS = {"halt": Machine._halt, "signal": Machine._signal, "signal_remote": Machine._signal_remote,
               "wait": Machine._wait, "barrier": Machine._barrier_op, "dma": Machine._dma_op,
               "dma_remote": Machine._dma_op}
