@@ -499,7 +499,7 @@ class Machine(DmaMixin):
         if waiting and waiting[0] == sem and core.sems[sem] >= waiting[1]:
             core.sems[sem] -= waiting[1]
             core.sync_stalls["semaphore"] += t - waiting[2]
-            if by_dma:
+            if by_dma and t > waiting[2]:   # (a landing in the wait's own cycle ended no wait)
                 region = core.innermost_region()
                 core.dma_wait_cycles[region] = core.dma_wait_cycles.get(region, 0) + t - waiting[2]
             core.waiting = None

@@ -299,3 +299,14 @@ def test_a_push_into_another_chips_hbm_shares_that_hbm_not_the_issuers(tmp_path)
     assert (trace.dma["done"] - trace.dma["begun"]).tolist() == [128, 128]
     names = {trace.resources[i]["name"] for i in trace.dma_res["resource"]}
     assert {"chip0 HBM", "chip1 HBM"} <= names
+
+
+@pytest.mark.parametrize("nops, waited", [(11, {"(outside regions)": 1}), (12, {}), (13, {})])
+def test_dma_wait_cycles_counts_only_waits_a_landing_ended(emu, nops, waited):
+    # A 100-byte copy issued at cycle 3 lands at 17 (start latency 10, 32 B/cycle): with
+    # 11 nops the wait issues at 16 and waits a cycle; with 12 it issues at 17, as the
+    # DMA lands, and waits none: that was an entry of 0 cycles.
+    body = "li s2, 8192\ndma.start vmem[s2], vmem[s0], s0, s0\nli s5, 100\n" + "nop\n" * nops + "sem.wait s0, s5"
+    result = emu.run(emu.kernel(body, smem="0 100 1 0 0 1 0 0")).result
+    assert result.dma_wait_cycles == waited
+    assert result.stall_cycles["semaphore"] == sum(waited.values())
