@@ -20,9 +20,8 @@ import numpy as np
 from mkemu.dsl import ir, layout
 from mkemu.dsl.frontend import load_program
 from mkemu.dsl.lower_tile import TileLowering
-from mkemu.dsl.parser import source_lines
 from mkemu.dsl.values import count_of
-from mkemu.errors import Diagnostic, SourceError, SourceSpan
+from mkemu.errors import Diagnostic, SourceError, SourceSpan, source_lines
 from mkemu.isa.asm import encode
 from mkemu.isa.encoding import BARRIER_SCOPES, SPACES, SPECIAL_REGS
 from mkemu.isa.hardware import DEFAULT_PROFILE, HardwareProfile, load_profile

@@ -14,8 +14,7 @@ from pathlib import Path
 from mkemu.dsl import ast, ir
 from mkemu.dsl.elaborate import Elaborator
 from mkemu.dsl.imports import load_files
-from mkemu.dsl.parser import source_lines
-from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan
+from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan, source_lines
 from mkemu.isa.program import ParamInfo
 
 

@@ -21,7 +21,7 @@ from lark.lexer import PatternStr
 
 from mkemu.dsl import ast
 from mkemu.dsl.folding import MAX_INT_BITS
-from mkemu.errors import Diagnostic, SourceError, SourceSpan
+from mkemu.errors import Diagnostic, SourceError, SourceSpan, source_lines
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 
@@ -133,13 +133,6 @@ def _expected_text(expected) -> str:
         return f"expected {items[0]}"
     return "expected one of: " + ", ".join(items)
 
-
-def source_lines(text: str) -> list[str]:
-    """A source text's lines as the lexer numbers them: split at newlines only (str.splitlines
-    also splits at a form feed, a vertical tab or a Unicode line separator, which a comment,
-    a string or the whitespace may hold, and would show the wrong line under a position),
-    the carriage return of a CRLF dropped."""
-    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
 def _source_line(text: str, line: int) -> str | None:

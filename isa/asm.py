@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from mkemu.errors import Diagnostic, SourceError, SourceSpan
+from mkemu.errors import Diagnostic, SourceError, SourceSpan, source_lines
 from mkemu.isa.encoding import OPCODE_SHIFT, TARGET, OperandKind, parse_f32_bits
 from mkemu.isa.hardware import MAX_SMEM_BYTES
 from mkemu.isa.program import BUFFER_KINDS, DTYPES, Kernel, Launch, Program, layout_buffers
@@ -145,7 +145,10 @@ def _syntax_regex(instr: Instr) -> re.Pattern:
         parts.append(_operand_regex(kinds[m.group(1)]))
         pos = m.end()
     parts.append(_literal(instr.syntax[pos:]))
-    return re.compile(r"\s*" + "".join(parts) + r"\s*$")
+    # One `\s*` where the pieces put several side by side (`, ` and `]@` do): runs of
+    # them backtrack multiplicatively when a line fails to match (a 300-character line
+    # with spaces around its punctuation and a stray word at its end took 20 s to refuse).
+    return re.compile(re.sub(r"(?:\\s\*)+", lambda _: r"\s*", r"\s*" + "".join(parts) + r"\s*$"))
 
 
 def _literal(text: str) -> str:
@@ -244,7 +247,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                               f"no profile has more than {smem_bytes} bytes of SMEM")
     else:
         smem_end, smem_has = f"SMEM of {smem_bytes} bytes", f"SMEM has {smem_bytes}"
-    lines = text.removeprefix("\ufeff").splitlines()   # (a byte-order mark some editors write first)
+    lines = source_lines(text.removeprefix("\ufeff"))   # (a byte-order mark some editors write first)
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
     buffer_lines: dict[str, int] = {}

@@ -29,7 +29,8 @@ import attrs
 import numpy as np
 
 from mkemu import runner
-from mkemu.errors import ConfigError, Diagnostic, EmulatorFault, MkemuError, SourceError, SourceSpan, not_text
+from mkemu.errors import (ConfigError, Diagnostic, EmulatorFault, MkemuError, SourceError, SourceSpan, not_text,
+                          source_lines)
 from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options, check_path
 from mkemu.session import Session
@@ -43,7 +44,7 @@ def _at_reference(path: str, text: str, declared: re.Match, message: str) -> Mke
     line = text.count("\n", 0, declared.start(1)) + 1
     start = text.rfind("\n", 0, declared.start(1)) + 1
     column = declared.start(1) - start + 1
-    source_line = text.splitlines()[line - 1]
+    source_line = source_lines(text)[line - 1]
     if not path.endswith(".s"):
         return ConfigError(message, file=path, line=line, column=column, end_column=column + len(declared.group(1)),
                            source_line=source_line)

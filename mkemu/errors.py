@@ -82,6 +82,14 @@ class SourceSpan:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+def source_lines(text: str) -> list[str]:
+    """A source text's lines as its positions number them (the .mk lexer and the
+    assembler): split at newlines only (str.splitlines also splits at a form feed, a
+    vertical tab or a Unicode line separator, which a comment, a string or the whitespace
+    may hold, and would shift every line after it), the carriage return of a CRLF dropped."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 SHOWN_CHARS = 160     # of a source line, at most, under an error
 
 

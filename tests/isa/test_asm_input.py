@@ -268,3 +268,25 @@ def test_zero_itself_still_starts_float_immediates_and_registers():
 def test_labels_name_an_instruction_and_a_reference_names_its_function(source, where, message):
     text = error_of(source)
     assert text.startswith(f"{where}: error: ") and message in text, text
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c"])
+def test_a_comment_runs_to_the_newline_whatever_other_line_breaks_it_holds(brk):
+    # (str.splitlines ended the comment there: `li s2, 7` ran as code, and every line
+    # after it was numbered one too far)
+    program = assemble(f".kernel k\n    li s1, 5 ; note{brk} li s2, 7\n    halt\n", "b.s")
+    assert program.kernels["k"].code.size == 2
+    message = error_of(f".kernel k\n    nop ; old{brk}nop\n    nop\n    bogus\n    halt\n")
+    assert message.startswith("prog.s:4:5: error: unknown instruction 'bogus'"), message
+
+
+def test_spaces_around_every_separator_parse_as_written_and_a_stray_word_is_refused_at_once():
+    # (adjacent optional-space runs backtracked multiplicatively on a failing line: with
+    # 15 spaces per gap a stray word took 20 s to refuse, with 40 it would take years)
+    gap = " " * 40
+    spaced = gap.join(["dma.start.r vmem", "[", "s1", "]", "@", "s2", ",", "hbm", "[", "s3", "]", ",", "s4", ",",
+                       "s5", ",", "s6"])
+    compact = "dma.start.r vmem[s1]@s2, hbm[s3], s4, s5, s6"
+    words = [assemble(f".kernel k\n    {text}\n    halt\n", "b.s").kernels["k"].code[0] for text in (spaced, compact)]
+    assert words[0] == words[1]
+    assert "bad operands for dma.start.r" in error_of(f".kernel k\n    {spaced}{gap}x\n    halt\n")
