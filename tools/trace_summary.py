@@ -4,7 +4,7 @@
 --from/--to and by --region to the cycles the selected cores spent in that
 region) and over the selected chips and cores: per-unit busy fraction per core;
 HBM, link and DMA-engine bandwidth utilisation; stall cycles by reason; a
-per-region table (time, bytes moved, achieved bandwidth, share); the longest
+per-region table (time, share, DMA bytes issued and their rate); the longest
 HBM bubbles with the instruction that was waited on; DMA/compute overlap.
 `render_text` prints it; `--json` prints the same dict.
 
