@@ -12,6 +12,7 @@ nothing of the emulator.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import struct
@@ -442,6 +443,9 @@ def _check_meta(meta: dict, fail) -> None:
     clock = meta["clock_hz"]
     need(isinstance(clock, (int, float)) and not isinstance(clock, bool) and 0 < clock < float("inf"),
          "clock_hz is not a positive number")
+    # (times are cycles / clock: a clock so small that a 63-bit cycle count's time is
+    # not a finite number would write `inf` into the exports' JSON)
+    need(math.isfinite(2**63 / clock * 1e6), f"clock_hz {clock!r} is too small to give cycles a finite time")
     need(_is_int(meta["end_cycle"]) and 0 <= meta["end_cycle"] <= 2**62, "end_cycle is not a cycle count")
     fault = meta.get("fault")     # (only in the trace of a run that faulted)
     need(fault is None or (isinstance(fault, dict) and set(fault) == FAULT_KEYS
@@ -459,7 +463,8 @@ def _check_meta(meta: dict, fail) -> None:
                         and _is_int(r.get("chip")) and r["chip"] >= -1
                         and isinstance(r.get("name"), str) and isinstance(r.get("kind"), str)
                         and isinstance(r.get("bw_bytes_per_cycle"), (int, float))
-                        and not isinstance(r.get("bw_bytes_per_cycle"), bool) and r["bw_bytes_per_cycle"] > 0)
+                        and not isinstance(r.get("bw_bytes_per_cycle"), bool) and r["bw_bytes_per_cycle"] > 0
+                        and math.isfinite(r["bw_bytes_per_cycle"]) and math.isfinite(2**63 / r["bw_bytes_per_cycle"]))
     need(all(r["id"] == i for i, r in enumerate(resources)), "resources are not numbered 0, 1, ... in order")
     need({c["chip"] for c in cores} <= {r["chip"] for r in resources if r["kind"] == "hbm"},
          "a chip has no hbm resource")
@@ -486,6 +491,34 @@ def _check_meta(meta: dict, fail) -> None:
     need(isinstance(meta["tables"], dict) and all(isinstance(t, dict) and all(isinstance(c, dict) for c in t.values())
                                                   for t in meta["tables"].values()),
          "tables is not an object of column descriptions")
+
+
+def _check_times(tables: dict, fail) -> None:
+    """Cycles and rates as a run writes them: nothing negative, nothing ends before it
+    starts (a DMA still moving at a fault has begun and done -1), rates finite; the
+    summaries would print negative stalls or drop regions, the exports write `nan`."""
+    def ordered(table: str, first: str, then: str, unset_ok: bool = False) -> None:
+        a, b = tables[table][first], tables[table][then]
+        bad = (b < a) & (b != -1) if unset_ok else (b < a)
+        if a.size and (a.min() < 0 or bad.any()):
+            fail(f"corrupted trace: {table}.{first} is negative or after {table}.{then}")
+
+    instr = tables["instr"]
+    for col in ("issue", "stall_unit", "stall_dep"):
+        if instr[col].size and instr[col].min() < 0:
+            fail(f"corrupted trace: instr.{col} has a negative value")
+    ordered("wait", "start", "end")
+    ordered("region", "start", "end")
+    ordered("signal", "issued", "arrival")
+    dma = tables["dma"]
+    begun, done = dma["begun"], dma["done"]
+    if dma["issued"].size and (dma["issued"].min() < 0 or ((begun < dma["issued"]) & (begun != -1)).any()
+                               or ((done != -1) & ((begun == -1) | (done < begun))).any()):
+        fail("corrupted trace: a DMA begins before it is issued or lands before it begins")
+    rate = tables["rate"]
+    if rate["cycle"].size and (rate["cycle"].min() < 0 or not np.isfinite(rate["bytes_per_cycle"]).all()
+                               or rate["bytes_per_cycle"].min() < 0):
+        fail("corrupted trace: rate has a negative cycle or a rate that is not a finite number of at least 0")
 
 
 def _check_ranges(tables: dict, meta: dict, fail) -> None:
@@ -516,6 +549,7 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
     for table, col in (("dma", "res_start"), ("dma", "res_count"), ("dma", "size_bytes")):
         if tables[table][col].size and tables[table][col].min() < 0:
             fail(f"corrupted trace: {table}.{col} has a negative value")
+    _check_times(tables, fail)
     dma = tables["dma"]
     if not np.isin(tables["rate"]["dma"], dma["seq"]).all():
         fail("corrupted trace: rate.dma names a DMA that is not in the dma table")

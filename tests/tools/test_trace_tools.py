@@ -196,6 +196,9 @@ def test_reader_rejects_inconsistent_metadata(dma_bound):
     (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
     (("tables", "region", "depth"), "delete"), (("format",), "other-trace"), (("version",), 2),
     (("fault",), {"kind": "race"}), (("fault",), "x"),
+    # (numbers the exports would write as `inf` or `nan`, which is not JSON)
+    (("clock_hz",), 1e-300), (("resources", 0, "bw_bytes_per_cycle"), float("inf")),
+    (("resources", 0, "bw_bytes_per_cycle"), 1e-320),
 ])
 def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
     # A well-formed container (right checksum) whose metadata the tools could not read.
@@ -221,6 +224,34 @@ def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys,
         assert main(["trace", str(path), *argv]) == 1
         out, err = capsys.readouterr()
         assert f"{path}: error: corrupted trace" in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("table, col, value", [
+    ("wait", "start", 10**12), ("region", "start", 10**12), ("instr", "stall_dep", -5), ("instr", "stall_unit", -1),
+    ("dma", "begun", 0), ("rate", "bytes_per_cycle", float("nan")), ("rate", "bytes_per_cycle", float("inf")),
+    ("rate", "bytes_per_cycle", -1.0),
+])
+def test_reader_rejects_times_and_rates_no_run_writes(dma_bound, tmp_path, capsys, table, col, value):
+    # A well-formed container whose first row of a column was altered: the summary had
+    # printed negative stalls and dropped regions, the Perfetto export wrote `nan`.
+    import zlib
+
+    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(dma_bound.data)
+    raw = bytearray(zlib.decompress(dma_bound.data[HEADER.size:]))
+    (meta_size,) = struct.unpack_from("<Q", raw)
+    spec = json.loads(raw[8:8 + meta_size])["tables"][table][col]
+    assert spec["length"] > 0    # (in a delta-coded column too, the first value is the value itself)
+    at = 8 + meta_size + spec["offset"]
+    dtype = np.dtype(spec["dtype"])
+    raw[at:at + dtype.itemsize] = np.array([value], dtype).tobytes()
+    packed = zlib.compress(bytes(raw))
+    path = tmp_path / "odd.mkt"
+    path.write_bytes(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
+    for argv in ([], ["--json"], ["--perfetto", str(tmp_path / "o.json")]):
+        assert main(["trace", str(path), *argv]) == 1
+        out, err = capsys.readouterr()
+        assert f"{path}: error: corrupted trace" in err and "Traceback" not in out + err
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_cli_run_trace_and_commands(tmp_path, capsys):
