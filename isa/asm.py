@@ -55,6 +55,12 @@ def _digits(text: str) -> int:
     return len(re.sub(r"^[-+]?(?:0[xXbB])?0*", "", text))
 
 
+def _quoted(text: str) -> str:
+    """A name from the source, quoted in a message: at most 40 characters of it (a
+    mistyped megabyte of a line is not echoed back whole)."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
+
+
 def _too_long(text: str, what: str = "number") -> str:
     return (f"{what} {text[:20]}... has {_digits(text)} digits; no operand, SMEM word or size "
             f"has more than {MAX_DIGITS}")
@@ -165,9 +171,9 @@ def parse_instr(text: str, symbols: dict[str, int] | None = None) -> tuple[Instr
     mnemonic, rest = (re.split(r"\s+", text, maxsplit=1) + [""])[:2]
     instr = TABLE.get(mnemonic)
     if instr is None:
-        close = _closest(mnemonic)
+        close = _closest(mnemonic) if len(mnemonic) <= 40 else None
         hint = f" (did you mean {close!r}?)" if close else ""
-        raise EncodingError(f"unknown instruction {mnemonic!r}{hint}")
+        raise EncodingError(f"unknown instruction {_quoted(mnemonic)}{hint}")
     m = _REGEX[mnemonic].match(rest)
     if m is None:
         raise EncodingError(f"bad operands for {mnemonic}: expected `{format_syntax(instr)}`")
@@ -225,7 +231,7 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
         also = " (a label of that name is taken only as a branch target)" if raw in symbols else ""
         raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}{also}")
     if raw not in symbols:
-        raise EncodingError(f"unknown symbol {raw!r} in operand {name}")
+        raise EncodingError(f"unknown symbol {_quoted(raw)} in operand {name}")
     return symbols[raw]
 
 
@@ -288,9 +294,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
             elif directive == ".buffer" and len(args) == 4:
                 name, dtype, shape_text, kind = args
                 if dtype not in DTYPES:
-                    error(line_no, col, f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+                    error(line_no, col, f"unknown dtype {_quoted(dtype)} (one of {', '.join(DTYPES)})")
                 elif kind not in BUFFER_KINDS:
-                    error(line_no, col, f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
+                    error(line_no, col, f"unknown buffer kind {_quoted(kind)} (one of {', '.join(BUFFER_KINDS)})")
                 elif not re.fullmatch(r"[0-9]+(x[0-9]+)*", shape_text):
                     error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
                 elif any(_digits(d) > MAX_DIGITS for d in shape_text.split("x")):
@@ -407,7 +413,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     launch_list = []
     for line_no, col, name, args in launches:
         if name not in built:
-            error(line_no, col, f"launch of unknown kernel {name!r}")
+            error(line_no, col, f"launch of unknown kernel {_quoted(name)}")
         launch_list.append(Launch(name, args, SourceSpan(filename, line_no, col)))
     if errors:
         raise SourceError(errors)

@@ -290,3 +290,13 @@ def test_spaces_around_every_separator_parse_as_written_and_a_stray_word_is_refu
     words = [assemble(f".kernel k\n    {text}\n    halt\n", "b.s").kernels["k"].code[0] for text in (spaced, compact)]
     assert words[0] == words[1]
     assert "bad operands for dma.start.r" in error_of(f".kernel k\n    {spaced}{gap}x\n    halt\n")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("x" * 100_000 + " s1", "unknown instruction 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100,000 characters)"),
+    ("li s1, " + "y" * 5000, "unknown symbol 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... (5,000 characters) in operand"),
+])
+def test_a_huge_unknown_name_is_quoted_in_part(line, message):
+    # (the whole name was echoed back: a megabyte of mnemonic gave a megabyte of error)
+    text = error_of(f".kernel k\n    {line}\n    halt\n")
+    assert message in text and len(text.splitlines()[0]) < 300
