@@ -479,7 +479,7 @@ def _flag_of(name: str, args) -> str | None:
 
 
 def cmd_compare(args) -> int:
-    from mkemu.run import compare_text, execute
+    from mkemu.run import compare_text, execute, prepare
 
     from mkemu.shipped import resolve
 
@@ -490,7 +490,11 @@ def cmd_compare(args) -> int:
     # (--record-routing: the first program's run writes it, not each in turn, the last winning)
     runs = [options] + [attrs.evolve(options, record_routing=None)] * (len(files) - 1)
     with _as_flags(args):
-        reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs)[0] for file, run in zip(files, runs)]
+        # Every program compiled and its options checked before the first runs: a later
+        # one in error would otherwise fail after the earlier ones' runs (and outputs).
+        kernels = [prepare(file, run, args.inputs) for file, run in zip(files, runs)]
+        reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs, kernel=kernel)[0]
+                   for file, run, kernel in zip(files, runs, kernels)]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:

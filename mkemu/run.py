@@ -38,17 +38,28 @@ def load_program(path: str, profile, params: dict[str, int], cache: bool = True)
     return build_program(path, text, profile, params, cache)
 
 
-def execute(file: str, options: Options, progress=None, inputs: str | None = None
-            ) -> tuple[dict, Callable[[dict], str]]:
-    """Run one program; returns the report (a JSON-ready dict with `bit_exact`) and the
-    function that renders it as text. `inputs` is a `.npz` file for a plain program."""
+def prepare(file: str, options: Options, inputs: str | None = None):
+    """The compiled program (`mkemu.Kernel`) `execute` runs, its options checked
+    against it: what can be refused before anything runs."""
     from mkemu.errors import ConfigError
 
-    wall0 = time.perf_counter()
     kernel = compile_program(file, options)
     if kernel.is_driven and inputs:
         raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
                           file=inputs)
+    return kernel
+
+
+def execute(file: str, options: Options, progress=None, inputs: str | None = None, kernel=None
+            ) -> tuple[dict, Callable[[dict], str]]:
+    """Run one program (`kernel`: as `prepare` gave it, else prepared now); returns the
+    report (a JSON-ready dict with `bit_exact`) and the function that renders it as
+    text. `inputs` is a `.npz` file for a plain program."""
+    wall0 = time.perf_counter()
+    if kernel is None:
+        kernel = prepare(file, options, inputs)
+    else:
+        wall0 -= kernel.compile_s     # (the wall it reports includes its compile, as when prepared here)
     run = kernel(inputs, progress=progress)
     report = run.report.figures
     if not kernel.is_driven:

@@ -382,6 +382,24 @@ def test_compare_records_the_routing_of_its_first_program(capsys, tmp_path, monk
     assert code == 0 and recorded == [str(record), None] and record.exists()
 
 
+@pytest.mark.parametrize("second, extra, message", [
+    ("vector_add", (), "--model, --prompt-len, --steps apply only to programs run by a driver"),
+    ("k3_per_op", ("--set", "GROT=3"), "error: GROT = 3"),
+])
+def test_compare_refuses_a_later_program_in_error_before_anything_runs(capsys, tmp_path, monkeypatch, second,
+                                                                       extra, message):
+    # (the first program ran, and wrote its routing record, before the second was compiled)
+    import mkemu.api
+
+    ran = []
+    monkeypatch.setattr(mkemu.api.Kernel, "__call__", lambda self, *a, **k: ran.append(self))
+    record = tmp_path / "routing.json"
+    code, out, err = cli(capsys, "compare", "k3_megakernel", second, "--model", "k3-tiny", "--steps", "1",
+                         "--prompt-len", "1", *extra, "--record-routing", str(record))
+    assert code == 1 and out == "" and message in err and "Traceback" not in err
+    assert ran == [] and not record.exists()
+
+
 def test_schedules_of_a_timing_only_run_are_refused(capsys):
     # ("same" for every schedule, though no bits were compared)
     code, out, err = cli(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--steps", "1", "--prompt-len", "1",
