@@ -167,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                      help="set a .mk program's parameter (repeatable)")
     run.add_argument("--trace", metavar="PATH", help="record a trace to PATH (read it with `mkemu trace`)")
-    run.add_argument("--schedules", type=int, default=0, metavar="N",
+    run.add_argument("--schedules", type=integer, default=0, metavar="N",
                      help="also run N adversarial DMA schedules (the first lands every DMA as late as "
                           "synchronisation allows, the others land them in seeded random orders) and "
                           "report any that change bits, fault or deadlock (at most 1000)")
@@ -212,11 +212,11 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--param", action="append", default=[], metavar="NAME[=V1,V2,...]",
                       help="tune NAME over these values (default: its declared values); repeatable. "
                       "Without --param: every param that declares its values")
-    tune.add_argument("--budget", type=int, default=32, metavar="N",
+    tune.add_argument("--budget", type=integer, default=32, metavar="N",
                       help="at most N variants (default 32); a bigger space is searched with optuna")
     tune.add_argument("--objective", choices=("us_per_step", "cycles"), default="us_per_step",
                       help="what to minimise (default us_per_step; a plain program's run is one step)")
-    tune.add_argument("--schedules", type=int, default=None, metavar="N",
+    tune.add_argument("--schedules", type=integer, default=None, metavar="N",
                       help="also run every bit-exact variant under N adversarial DMA schedules (as mkemu run "
                            "--schedules N: the first lands every DMA as late as synchronisation allows, the "
                            "others in seeded random orders) and reject any that changes bits, faults or "
@@ -254,12 +254,12 @@ def _parser() -> argparse.ArgumentParser:
     # (a default: argparse counts a "*" positional without one among the required arguments)
     trace.add_argument("others", nargs="*", default=[], metavar="B", help=argparse.SUPPRESS)
     trace.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    trace.add_argument("--chip", type=int, action="append", metavar="N", help="only chip N (repeatable)")
-    trace.add_argument("--core", type=int, action="append", metavar="N", help="only core N of each chip (repeatable)")
+    trace.add_argument("--chip", type=integer, action="append", metavar="N", help="only chip N (repeatable)")
+    trace.add_argument("--core", type=integer, action="append", metavar="N", help="only core N of each chip (repeatable)")
     trace.add_argument("--region", metavar="NAME", help="only cycles inside region NAME, NAME[INDEX] or kernel:NAME")
-    trace.add_argument("--from", dest="start", type=int, metavar="CYCLE", help="window start cycle")
-    trace.add_argument("--to", dest="end", type=int, metavar="CYCLE", help="window end cycle (exclusive)")
-    trace.add_argument("--top", type=int, metavar="N", help="how many HBM bubble sites to list (default 5)")
+    trace.add_argument("--from", dest="start", type=integer, metavar="CYCLE", help="window start cycle")
+    trace.add_argument("--to", dest="end", type=integer, metavar="CYCLE", help="window end cycle (exclusive)")
+    trace.add_argument("--top", type=integer, metavar="N", help="how many HBM bubble sites to list (default 5)")
     trace.add_argument("--perfetto", metavar="OUT",
                        help="write a Perfetto trace (open at ui.perfetto.dev) to OUT.pftrace or OUT.json: a name "
                             "ending in .json gets Chrome trace-event JSON (also chrome://tracing), any other a "
@@ -301,9 +301,9 @@ def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
                    help=f"hardware profile: a shipped name or a TOML file (default {DEFAULT_PROFILE})")
     if mesh:
         p.add_argument("--mesh", metavar="XxYxZ", help="chip mesh (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of generated inputs and weights (default 0)")
-    p.add_argument("--max-cycles", type=int, default=10**12, help="stop a run that passes this cycle")
-    p.add_argument("--max-instructions", type=int, default=50_000_000, metavar="N",
+    p.add_argument("--seed", type=integer, default=0, help="seed of generated inputs and weights (default 0)")
+    p.add_argument("--max-cycles", type=integer, default=10**12, help="stop a run that passes this cycle")
+    p.add_argument("--max-instructions", type=integer, default=50_000_000, metavar="N",
                    help="fault when a core runs more than N instructions in one launch, or more than N/100 "
                         "global ones (DMA starts, semaphore waits and signals, barriers): a runaway loop; "
                         "default 50,000,000")
@@ -315,7 +315,7 @@ def _machine_options(p: argparse.ArgumentParser, mesh: bool = True) -> None:
 
 
 def _scale_out_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", type=integer, default=None, metavar="N",
                    help="run N trials at a time in local processes (default 1: in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the trials on a Dask distributed cluster (e.g. tcp://host:8786)")
@@ -324,9 +324,9 @@ def _scale_out_options(p: argparse.ArgumentParser) -> None:
 def _driver_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model runs (programs with a driver, e.g. the K3 programs)")
     g.add_argument("--model", help="model config: a shipped name (mkemu model list) or a TOML file")
-    g.add_argument("--batch", type=int, help="independent sequences, 1..8 (default 1)")
-    g.add_argument("--prompt-len", type=int, help="prompt tokens fed one by one (default 4)")
-    g.add_argument("--steps", type=int, help="tokens to generate (default 4)")
+    g.add_argument("--batch", type=integer, help="independent sequences, 1..8 (default 1)")
+    g.add_argument("--prompt-len", type=integer, help="prompt tokens fed one by one (default 4)")
+    g.add_argument("--steps", type=integer, help="tokens to generate (default 4)")
     g.add_argument("--check-layers", action="store_true",
                    help="compare every layer's attention and FFN outputs, naming the first that differs")
     g.add_argument("--timing-only", action="store_true",
@@ -339,12 +339,20 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
                         "(default 0: uniform)")
     g.add_argument("--record-routing", metavar="FILE", help="data run: write the router's choices (and "
                    "the tokens) of every step to FILE, for --timing-only --routing FILE")
-    g.add_argument("--spec-rows", type=int, metavar="R",
+    g.add_argument("--spec-rows", type=integer, metavar="R",
                    help="speculative decoding: every step verifies R = 1 + drafts consecutive positions of one "
                         "sequence (1..8, needs --batch 1) and accepts the longest right prefix of drafts plus one")
-    g.add_argument("--accept", type=int, metavar="L",
+    g.add_argument("--accept", type=integer, metavar="L",
                    help="with --spec-rows: tokens accepted per verify step, 1..R (the drafter is right for L - 1 "
                         "drafts; default: a seeded draw, uniform in 1..R, per step)")
+
+
+def integer(text: str, base: int = 10) -> int:
+    """An integer option's value as `int` reads it, in ASCII digits only (`int` also
+    takes other scripts' digits: `--seed １` was seed 1 where `--mesh １` is an error)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not an integer in ASCII digits")
+    return int(text, base)
 
 
 def _params(items: list[str]) -> dict[str, int]:
@@ -354,7 +362,7 @@ def _params(items: list[str]) -> dict[str, int]:
         try:
             if not sep or not name.strip().isidentifier():
                 raise ValueError
-            number = int(value, 0)
+            number = integer(value, 0)
         except ValueError:
             raise ConfigError(f"--set wants NAME=INTEGER, got {item!r}", key="--set") from None
         name = name.strip()
@@ -822,7 +830,7 @@ def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
         try:
             if not name.isidentifier():
                 raise ValueError
-            values = tuple(int(v, 0) for v in values.split(",")) if sep else None
+            values = tuple(integer(v, 0) for v in values.split(",")) if sep else None
         except ValueError:
             raise ConfigError(f"--param wants NAME or NAME=V1,V2,... with integer values, got {item!r}",
                               key="--param") from None

@@ -573,3 +573,18 @@ def test_an_npz_array_that_cannot_be_read_is_named(capsys, tmp_path):
     code, _, err = cli(capsys, "run", "vector_add", "--hw", "test", "--mesh", "1", "--inputs", str(path))
     assert code == 1 and err.strip() == (f"{path}: b: error: cannot read inputs: Object arrays cannot be loaded "
                                          "when allow_pickle=False")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--seed", "１"), "argument --seed: invalid integer value: '１'"),
+    (("--max-cycles", "٥٠٠"), "argument --max-cycles: invalid integer value"),
+    (("--set", "N=１０"), "--set wants NAME=INTEGER, got 'N=１０'"),
+])
+def test_integer_options_take_ascii_digits_only(capsys, argv, message):
+    # (int() reads other scripts' digits: `--seed １` ran as seed 1, where `--mesh １` is an error)
+    try:
+        code = main(["run", "vector_add", "--hw", "test", "--mesh", "1", *argv])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code in (1, 2) and message in err and "Traceback" not in err
