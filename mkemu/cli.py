@@ -249,7 +249,11 @@ def _parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
 
     trace = sub.add_parser("trace", help="summarise a trace; `trace diff A B` compares two",
-                           description="mkemu trace PATH [options] | mkemu trace diff A B [options]")
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           description="mkemu trace PATH [options] | mkemu trace diff A B [options]\n\n"
+                                       "diff compares two traces' figures (B against A) over the same\n"
+                                       "filters (--chip, --core, --region, --from, --to) and takes --json;\n"
+                                       "the exports and --top apply to one trace.")
     trace.add_argument("path", metavar="PATH", help="a trace written by `mkemu run --trace` (or `diff`)")
     # (a default: argparse counts a "*" positional without one among the required arguments)
     trace.add_argument("others", nargs="*", default=[], metavar="B", help=argparse.SUPPRESS)
@@ -540,11 +544,12 @@ def cmd_trace(args) -> int:
             if used is not None:
                 raise ConfigError(f"{flag} applies to one trace (mkemu trace PATH {flag} ...), not to diff",
                                   key=flag)
-        d = trace_diff.diff(read_trace(args.others[0]), read_trace(args.others[1]), **filters)
+        a, b = read_trace(args.others[0]), read_trace(args.others[1])
+        d = trace_diff.diff(a, b, **filters)
         if args.json:
             print(json.dumps(d, default=_json_default))
         else:
-            sys.stdout.write(trace_diff.render_text(d))
+            sys.stdout.write(trace_diff.render_text(d, (a.meta.get("fault"), b.meta.get("fault"))))
         return 0
     if args.others:
         raise ConfigError(f"unexpected argument(s) {' '.join(args.others)} (did you mean `mkemu trace diff A B`?)")

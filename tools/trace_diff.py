@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mkemu.errors import ConfigError
 from mkemu.tools.trace_reader import Trace
-from mkemu.tools.trace_summary import STALL_REASONS, summarize
+from mkemu.tools.trace_summary import STALL_REASONS, fault_line, summarize
 
 
 def diff(a: Trace, b: Trace, **filters) -> dict:
@@ -50,11 +50,17 @@ def _summary(trace: Trace, filters: dict) -> dict:
         raise ConfigError(exc.message, file=trace.path, key=exc.key) from None
 
 
-def render_text(d: dict) -> str:
+def render_text(d: dict, faults: tuple[dict | None, dict | None] = (None, None)) -> str:
+    """`diff`'s figures as text; `faults`: A's and B's (`Trace.meta["fault"]`), said under
+    the cycles (a run that ended in a fault stopped early: its fewer cycles are no speed-up)."""
     e = d["emulated_cycles"]
     pct = f" ({100 * e['delta'] / e['a']:+.1f}%)" if e["a"] else ""
     lines = [f"A: {d['a']}", f"B: {d['b']}",
-             f"emulated cycles: A {e['a']:,}  B {e['b']:,}  B-A {e['delta']:+,}{pct}", ""]
+             f"emulated cycles: A {e['a']:,}  B {e['b']:,}  B-A {e['delta']:+,}{pct}"]
+    for side, fault in zip("AB", faults):
+        if fault is not None:
+            lines.append(f"{side} ended in a fault, so its figures stop there: {fault_line(fault)}")
+    lines.append("")
     lines.append("stalls (cycles, all selected cores)")
     for r, v in d["stalls"].items():
         lines.append(f"  {r:12s}{v['a']:14,.0f}{v['b']:14,.0f}{v['b'] - v['a']:+14,.0f}")

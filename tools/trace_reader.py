@@ -340,6 +340,8 @@ def _parse_payload(payload, path: str, fail, version: int) -> Trace:
     if payload.size < 8:
         fail("corrupted trace: no metadata")
     (meta_size,) = struct.unpack_from("<Q", payload.head(8))
+    if 8 + meta_size > payload.size:
+        fail(f"corrupted trace: the metadata's length ({meta_size:,} bytes) runs past the data")
     try:
         meta = json.loads(payload.head(8 + meta_size)[8:].decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -533,7 +535,8 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
     for table, col, limit in checks:
         values = tables[table][col]
         if values.size and (values.min() < 0 or values.max() >= limit):
-            fail(f"corrupted trace: {table}.{col} has a value outside 0..{limit - 1}")
+            fail(f"corrupted trace: {table}.{col} has a value outside 0..{limit - 1}" if limit else
+                 f"corrupted trace: {table}.{col} has values, and the metadata lists nothing for them to name")
     for index, launch in enumerate(meta["launches"]):
         if launch["kernel"] not in meta["kernels"]:
             fail(f"corrupted trace: launch {index} names unknown kernel {launch['kernel']!r}")
@@ -544,7 +547,7 @@ def _check_ranges(tables: dict, meta: dict, fail) -> None:
         row = _first_outside(pc, launch_of, lengths)
         if row >= 0:
             index = int(launch_of[row])
-            fail(f"corrupted trace: a {table} pc of launch {index} is outside kernel "
+            fail(f"corrupted trace: a pc in table {table}, of launch {index}, is outside kernel "
                  f"{meta['launches'][index]['kernel']}")
     for table, col in (("dma", "res_start"), ("dma", "res_count"), ("dma", "size_bytes")):
         if tables[table][col].size and tables[table][col].min() < 0:

@@ -527,7 +527,7 @@ def dma_compute_overlap(trace: Trace, gids, win: Spans) -> list[dict]:
     return rows
 
 
-def _fault_line(fault: dict) -> str:
+def fault_line(fault: dict) -> str:
     """The fault that ended a run: the first line `mkemu run` printed, and its source."""
     head = EmulatorFault(**fault).render().splitlines()[0].removeprefix("fault ")
     return head + (f" [{fault['source']}]" if fault.get("source") else "")
@@ -549,7 +549,7 @@ def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
     lines.append(f"emulated time: {s['emulated_cycles']:,} cycles = {_time(s['emulated_seconds'])}")
     fault = s.get("fault")
     if fault:
-        lines.append(f"the run ended in a fault: {_fault_line(fault)}")
+        lines.append(f"the run ended in a fault: {fault_line(fault)}")
     what = [f"chips {','.join(map(str, f['chips']))}", f"cores {','.join(map(str, f['cores']))}"]
     if f["region"]:
         what.append(f"region {f['region']}")

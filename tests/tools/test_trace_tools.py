@@ -455,6 +455,16 @@ def test_a_run_that_faults_writes_its_trace_up_to_the_fault(tmp_path, capsys, dm
         assert main(["trace", str(out), export, str(tmp_path / f"e{export[2:]}")]) == 0
     # A run that ended normally has none.
     assert summarize(dma_bound.trace)["fault"] is None and "fault" not in render_text(summarize(dma_bound.trace))
+    # A diff says which side faulted (its fewer cycles are no speed-up); its JSON is unchanged.
+    clean = tmp_path / "clean.mkt"
+    clean.write_bytes(dma_bound.data)
+    assert main(["trace", "diff", str(clean), str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "B ended in a fault, so its figures stop there: [divide-by-zero] at chip 0, core 0" in text
+    assert "A ended in a fault" not in text
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "diff", "--help"])
+    assert info.value.code == 0 and "diff compares two traces' figures" in capsys.readouterr().out
 
 
 def test_a_fault_at_a_launchs_end_keeps_one_row_per_region(tmp_path, capsys):
@@ -557,3 +567,15 @@ def test_region_instances_of_equal_cycles_are_listed_in_index_order():
     text = render_text(summarize(record(source, regions=("load",)).trace))
     listed = re.findall(r"load\[(\d+)\]", text)
     assert len(listed) == 12 and listed == sorted(listed, key=int), listed
+
+
+def test_a_metadata_length_past_the_data_is_said_to_be(dma_bound):
+    # (it was read as metadata lacking every key)
+    import zlib
+
+    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(dma_bound.data)
+    raw = bytearray(zlib.decompress(dma_bound.data[HEADER.size:]))
+    raw[:8] = struct.pack("<Q", 2**40)
+    packed = zlib.compress(bytes(raw))
+    with pytest.raises(TraceError, match=r"the metadata's length \(1,099,511,627,776 bytes\) runs past the data"):
+        parse_trace(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
