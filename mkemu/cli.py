@@ -129,6 +129,21 @@ def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) ->
     return out
 
 
+def _release_pool_semaphores() -> None:
+    """Before an interrupted command ends with `os._exit`: give back the named
+    semaphores a stopped worker pool's queues hold, so multiprocessing's resource
+    tracker does not warn of leaked ones after the `interrupted` line. Only the
+    finalizers of priority 0 and up run (the semaphores' release, the queues' close);
+    the one that joins a queue's feeder thread (priority -5), which could hang on a
+    worker stopped mid-write, does not. (`multiprocessing.util._run_finalizers` is
+    what the interpreter's exit would run, with no priority bound.)"""
+    util = sys.modules.get("multiprocessing.util")
+    if util is None:
+        return
+    with contextlib.suppress(Exception):
+        util._run_finalizers(0)
+
+
 def entry() -> int:
     """The `mkemu` command: `main`, then the process ends without collecting its heap.
 
@@ -146,6 +161,7 @@ def entry() -> int:
     signal.signal(signal.SIGTERM, _terminate)
     code = main()
     if code in (130, 143):
+        _release_pool_semaphores()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
