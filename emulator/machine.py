@@ -659,9 +659,8 @@ class Machine(DmaMixin):
             else:
                 what = "is stuck"
             calls = self.kernel.calls_of(core.pc)    # (an inlined fn's line alone does not say which call)
-            if calls:
-                src = f"{src}, {calls}" if src else calls
-            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
+            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else "")
+                         + (f" {calls}" if calls else ""))
         first = waiting[0]
         # The semaphores waited on, by their .mk names.
         sems = dict.fromkeys(c.waiting[0] for c in waiting if c.waiting and c.waiting[0] != "barrier")

@@ -90,7 +90,7 @@ def test_a_deadlock_in_nested_fns_names_every_call_innermost_first(tmp_path):
     assert fault.context == (f"in fn 'inner' inlined at {tmp_path / 'calls.mk'}:11:5, "
                              f"in fn 'outer' inlined at {tmp_path / 'calls.mk'}:26:9")
     # Each waiting core's line names the calls too (it gave the fn's line alone).
-    assert fault.details and all(line.endswith(f"[{fault.source}, {fault.context}]") for line in fault.details)
+    assert fault.details and all(line.endswith(f"[{fault.source}] {fault.context}") for line in fault.details)
 
 
 def test_clean_runs_and_listings_are_unchanged_by_the_contexts(tmp_path):
