@@ -658,9 +658,10 @@ class Machine(DmaMixin):
                         f"since cycle {w[2]}")
             else:
                 what = "is stuck"
+            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
             calls = self.kernel.calls_of(core.pc)    # (an inlined fn's line alone does not say which call)
-            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else "")
-                         + (f" {calls}" if calls else ""))
+            if calls:
+                lines.append(f"  {calls}")
         first = waiting[0]
         # The semaphores waited on, by their .mk names.
         sems = dict.fromkeys(c.waiting[0] for c in waiting if c.waiting and c.waiting[0] != "barrier")
