@@ -196,11 +196,16 @@ def test_files_a_trial_writes_are_given_to_it_by_absolute_path(capsys, tmp_path,
     assert all("routing_record" not in trial["report"] for trial in record["trials"])
 
 
-def test_driver_params_cannot_be_tuned(capsys, tmp_path):
-    code = main(["tune", str(ROOT / "programs" / "k3_megakernel.mk"), "--model", "k3-tiny", "--param", "BATCH=1,2",
-                 "--out", str(tmp_path / "t.json")])
+@pytest.mark.parametrize("param", ["BATCH=1,2", "SPEC=0,1"])
+def test_driver_params_cannot_be_tuned(capsys, tmp_path, param):
+    # (SPEC without --spec-rows was searched, each variant but the default rejected as a --set of it)
+    out = tmp_path / "t.json"
+    code = main(["tune", str(ROOT / "programs" / "k3_megakernel.mk"), "--model", "k3-tiny", "--param", param,
+                 "--out", str(out)])
     _, err = capsys.readouterr()
-    assert code == 1 and "'BATCH' is set by the program's driver" in err and "Traceback" not in err
+    name = param.partition("=")[0]
+    assert code == 1 and f"'{name}' is set by the program's driver" in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_a_seed_the_sampler_cannot_take_is_an_error(capsys, tmp_path):

@@ -70,8 +70,9 @@ def params(options: dict, info) -> dict[str, int]:
     if rows is None:
         _steps(opts, cfg)
     # Verify rows are the program's BATCH rows of one sequence (SPEC = 1); one row is an
-    # ordinary decode step, the very same program.
-    spec = {} if rows is None or rows == 1 else {"SPEC": 1}
+    # ordinary decode step, the very same program. SPEC is the driver's either way (a tune
+    # refuses to search it, as a --set of it is refused).
+    spec = {"SPEC": 0 if rows is None or rows == 1 else 1}
     return {
         "DIM": cfg.dim, "NLAYERS": cfg.n_layers, "NKDA": len(cfg.kda_layers),
         "NMLA": len(cfg.mla_layers), "HEADS": cfg.n_heads, "QRANK": cfg.q_rank,
@@ -122,9 +123,8 @@ def check_overrides(driver_params: dict[str, int], given: dict[str, int]) -> Non
     driver's weights, tokens and state do not fit. Called before the program compiles
     (a shape the model's asserts refuse would otherwise be reported as the program's
     error), and again by the driver on what was compiled."""
-    expected = {"SPEC": 0, **driver_params}
     for name, value in given.items():
-        want = expected.get(name)
+        want = driver_params.get(name)
         if want is not None and name not in USER_SETTABLE and value != want:
             raise ConfigError(f"{name} is set by the K3 driver (here {want}, from --model, --batch, "
                               f"--spec-rows and the machine), not by --set {name}={value}", key="params")
