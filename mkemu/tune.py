@@ -613,13 +613,17 @@ def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[s
     trials = doc.get("trials", [])
     if not isinstance(trials, list):
         raise ConfigError("bad tune record: \"trials\" is not a list", file=path, key="trials")
-    finished = {}
+    finished, where = {}, {}
     for index, t in enumerate(trials):
         if isinstance(t, dict) and "status" not in t:
             continue   # a trial that was running when the record was saved: run it again
         _check_resumed(t, settings.get("objective", "us_per_step"), path, f"trials[{index}]")
         if t.get("same_as") is None:   # (a trial not run, of a build tried earlier: not a result of its own)
-            finished[label(t["params"])] = t
+            name = label(t["params"])
+            if name in finished:      # (a tune runs each variant once: which result would be its?)
+                raise ConfigError(f"bad tune record: trials[{where[name]}] and trials[{index}] both hold a result "
+                                  f"of {name or 'the default'}", file=path, key=f"trials[{index}]")
+            finished[name], where[name] = t, index
     return finished
 
 

@@ -109,6 +109,9 @@ def _report_seconds(record: dict, seconds: float) -> dict:
     (lambda r: dict(r, trials=[{k: v for k, v in r["trials"][0].items() if k != "wall_s"}]),
      "the trial lacks \"wall_s\""),
     (lambda r: dict(r, trials=[dict(r["trials"][0], report="x")]), "\"report\" is not an object"),
+    # (two results of one variant: the later one was taken, the default's figure from another variant)
+    (lambda r: dict(r, trials=[r["trials"][0], dict(r["trials"][0], wall_s=0.5)]),
+     "trials[1]: error: bad tune record: trials[0] and trials[1] both hold a result of"),
     (lambda r: dict(r, trials=[dict(r["trials"][0], report={})]), "its report cannot be read"),
     # (a time of 0 made the ranked table divide by zero; NaN, inf or a string were ranked as they were)
     (lambda r: _report_seconds(r, 0), "its us_per_step is 0.0, not more than 0"),
