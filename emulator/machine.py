@@ -659,9 +659,6 @@ class Machine(DmaMixin):
             else:
                 what = "is stuck"
             lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
-            calls = self.kernel.calls_of(core.pc)    # (an inlined fn's line alone does not say which call)
-            if calls:
-                lines.append(f"  {calls}")
         first = waiting[0]
         # The semaphores waited on, by their .mk names.
         sems = dict.fromkeys(c.waiting[0] for c in waiting if c.waiting and c.waiting[0] != "barrier")
