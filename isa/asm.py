@@ -253,7 +253,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                               f"no profile has more than {smem_bytes} bytes of SMEM")
     else:
         smem_end, smem_has = f"SMEM of {smem_bytes} bytes", f"SMEM has {smem_bytes}"
-    lines = source_lines(text.removeprefix("\ufeff"))   # (a byte-order mark some editors write first)
+    # (a byte-order mark some editors write first; CR and CRLF line ends as reading a file
+    # reads them, as the .mk front end takes a text: `mkemu.compile_source` passes it as given)
+    lines = source_lines(text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
     buffer_lines: dict[str, int] = {}

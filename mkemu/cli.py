@@ -354,7 +354,7 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
                         "choices come from --routing or a seeded synthetic distribution")
     g.add_argument("--routing", metavar="FILE", help="timing-only: replay the router's choices recorded "
                    "from a data run with --record-routing")
-    g.add_argument("--routing-skew", type=float, metavar="S",
+    g.add_argument("--routing-skew", type=real, metavar="S",
                    help="timing-only, synthetic routing: expert popularity falls as 1/rank^S "
                         "(default 0: uniform)")
     g.add_argument("--record-routing", metavar="FILE", help="data run: write the router's choices (and "
@@ -368,11 +368,22 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
 
 
 def integer(text: str, base: int = 10) -> int:
-    """An integer option's value as `int` reads it, in ASCII digits only (`int` also
-    takes other scripts' digits: `--seed １` was seed 1 where `--mesh １` is an error)."""
+    """An integer option's value as `int` reads it, written in ASCII (`int` also takes
+    other scripts' digits: `--seed １` was seed 1 where `--mesh １` is an error)."""
     if not text.isascii():
         raise ValueError(f"{text!r} is not an integer in ASCII digits")
     return int(text, base)
+
+
+def real(text: str) -> float:
+    """A float option's value as `float` reads it, written in ASCII (as `integer`)."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not a number in ASCII digits")
+    return float(text)
+
+
+# (argparse names the type in its message: `invalid int value: 'x'`, as before)
+integer.__name__, real.__name__ = "int", "float"
 
 
 def _params(items: list[str]) -> dict[str, int]:

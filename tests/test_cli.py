@@ -576,8 +576,9 @@ def test_an_npz_array_that_cannot_be_read_is_named(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--seed", "１"), "argument --seed: invalid integer value: '１'"),
-    (("--max-cycles", "٥٠٠"), "argument --max-cycles: invalid integer value"),
+    (("--seed", "１"), "argument --seed: invalid int value: '１'"),
+    (("--max-cycles", "٥٠٠"), "argument --max-cycles: invalid int value"),
+    (("--routing-skew", "１.５"), "argument --routing-skew: invalid float value: '１.５'"),
     (("--set", "N=１０"), "--set wants NAME=INTEGER, got 'N=１０'"),
 ])
 def test_integer_options_take_ascii_digits_only(capsys, argv, message):

@@ -300,3 +300,13 @@ def test_a_huge_unknown_name_is_quoted_in_part(line, message):
     # (the whole name was echoed back: a megabyte of mnemonic gave a megabyte of error)
     text = error_of(f".kernel k\n    {line}\n    halt\n")
     assert message in text and len(text.splitlines()[0]) < 300
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+def test_a_text_with_cr_or_crlf_line_ends_assembles_as_the_file_would(newline):
+    # (a text given as it is, as mkemu.compile_source passes it: CR-only lines were one line)
+    text = ".kernel k\n    li s1, 5\n    nop\n    halt\n"
+    program = assemble(text.replace("\n", newline), "b.s")
+    assert program.kernels["k"].code.tolist() == assemble(text, "b.s").kernels["k"].code.tolist()
+    message = error_of(".kernel k\n    nop\n    bogus\n    halt\n".replace("\n", newline))
+    assert message.startswith("prog.s:3:5: error: unknown instruction 'bogus'"), message
