@@ -70,11 +70,11 @@ def parse_int(text: str) -> int:
     """An integer as the assembler writes them: decimal, 0x hex, 0b binary, with a sign.
     Raises EncodingError naming the text (a leading zero is not guessed at)."""
     if not re.fullmatch(_NUMBER, text):
-        raise EncodingError(f"bad number {text!r}")
+        raise EncodingError(f"bad number {_quoted(text)}")
     if _digits(text) > MAX_DIGITS:
         raise EncodingError(_too_long(text))
     if re.fullmatch(r"[-+]?0[0-9]+", text):
-        raise EncodingError(f"bad number {text!r}: a decimal number does not start with 0 "
+        raise EncodingError(f"bad number {_quoted(text)}: a decimal number does not start with 0 "
                             f"(write {int(text, 10)} for decimal, or 0x... for hex)")
     return int(text, 0)
 
@@ -277,7 +277,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
             if current is None:
                 error(line_no, col, "label outside a kernel (start one with .kernel NAME)")
             elif m.group(1) in current["labels"]:
-                error(line_no, col, f"label {m.group(1)!r} defined twice")
+                error(line_no, col, f"label {_quoted(m.group(1))} defined twice")
             else:
                 current["labels"][m.group(1)] = len(current["items"])
                 current["label_at"][m.group(1)] = (line_no, col)
@@ -300,12 +300,12 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 elif kind not in BUFFER_KINDS:
                     error(line_no, col, f"unknown buffer kind {_quoted(kind)} (one of {', '.join(BUFFER_KINDS)})")
                 elif not re.fullmatch(r"[0-9]+(x[0-9]+)*", shape_text):
-                    error(line_no, col, f"bad shape {shape_text!r} (write e.g. 8x128)")
+                    error(line_no, col, f"bad shape {_quoted(shape_text)} (write e.g. 8x128)")
                 elif any(_digits(d) > MAX_DIGITS for d in shape_text.split("x")):
                     error(line_no, col, f"buffer {name!r}: " + _too_long(
                         max(shape_text.split("x"), key=_digits), "dimension"))
                 elif any(len(d) > 1 and d.startswith("0") for d in shape_text.split("x")):
-                    error(line_no, col, f"bad shape {shape_text!r}: a dimension does not start with 0 "
+                    error(line_no, col, f"bad shape {_quoted(shape_text)}: a dimension does not start with 0 "
                                         "(decimal, not octal)")
                 elif any(int(d) == 0 for d in shape_text.split("x")):
                     error(line_no, col, f"buffer {name!r} has an empty dimension in shape {shape_text}")
@@ -313,7 +313,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                     error(line_no, col, f"an mxfp4 buffer needs at least 2 dimensions and an even last one, "
                                         f"got {shape_text}")
                 elif name in buffer_lines:
-                    error(line_no, col, f"buffer {name!r} declared twice (first at line {buffer_lines[name]})")
+                    error(line_no, col, f"buffer {_quoted(name)} declared twice (first at line {buffer_lines[name]})")
                 else:
                     buffer_lines[name] = line_no
                     buffer_specs.append((name, dtype, tuple(int(d) for d in shape_text.split("x")), kind))
@@ -367,7 +367,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                         current["smem"][offset + 4 * i] = w
                         current["smem_line"][offset + 4 * i] = line_no
             else:
-                error(line_no, col, f"bad directive `{stripped}`", len(words[0]))
+                error(line_no, col, f"bad directive `{stripped if len(stripped) <= 80 else stripped[:80] + '...'}`", len(words[0]))
             continue
         if current is None:
             error(line_no, col, "instruction outside a kernel (start one with .kernel NAME)")
@@ -380,7 +380,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     built: dict[str, Kernel] = {}
     for k in kernels:
         if names.count(k["name"]) > 1 and k["name"] in built:
-            error(k["line"], k["col"], f"kernel {k['name']!r} defined twice")
+            error(k["line"], k["col"], f"kernel {_quoted(k['name'])} defined twice")
             continue
         if not k["items"]:
             # (it would assemble, and every run of it fault `ran-off-end` at pc 0, naming no line)

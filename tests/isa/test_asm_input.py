@@ -295,6 +295,9 @@ def test_spaces_around_every_separator_parse_as_written_and_a_stray_word_is_refu
 @pytest.mark.parametrize("line, message", [
     ("x" * 100_000 + " s1", "unknown instruction 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100,000 characters)"),
     ("li s1, " + "y" * 5000, "unknown symbol 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... (5,000 characters) in operand"),
+    (".launch k " + "9z" * 5000, "bad number '9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z9z'... (10,000 characters)"),
+    ("." + "d" * 5000, "bad directive `." + "d" * 79 + "...`"),
+    ("w" * 5000 + ":\n    nop\n" + "w" * 5000 + ":", "label '" + "w" * 40 + "'... (5,000 characters) defined twice"),
 ])
 def test_a_huge_unknown_name_is_quoted_in_part(line, message):
     # (the whole name was echoed back: a megabyte of mnemonic gave a megabyte of error)
