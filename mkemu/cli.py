@@ -531,9 +531,13 @@ def cmd_compare(args) -> int:
     with _as_flags(args):
         # Every program compiled and its options checked before the first runs: a later
         # one in error would otherwise fail after the earlier ones' runs (and outputs).
-        kernels = [prepare(file, run, args.inputs) for file, run in zip(files, runs)]
-        reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs, kernel=kernel)[0]
-                   for file, run, kernel in zip(files, runs, kernels)]
+        prepared = []
+        for file, run in zip(files, runs):
+            t0 = time.perf_counter()
+            kernel = prepare(file, run, args.inputs)
+            prepared.append((kernel, time.perf_counter() - t0))
+        reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs, prepared=ready)[0]
+                   for file, run, ready in zip(files, runs, prepared)]
     if args.json:
         print(json.dumps({"reports": reports}, default=_json_default))
     else:

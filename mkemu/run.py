@@ -50,16 +50,17 @@ def prepare(file: str, options: Options, inputs: str | None = None):
     return kernel
 
 
-def execute(file: str, options: Options, progress=None, inputs: str | None = None, kernel=None
-            ) -> tuple[dict, Callable[[dict], str]]:
-    """Run one program (`kernel`: as `prepare` gave it, else prepared now); returns the
-    report (a JSON-ready dict with `bit_exact`) and the function that renders it as
-    text. `inputs` is a `.npz` file for a plain program."""
+def execute(file: str, options: Options, progress=None, inputs: str | None = None,
+            prepared: tuple | None = None) -> tuple[dict, Callable[[dict], str]]:
+    """Run one program (`prepared`: the kernel `prepare` gave and the seconds it took,
+    else prepared now); returns the report (a JSON-ready dict with `bit_exact`) and the
+    function that renders it as text. `inputs` is a `.npz` file for a plain program."""
     wall0 = time.perf_counter()
-    if kernel is None:
+    if prepared is None:
         kernel = prepare(file, options, inputs)
     else:
-        wall0 -= kernel.compile_s     # (the wall it reports includes its compile, as when prepared here)
+        kernel, seconds = prepared
+        wall0 -= seconds     # (the wall it reports includes its preparing, as when prepared here)
     run = kernel(inputs, progress=progress)
     report = run.report.figures
     if not kernel.is_driven:

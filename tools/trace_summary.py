@@ -80,9 +80,9 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
 
 def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
     """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
-    # (an index with a leading zero is refused, as a number is everywhere else: `layer[01]`
-    # selected layer[1] and headed the summary `layer[01]`)
-    m = re.fullmatch(r"kernel:(.+)|(?!kernel:)([^\[\]]+)(?:\[(-?(?:0|[1-9][0-9]*))\])?", label)
+    # (an index with a leading zero or a -0 is refused, as a number is everywhere else:
+    # `layer[01]` selected layer[1] and headed the summary `layer[01]`)
+    m = re.fullmatch(r"kernel:(.+)|(?!kernel:)([^\[\]]+)(?:\[(0|-?[1-9][0-9]*)\])?", label)
     if m is None:
         raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) "
                           "or kernel:NAME", key="--region")

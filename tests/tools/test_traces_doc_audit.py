@@ -157,6 +157,7 @@ def test_an_open_end_of_the_window_reads_as_the_runs_own(loop, capsys):
     (["--region", "kernel:"], "--region: error: bad region 'kernel:'"),      # (both read "no region ... in this trace")
     (["--region", "step[x]"], "--region: error: bad region 'step[x]'"),
     (["--region", "step[01]"], "--region: error: bad region 'step[01]'"),    # (was step[1], headed step[01])
+    (["--region", "step[-0]"], "--region: error: bad region 'step[-0]'"),
     (["--region", "nope"], "--region: error: no region 'nope' in this trace (regions: kernel:scale, load, step)"),
     (["--region", f"step[{STEPS}]"], f"--region: error: no region 'step[{STEPS}]' in this trace"),
     (["--chip", "2"], "--chip: error: no core matches --chip 2 (the trace has 2 chip(s), 0..1, of 2 cores each)"),
