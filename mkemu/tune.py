@@ -201,8 +201,8 @@ def make_space(params: tuple[ParamInfo, ...], driver_set: frozenset[str], fixed:
                 raise ConfigError(f"the program has no param '{name}' (its params: {', '.join(info) or 'none'})",
                                   file=file, key=f"--param {name}")
             if name in driver_set:
-                raise ConfigError(f"'{name}' is set by the program's driver (from the model, batch, mesh and --spec-rows); "
-                                  "it cannot be tuned", file=file, key=f"--param {name}")
+                raise ConfigError(f"'{name}' is set by the program's driver (from the model, batch, mesh and "
+                                  "--spec-rows); it cannot be tuned", file=file, key=f"--param {name}")
             if name in fixed:
                 raise ConfigError(f"'{name}' is both fixed with --set and tuned with --param", file=file,
                                   key=f"--param {name}")
