@@ -367,23 +367,20 @@ def _driver_options(p: argparse.ArgumentParser) -> None:
                         "drafts; default: a seeded draw, uniform in 1..R, per step)")
 
 
-def integer(text: str, base: int = 10) -> int:
-    """An integer option's value as `int` reads it, written in ASCII (`int` also takes
-    other scripts' digits: `--seed １` was seed 1 where `--mesh １` is an error)."""
-    if not text.isascii():
-        raise ValueError(f"{text!r} is not an integer in ASCII digits")
-    return int(text, base)
+def _in_ascii(parse):
+    """`parse` (int, float) of an option's text written in ASCII only: they also read other
+    scripts' digits (`--seed １` was seed 1 where `--mesh １` is an error). It keeps the
+    name argparse says in its message (`invalid int value: 'x'`)."""
+    def read(text: str, *base: int):
+        if not text.isascii():
+            raise ValueError(f"{text!r} is not written in ASCII digits")
+        return parse(text, *base)
+
+    read.__name__ = parse.__name__
+    return read
 
 
-def real(text: str) -> float:
-    """A float option's value as `float` reads it, written in ASCII (as `integer`)."""
-    if not text.isascii():
-        raise ValueError(f"{text!r} is not a number in ASCII digits")
-    return float(text)
-
-
-# (argparse names the type in its message: `invalid int value: 'x'`, as before)
-integer.__name__, real.__name__ = "int", "float"
+integer, real = _in_ascii(int), _in_ascii(float)
 
 
 def _params(items: list[str]) -> dict[str, int]:
@@ -531,11 +528,7 @@ def cmd_compare(args) -> int:
     with _as_flags(args):
         # Every program compiled and its options checked before the first runs: a later
         # one in error would otherwise fail after the earlier ones' runs (and outputs).
-        prepared = []
-        for file, run in zip(files, runs):
-            t0 = time.perf_counter()
-            kernel = prepare(file, run, args.inputs)
-            prepared.append((kernel, time.perf_counter() - t0))
+        prepared = [prepare(file, run, args.inputs) for file, run in zip(files, runs)]
         reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs, prepared=ready)[0]
                    for file, run, ready in zip(files, runs, prepared)]
     if args.json:

@@ -38,29 +38,27 @@ def load_program(path: str, profile, params: dict[str, int], cache: bool = True)
     return build_program(path, text, profile, params, cache)
 
 
-def prepare(file: str, options: Options, inputs: str | None = None):
+def prepare(file: str, options: Options, inputs: str | None = None) -> tuple:
     """The compiled program (`mkemu.Kernel`) `execute` runs, its options checked
-    against it: what can be refused before anything runs."""
+    against it (what can be refused before anything runs), and the seconds that took."""
     from mkemu.errors import ConfigError
 
+    t0 = time.perf_counter()
     kernel = compile_program(file, options)
     if kernel.is_driven and inputs:
         raise ConfigError("--inputs applies to plain programs; this program's driver writes its own inputs",
                           file=inputs)
-    return kernel
+    return kernel, time.perf_counter() - t0
 
 
 def execute(file: str, options: Options, progress=None, inputs: str | None = None,
             prepared: tuple | None = None) -> tuple[dict, Callable[[dict], str]]:
-    """Run one program (`prepared`: the kernel `prepare` gave and the seconds it took,
-    else prepared now); returns the report (a JSON-ready dict with `bit_exact`) and the
-    function that renders it as text. `inputs` is a `.npz` file for a plain program."""
-    wall0 = time.perf_counter()
-    if prepared is None:
-        kernel = prepare(file, options, inputs)
-    else:
-        kernel, seconds = prepared
-        wall0 -= seconds     # (the wall it reports includes its preparing, as when prepared here)
+    """Run one program (`prepared`: what `prepare` gave, else prepared now); returns the
+    report (a JSON-ready dict with `bit_exact`) and the function that renders it as
+    text, its wall time the preparing's and the run's. `inputs` is a `.npz` file for a
+    plain program."""
+    kernel, prepare_s = prepared or prepare(file, options, inputs)
+    wall0 = time.perf_counter() - prepare_s
     run = kernel(inputs, progress=progress)
     report = run.report.figures
     if not kernel.is_driven:

@@ -372,11 +372,11 @@ def _guard(load, shown: str, program_path: str | None, file: str | None = None):
     except ModuleNotFoundError as exc:
         raise ConfigError(f"reference {shown} failed to load: no module named {exc.name!r}",
                           **_failed_in(exc, file, program_path)) from None
+    except KeyboardInterrupt:    # (the user's wish: not the reference's error)
+        raise
     except BaseException as exc:  # a broken reference file is the user's error, not ours
         # (SystemExit and the like too: a sys.exit(0) in it would end mkemu with status 0,
-        # as if it passed; only an interrupt is the user's wish)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        # as if it passed)
         where = _failed_in(exc, file, program_path)
         # (a syntax error's own text names its file and line: said by the location instead)
         said = exc.msg if isinstance(exc, SyntaxError) and where.get("file") == exc.filename else _text(exc)
@@ -438,9 +438,9 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
         return fn(inputs, **kwargs)
     except MkemuError:
         raise
+    except KeyboardInterrupt:
+        raise
     except BaseException as exc:  # noqa: BLE001 - a broken reference is the user's error, not ours
-        if isinstance(exc, KeyboardInterrupt):
-            raise
         hint = ""
         if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) and exc.args[0] not in inputs:
             # (most often `inputs["x"]`: the inputs are by buffer and chip)
@@ -462,9 +462,9 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise
     except _CallerRaised as raised:    # (the caller's own exception, from its progress callable)
         raise raised.error from None
+    except KeyboardInterrupt:
+        raise
     except BaseException as exc:  # noqa: BLE001 - the driver is the program's code, not ours
-        if isinstance(exc, KeyboardInterrupt):
-            raise
         raise _raised(f"the program's driver {fn.__qualname__}", exc, fn, program_path) from None
     if not isinstance(figures, dict):
         raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
