@@ -218,6 +218,8 @@ class Kernel:
         if isinstance(inputs, (str, os.PathLike)):
             source = os.fspath(inputs)
             check_path(source, "inputs")
+            if self.is_driven:     # (said before the file is read, whatever its buffers)
+                raise _writes_own_inputs(self.path)
             inputs = runner.load_inputs(source, self.program)
         elif inputs is not None and not isinstance(inputs, Mapping):
             raise ConfigError(f"inputs are a dict of arrays by buffer ('name' or 'name@chip') or the path of a "
@@ -233,8 +235,7 @@ class Kernel:
         wall0 = time.perf_counter()
         if self.is_driven:
             if given:
-                raise ConfigError("this program's driver writes its own inputs; call it with none",
-                                  file=self.path)
+                raise _writes_own_inputs(self.path)
             session = self.session()
             with self._trace_on_fault(session.recorder):
                 figures = runner.call_driver(self.reference, session,
@@ -415,7 +416,7 @@ def build_program(path: str, text: str, profile, params: dict[str, int], cache: 
 
     if path.endswith(".s"):
         if params:
-            raise ConfigError("params (--set) apply to .mk programs only", file=path)
+            raise ConfigError("params (--set) apply to .mk programs only", file=path, key="params")
         return assemble(text, path, smem_bytes=profile.smem_bytes)
     from mkemu.cache import cached_program
 
@@ -549,7 +550,9 @@ class Run:
                 raise ConfigError(f"expected output {name!r} is not a buffer of the program", file=source,
                                   key=key) from None
             value = runner.as_array(value, f"expected output {key!r}", file=source, key=key)
-            if value.dtype.kind not in "biuf":   # (a structured array cannot even be compared)
+            if value.dtype.kind not in "biuf" and runner.object_numbers(value) is None:
+                # (a structured array cannot even be compared; numbers held as objects, e.g.
+                # a list holding 2**70, are compared as the numbers they are)
                 # bf16 outputs are compared as float32 arrays of bf16 values (as runs return them).
                 hint = "; give bf16 values as float32 (.astype(np.float32))" if "bfloat16" in str(value.dtype) else ""
                 raise ConfigError(f"expected output {key!r} is an array of {value.dtype}, not numbers{hint}",
@@ -580,3 +583,7 @@ class Run:
             raise ConfigError(f"check() was given expected values only for {given}, none of them an output of the "
                               f"program (its outputs: {', '.join(outputs)}): no output would be compared, and the "
                               "run would be recorded bit-exact", key="expected")
+
+
+def _writes_own_inputs(path: str) -> ConfigError:
+    return ConfigError("this program's driver writes its own inputs; call it with none", file=path)

@@ -176,8 +176,8 @@ def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = N
     kind = values.dtype.kind
     where = dict(file=file, key=key or name)
     shown = values.dtype if given is None else given
-    integers = _object_integers(values)
-    if kind not in "biuf" and not integers:
+    held = object_numbers(values)
+    if kind not in "biuf" and held is None:
         # (np.savez keeps an ml_dtypes array's bytes but not its type: it comes back as void)
         hint = ("; a bfloat16 or float8 array saved with np.savez comes back as bytes without its type: "
                 "save it as float32" if kind == "V" and values.dtype.names is None and shown == values.dtype else "")
@@ -186,18 +186,40 @@ def check_values(name: str, dtype: str, values: np.ndarray, file: str | None = N
         return
     if kind == "f":
         raise ConfigError(f"buffer {name} (i32): got {shown} values; an i32 buffer takes integers", **where)
+    if held == "real":
+        raise ConfigError(f"buffer {name} (i32): got numbers that are not all integers (a list mixing them "
+                          "with floats); an i32 buffer takes integers", **where)
     info = np.iinfo(np.int32)
-    if values.size and (kind in "iu" or integers) and (values.min() < info.min or values.max() > info.max):
+    if values.size and (kind in "iu" or held) and (values.min() < info.min or values.max() > info.max):
         raise ConfigError(f"buffer {name} (i32): values {values.min()}..{values.max()} do not all fit in int32",
                           **where)
 
 
-def _object_integers(values: np.ndarray) -> bool:
-    """Is `values` an array of objects that are all integers? numpy makes one of a list
-    holding an integer beyond int64 and uint64 (2**70), which is a number out of a
-    buffer's range, not something that is no number at all."""
-    return (values.dtype.kind == "O" and values.size > 0
-            and all(isinstance(v, numbers.Integral) for v in values.flat))
+def object_numbers(values: np.ndarray) -> str | None:
+    """What an array of objects holds, if it is numbers: "int" (integers only) or "real"
+    (real numbers, not all integers); None for anything else. numpy makes such an array
+    of a list holding an integer beyond int64 and uint64 (2**70), alone or beside floats:
+    numbers out of a buffer's range, not something that is no number at all."""
+    if values.dtype.kind != "O" or not values.size:
+        return None
+    held = "int"
+    for v in values.flat:
+        if isinstance(v, (numbers.Integral, np.bool_)):
+            continue
+        if not isinstance(v, numbers.Real):
+            return None
+        held = "real"
+    return held
+
+
+def object_floats(values: np.ndarray) -> np.ndarray:
+    """An array of real numbers held as objects (`object_numbers`) as float64: an
+    integer rounded to 53 bits to odd, so that rounding the result once more, to float32
+    or bf16, rounds as the integer itself would, once (`_int_to_odd`)."""
+    def wide(v) -> float:
+        return _int_to_odd(int(v), 53) if isinstance(v, (numbers.Integral, np.bool_)) else float(v)
+
+    return np.frompyfunc(wide, 1, 1)(values).astype(np.float64)
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -207,8 +229,8 @@ def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
 
     # Rounding to float32 takes a float64 beyond its range to +-inf, as documented: no warning.
     with np.errstate(over="ignore"):
-        if array.dtype.kind == "O" and dtype != "i32":     # (Python integers, checked by check_values)
-            array = np.frompyfunc(lambda v: _int_to_odd(v, 53), 1, 1)(array).astype(np.float64)
+        if array.dtype.kind == "O" and dtype != "i32":     # (Python numbers, checked by check_values)
+            array = object_floats(array)
         if dtype == "bf16":
             return f32_to_bf16_bits(_f32_for_bf16(np.asarray(array)))
         if dtype == "mxfp4":
@@ -560,6 +582,8 @@ def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int, dtyp
     `dtype`: the buffer's, for a note when a bf16 one's expected values are not bf16 values."""
     expected = np.asarray(expected)
     actual = np.asarray(actual)
+    if object_numbers(expected) is not None and actual.dtype.kind == "f":
+        expected = object_floats(expected)   # (an i32 buffer compares them as the numbers they are)
     if expected.shape != actual.shape:
         return Mismatch(name, chip, (), f"shape {expected.shape}", f"shape {actual.shape}", -1)
     if actual.dtype.kind in "iu":
@@ -584,7 +608,10 @@ def compare(expected: np.ndarray, actual: np.ndarray, name: str, chip: int, dtyp
         if ((bf16_round(e32).view(np.uint32) != e32.view(np.uint32)) & ~np.isnan(e32)).any():
             note = ("; the expected values are not all bf16 values: the buffer holds bf16, so round the "
                     "reference's result to bf16 where the program does")
-    return Mismatch(name, chip, idx, _show(expected[idx]), _show(actual[idx]), len(bad), note)
+    shown = _show(expected[idx])
+    if actual.dtype.kind == "f" and expected.dtype.kind in "biu":
+        shown += f", as float32 {_show(expected[idx].astype(np.float32))}"   # (what was compared)
+    return Mismatch(name, chip, idx, shown, _show(actual[idx]), len(bad), note)
 
 
 def _show(value) -> str:

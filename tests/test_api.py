@@ -381,6 +381,49 @@ def test_python_integers_beyond_int64_in_a_list_are_rounded_once_into_a_float_bu
         mkemu.compile("all_to_all", hw="test", mesh="1")(counts=[[2**63] + [0] * 31] * 2)
 
 
+def test_python_numbers_held_as_objects_are_inputs_and_expected_values_as_the_numbers_they_are():
+    """A list mixing a Python integer beyond int64 with floats is numbers (numpy holds
+    them as objects): a float buffer rounds each once, an i32 buffer refuses the floats,
+    and check() compares such expected values, where it had called them "not numbers"."""
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    zeros = np.zeros((8, 1024), np.float32)
+    mixed = [[2**70, 2.5] * 512] * 8
+    run = vector_add(a=mixed, b=zeros)
+    assert list(run.output("out")[0, :2]) == [np.float32(2.0**70), 2.5]
+    assert run.check({"out": mixed}) is None
+    assert run.check({"out": np.array(mixed, object)}) is None
+    mismatch = run.check({"out": [[2**70 + 2**60, 2.5] * 512] * 8})   # (rounds to another float32)
+    assert mismatch is not None and mismatch.index == (0, 0) and mismatch.count == 8 * 512
+    kernel = mkemu.compile("all_to_all", hw="test", mesh="2")
+    inputs = kernel.generate_inputs()
+    counts = inputs["counts@1"].tolist()
+    counts[0][0] = 2.5
+    counts[0][1] = 2**70
+    with pytest.raises(mkemu.ConfigError, match=r"buffer counts \(i32\): got numbers that are not all integers"):
+        kernel({**inputs, "counts@1": counts})
+    run = kernel(inputs)
+    out = run.output("rcounts", 0)
+    assert run.check({"rcounts@0": out.astype(object)}) is None
+    huge = out.astype(object)
+    huge[0, 0] = 2**70
+    assert run.check({"rcounts@0": huge}).expected == "1180591620717411303424"
+
+
+def test_an_integer_expected_value_of_a_float_buffer_is_shown_as_the_float32_it_is_compared_as():
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    run = vector_add(a=np.full((8, 1024), -0.0, np.float32), b=np.full((8, 1024), -0.0, np.float32))
+    mismatch = run.check({"out": np.zeros((8, 1024), int)})     # an integer 0 is +0.0, the output -0.0
+    assert (mismatch.expected, mismatch.actual) == ("0, as float32 0.0 (0x00000000)", "-0.0 (0x80000000)")
+
+
+def test_a_driven_program_given_an_inputs_file_says_its_driver_writes_its_own(tmp_path):
+    path = tmp_path / "in.npz"
+    np.savez(path, not_a_buffer=np.ones(3))
+    kernel = mkemu.compile("k3_megakernel", model="k3-tiny", prompt_len=1, steps=1)
+    with pytest.raises(mkemu.ConfigError, match="this program's driver writes its own inputs; call it with none"):
+        kernel(path)
+
+
 def test_booleans_are_the_numbers_0_and_1_for_any_buffer():
     vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
     flags = np.zeros((8, 1024), bool)
