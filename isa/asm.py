@@ -263,8 +263,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
     current = None  # dict: name, items [(line_no, col, text)], labels, smem
 
     def error(line_no, col, message, width=None):
-        end = col + width if width else None
-        errors.append(Diagnostic(SourceSpan(filename, line_no, col, line_no, end), message,
+        # (the end, line and column, where the width is known; else None, as docs/api.md says)
+        end = (line_no, col + width) if width else (None, None)
+        errors.append(Diagnostic(SourceSpan(filename, line_no, col, *end), message,
                                  lines[line_no - 1]))
 
     for line_no, raw in enumerate(lines, 1):

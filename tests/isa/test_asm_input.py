@@ -313,3 +313,12 @@ def test_a_text_with_cr_or_crlf_line_ends_assembles_as_the_file_would(newline):
     assert program.kernels["k"].code.tolist() == assemble(text, "b.s").kernels["k"].code.tolist()
     message = error_of(".kernel k\n    nop\n    bogus\n    halt\n".replace("\n", newline))
     assert message.startswith("prog.s:3:5: error: unknown instruction 'bogus'"), message
+
+
+def test_an_assembly_error_whose_width_is_unknown_has_no_end():
+    """docs/api.md: a span's end is None where it is not known, e.g. most assembly
+    errors; its line was given with no column."""
+    with pytest.raises(SourceError) as info:
+        mkemu.compile_source("bogus r1, r2\n", filename="b.s", hw="test")
+    span = info.value.diagnostics[0].span
+    assert (span.line, span.column, span.end_line, span.end_column) == (1, 1, None, None)
