@@ -646,9 +646,10 @@ class KernelCompiler(TileLowering):
             c, n, t = self.tmp(), self.tmp(), self.tmp()
             self.emit("rdsr", sd=c, which=SPECIAL_REGS.index("chip_" + "xyz"[axis]))
             self.emit("rdsr", sd=n, which=SPECIAL_REGS.index("mesh_" + "xyz"[axis]))
-            # c2 = ((c + off) mod n + n) mod n; delta = c2 - c
-            self.emit("add", sd=t, sa=c, sb=off)
-            self.emit("rem", sd=t, sa=t, sb=n)
+            # c2 = (off rem n + c + n) mod n; delta = c2 - c. The offset is reduced first:
+            # c + off itself would wrap in 32 bits for an offset near the int32 limits.
+            self.emit("rem", sd=t, sa=off, sb=n)
+            self.emit("add", sd=t, sa=t, sb=c)
             self.emit("add", sd=t, sa=t, sb=n)
             self.emit("rem", sd=t, sa=t, sb=n)
             self.emit("sub", sd=t, sa=t, sb=c)

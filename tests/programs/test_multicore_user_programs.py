@@ -439,3 +439,36 @@ def test_a_signal_of_a_negative_run_time_amount_faults_at_the_signal(target):
         kernel()
     assert info.value.kind == "bad-operand" and "signal of a negative amount (-1)" in info.value.message
     assert info.value.source.endswith(f"signal({target}, n - 2);")
+
+
+PEER_OFFSETS = """
+kernel k(out: hbm i32[2, 128], a: i32, b: i32) {
+    vmem v: i32[1, 128];
+    sem s;
+    v = -9;
+    v[0:1, 0:1] = peer(0, a);
+    v[0:1, 1:2] = peer(0, b);
+    v[0:1, 2:3] = peer(0, -2147483648);
+    v[0:1, 3:4] = peer(0, 2147483647);
+    v[0:1, 4:5] = peer(0, a + chip_id());
+    v[0:1, 5:6] = peer(1, b);
+    start copy(v, out[core_id() : core_id() + 1, :], s);
+    wait copy(v, out[core_id() : core_id() + 1, :], s);
+}
+host { output out: i32[2, 128]; launch k(out, -2147483648, 2147483647); }
+"""
+
+
+def test_peer_takes_any_offset_around_the_axis_even_near_the_int32_limits():
+    """peer(axis, offset) wraps around the axis for any scalar offset: the chip plus an
+    offset near 2^31 wrapped in 32 bits, and chips 1 and 2 of three named themselves."""
+    run = mkemu.compile_source(PEER_OFFSETS, filename="peer.mk", hw="test", mesh="3x1x1")()
+    cores = run.kernel.cores_per_chip
+    for chip in range(3):
+        def core_of(offset: int) -> int:
+            return (chip + offset) % 3 * cores
+        expected = [core_of(-2**31), core_of(2**31 - 1), core_of(-2**31), core_of(2**31 - 1),
+                    core_of(-2**31 + chip), chip * cores]
+        got = run.output("out", chip)
+        for core in range(cores):
+            assert got[core, :6].tolist() == [e + core for e in expected], (chip, core)
