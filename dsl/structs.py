@@ -82,7 +82,11 @@ class Structs(Statements):
 
     def check_struct_alone(self, decl: ast.StructDecl) -> None:
         """A struct's members checked at its declaration, used or not (as an instance that
-        may hold any space; where an instance is made checks the spaces)."""
+        may hold any space; where an instance is made checks the spaces). A member's name
+        is one a declaration may take: in the host, `input w: S;` declares a host array of
+        that name."""
+        for m in decl.members:
+            self.reserved(m.name, m.name_span, integer=False)
         saved, self.ctx = self.ctx, KernelCtx("fn")
         self.instantiate(decl, lambda m: f"{decl.name}.{m}", "param", ANY_SPACE, decl.span, "")
         self.ctx = saved

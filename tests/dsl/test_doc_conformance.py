@@ -321,6 +321,23 @@ kernel k() {
     )
 
 
+def test_struct_members_cannot_take_a_literal_or_a_builtins_name(tmp_path, monkeypatch):
+    # (the host's `input m: A;` declared host arrays named `true` and `exp`)
+    src = """\
+struct A { true: hbm f32[8, 128]; exp: hbm f32[8, 128]; prefetch: hbm f32[8, 128]; }
+kernel k(m: A) { }
+host { input m: A; launch k(m); }
+"""
+    assert errors(src, tmp_path, monkeypatch) == (
+        "prog.mk:1:12: error: 'true' is a literal; it cannot be declared as a name\n"
+        "  struct A { true: hbm f32[8, 128]; exp: hbm f32[8, 128]; prefetch: hbm f32[8, 128]; }\n"
+        "             ^^^^\n"
+        "prog.mk:1:35: error: 'exp' is a builtin function; it cannot be declared as a name\n"
+        "  struct A { true: hbm f32[8, 128]; exp: hbm f32[8, 128]; prefetch: hbm f32[8, 128]; }\n"
+        "                                    ^^^"
+    )
+
+
 def test_contextual_keywords_work_as_names_in_a_run():
     src = """\
 kernel k(y: hbm i32[8]) {
