@@ -68,6 +68,7 @@ class Declarations:
         self.host_overflow = False   # one of them runs too often: stop unrolling them
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
         self.launch_views_reported: set[SourceSpan] = set()   # non-contiguous launch arguments
+        self.fn_error_places: set[tuple] = set()   # where fns' own checks found errors (`check_fn_alone`)
 
     # ------------------------------------------------------------ diagnostics
     def error(self, span: SourceSpan, message: str, context: str | None = None) -> Poison:
@@ -77,6 +78,10 @@ class Declarations:
         # so an error the fn's own check found is the same error at every call (reported once).
         message = _INLINED_NAME.sub("'", message)
         key = (span.file, span.line, span.column, span.end_line, span.end_column, message)
+        if self.inline_stack and context is None and key[:5] in self.fn_error_places:
+            # The fn's own check reported this place, once, at the fn; a call finds it again
+            # in other words (naming the argument where the check named the parameter).
+            return POISON
         if key not in self.errors:
             self.errors[key] = (span, message, self.error_context() if context is None else context)
         return POISON
@@ -88,6 +93,8 @@ class Declarations:
         another place: hundreds of errors saying one thing. The one kept stays even if an
         fn's own check drops its errors."""
         key = (span.file, span.line, span.column, span.end_line, span.end_column, _INLINED_NAME.sub("'", message))
+        if self.inline_stack and key[:5] in self.fn_error_places:
+            return    # (reported by the fn's own check: `error`)
         first = self.limits_hit.get(limit)
         if first is not None:
             if not earliest or key[:3] >= first[0][:3]:

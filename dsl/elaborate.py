@@ -206,6 +206,8 @@ class Elaborator(Calls):
             # which would leave the recursive call out of the program without a word).
             self.errors = before
             self.cycles_reported = cycles_before
+        else:
+            self.fn_error_places.update(key[:5] for key in self.errors if key not in before)
         self.ctx = None
 
     def fn_param_entity(self, p: ast.Param, scope: Scope):

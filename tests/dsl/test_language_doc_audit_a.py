@@ -925,3 +925,18 @@ def test_an_error_naming_an_fn_local_is_reported_once_at_the_fn(tmp_path, monkey
         "      t = t[:, 0:128];\n"
         "      ^^^^^^^^^^^^^^^^"
     )
+
+
+@pytest.mark.parametrize("body, message", [
+    ("x = x[:, 0:64];", "2:5: error: shape mismatch: storing f32[8, 64] into [8, 128] view of 'x'"),
+    ("x[0:9, :] = 1.0;", "2:7: error: slice 0:9 is out of range for dimension 0 of 'x' (size 8)"),
+])
+def test_an_error_naming_an_fn_parameter_is_reported_once_at_the_fn(tmp_path, monkeypatch, body, message):
+    """docs/language.md: an error the fn's own check finds is reported once, at the fn,
+    without a call. Each call had reported it again, naming its argument (`'xv'`)."""
+    src = (f"fn g(x: vmem f32[8, 128]) {{\n    {body}\n}}\n"
+           "kernel k(a: hbm f32[8, 128]) {\n    vmem xv: f32[8, 128];\n    vmem yv: f32[8, 128];\n"
+           "    g(xv);\n    g(yv);\n}\n")
+    out = errors(src, tmp_path, monkeypatch)
+    assert out.count("error:") == 1 and out.startswith(f"prog.mk:{message}\n"), out
+    assert "inlined at" not in out
