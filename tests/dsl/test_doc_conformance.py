@@ -4,7 +4,9 @@ wrong: each test is one documented rule, checked through the front end or a run.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import mkemu
 from tests.dsl.test_compiler import bf16, mm, run, same
 from tests.dsl.test_errors import errors
 
@@ -434,3 +436,30 @@ kernel k() {
 """
     out = errors(src, tmp_path, monkeypatch)
     assert "slice reaching 0..1024 is out of range for dimension 1 of 'x' (size 512)" in out
+
+
+def test_integer_literals_take_underscores_anywhere_after_the_first_digit_and_a_leading_zero_is_decimal():
+    src = """\
+kernel k(y: hbm i32[8]) {
+    smem o: i32[8];
+    sem s;
+    o[0] = 1__0;
+    o[1] = 10_;
+    o[2] = 0x_ff;
+    o[3] = 012;
+    o[4] = 0xF_F;
+    o[5] = 1_000_000;
+    o[6] = 0;
+    o[7] = 0;
+    start copy(o, y, s);
+    wait copy(o, y, s);
+}
+host { output y: i32[8]; launch k(y); }
+"""
+    run = mkemu.compile_source(src, filename="lex.mk", hw="test", mesh="1")()
+    assert run.output("y").tolist() == [10, 10, 255, 12, 255, 1_000_000, 0, 0]
+
+
+@pytest.mark.parametrize("literal", ["1.", ".5"])
+def test_a_float_literal_needs_a_digit_on_both_sides_of_the_point(tmp_path, monkeypatch, literal):
+    assert "error: unexpected" in errors(f"kernel k() {{ let a = {literal}; }}\n", tmp_path, monkeypatch)
