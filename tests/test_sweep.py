@@ -140,7 +140,7 @@ def test_local_processes_and_dask_give_the_same_sweep(capsys, tmp_path):
     _, _, _, alone = sweep(capsys, tmp_path, *argv)
     _, _, _, pool = sweep(capsys, tmp_path, *argv, "--jobs", "2")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         code, _, _, remote = sweep(capsys, tmp_path, *argv, "--scheduler", cluster.scheduler_address)
     assert code == 0
     assert figures(pool) == figures(alone) == figures(remote)

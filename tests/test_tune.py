@@ -144,7 +144,7 @@ def test_a_dask_cluster_gives_the_same_tune(capsys, tmp_path):
     argv = (SCALE, *TEST_HW, "--param", "TN=512,1024", "--param", "SYNC=0,2")
     _, _, _, alone = tune(capsys, tmp_path, *argv, out="one.json")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         code, _, err, remote = tune(capsys, tmp_path, *argv, "--scheduler", cluster.scheduler_address,
                                     out="dask.json")
     assert code == 0 and f"on Dask scheduler {cluster.scheduler_address}" in err

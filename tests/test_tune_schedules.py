@@ -199,7 +199,7 @@ def test_schedules_n_on_a_dask_cluster(capsys, tmp_path, program):
     distributed = pytest.importorskip("distributed")
     _, _, _, alone = tune(capsys, tmp_path, program, *TEST_HW, "--schedules", "1", out="one.json")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         code, _, _, remote = tune(capsys, tmp_path, program, *TEST_HW, "--schedules", "1",
                                   "--scheduler", cluster.scheduler_address, out="dask.json")
     assert code == 0 and outcome(remote) == outcome(alone)
