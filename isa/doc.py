@@ -79,7 +79,8 @@ field is an error. Float32 immediates are decimal (`1.5`, `-2e-3`), `inf`, `-inf
 its exact value to the nearest float32 (ties to even, subnormals kept), and one that
 rounds beyond the largest float32 is an error. SMEM words (`.smem`, `.launch`
 arguments) take -2^31 .. 2^32-1. `rdsr` names: core, chip, chip_x, chip_y, chip_z,
-mesh_x, mesh_y, mesh_z, cores, chips, gcore; barrier scopes: chip, all, x, y, z.
+mesh_x, mesh_y, mesh_z, cores (per chip), chips, gcore (the global core id, chip * cores +
+core); barrier scopes: chip, all, x, y, z.
 
 Every error is reported as `FILE:LINE:COL: error: ...` with the line and a caret, all
 errors of a file at once, and `mkemu` exits with status 1.

@@ -319,7 +319,8 @@ def _declare() -> list[dict]:
         doc="SMEM word at byte address sa + off = sb.")
     add(g, "rdsr", [_s("sd", "w"), _i("which", SPECIAL)], "{sd}, {which}", "scalar",
         "scalar", "scalar", exec=_set_s("SPEC[which]"),
-        doc="sd = a special register: core, chip, chip_x.., mesh_x.., cores, chips, gcore.")
+        doc="sd = a special register: core (on its chip), chip, chip_x.., mesh_x.., cores (per chip), "
+            "chips, gcore (chip * cores + core).")
     # 64-bit address arithmetic: a chip's HBM is larger than an int32 reaches.
     for name, expr in (("add", "{a} + {b}"), ("mul", "{a} * {b}"), ("shl", "{a} << ({b} & 63)")):
         timing = "scalar_mul" if name == "mul" else "scalar"
