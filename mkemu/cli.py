@@ -71,7 +71,7 @@ def _more_positionals(parser: argparse.ArgumentParser, args, extra: list[str]) -
     if extra and listed is not None and not any(token.startswith("-") for token in extra):
         getattr(args, listed).extend(extra)
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
 
 
 def _write_failed(exc: OSError) -> int:
@@ -193,24 +193,29 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     compare = sub.add_parser("compare", help="run two or more programs with the same options, side by side")
-    compare.add_argument("first", metavar="PROGRAM")
-    compare.add_argument("others", metavar="PROGRAM", nargs="+")
+    compare.add_argument("first", metavar="PROGRAM", help="the first program (a .mk or .s file, or a "
+                         "shipped program's name): the speedups are over it")
+    compare.add_argument("others", metavar="PROGRAM", nargs="+", help="the programs compared with it")
     _machine_options(compare)
     _driver_options(compare)
     compare.add_argument("--inputs", metavar="NPZ", help="input arrays for every (plain) program "
                          "(default: generated from --seed)")
-    compare.add_argument("--json", action="store_true")
-    compare.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    compare.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    compare.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                         help="set a parameter of every .mk program (repeatable)")
     compare.set_defaults(func=cmd_compare)
 
     programs = sub.add_parser("programs", help="list the shipped programs (run one by name)")
     programs.set_defaults(func=cmd_programs)
 
     asm = sub.add_parser("asm", help="print the assembler listing of a program")
-    asm.add_argument("file", metavar="PROGRAM")
-    asm.add_argument("--hw", default=DEFAULT_PROFILE, metavar="NAME|PATH")
+    asm.add_argument("file", metavar="PROGRAM", help="a .mk or .s file, or a shipped program's name")
+    asm.add_argument("--hw", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+                     help="the hardware profile it compiles for (its limits: VMEM, SMEM, semaphores, "
+                          f"registers; default {DEFAULT_PROFILE})")
     asm.add_argument("--stats", action="store_true", help="add allocation map, counts and compile time")
-    asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    asm.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                     help="set a .mk program's parameter (repeatable)")
     asm.add_argument("-o", "--output", metavar="FILE", help="write the listing to FILE")
     asm.add_argument("--params", action="store_true",
                      help="list a .mk program's params (value, default, values, description, file:line) instead")
@@ -307,7 +312,18 @@ def _parser() -> argparse.ArgumentParser:
     model_show = model_sub.add_parser("show", help="config, parameter counts and bytes per token")
     model_show.add_argument("name", metavar="NAME|PATH")
     model_show.set_defaults(func=cmd_model_show)
+    _each_knows_its_parser(parser)
     return parser
+
+
+def _each_knows_its_parser(parser: argparse.ArgumentParser) -> None:
+    """Every command's parser sets itself as `command_parser` (the innermost one wins:
+    `trace diff`), so a usage error found after parsing shows that command's usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                command.set_defaults(command_parser=command)
+                _each_knows_its_parser(command)
 
 
 def _usage(p: argparse.ArgumentParser) -> int:

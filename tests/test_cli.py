@@ -589,3 +589,18 @@ def test_integer_options_take_ascii_digits_only(capsys, argv, message):
         code = exc.code
     err = capsys.readouterr().err
     assert code in (1, 2) and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["run", "vector_add", "--bogus"], "run"),
+    (["compare", "vector_add", "vector_add", "--trace", "x.mkt"], "compare"),
+    (["hw", "show", "test", "extra"], "hw show"),
+    (["trace", "diff", "a.mkt", "b.mkt", "--bogus"], "trace"),
+])
+def test_a_leftover_argument_shows_the_usage_of_its_command(capsys, argv, command):
+    # (it showed the top level's, `usage: mkemu [-h] COMMAND ...`, naming no command)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(f"usage: mkemu {command} ") and f"mkemu {command}: error: unrecognized arguments: " in err
