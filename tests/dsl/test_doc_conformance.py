@@ -463,3 +463,25 @@ host { output y: i32[8]; launch k(y); }
 @pytest.mark.parametrize("literal", ["1.", ".5"])
 def test_a_float_literal_needs_a_digit_on_both_sides_of_the_point(tmp_path, monkeypatch, literal):
     assert "error: unexpected" in errors(f"kernel k() {{ let a = {literal}; }}\n", tmp_path, monkeypatch)
+
+
+def test_an_integer_sub_expression_of_a_tile_expression_is_folded_as_an_integer_first():
+    """docs/language.md, Tile expressions: `x + 7 / 2` adds 3.0 (the integer `/`), not 3.5."""
+    src = """\
+kernel k(x: hbm f32[8, 128], o: hbm f32[2, 8, 128]) {
+    vmem v: f32[8, 128];
+    vmem r: f32[8, 128];
+    sem s;
+    start copy(x, v, s);
+    wait copy(x, v, s);
+    r = v + 1 / 2;
+    start copy(r, o[0], s);
+    wait copy(r, o[0], s);
+    r = v + 7 / 2;
+    start copy(r, o[1], s);
+    wait copy(r, o[1], s);
+}
+host { input x: f32[8, 128]; output o: f32[2, 8, 128]; launch k(x, o); }
+"""
+    run = mkemu.compile_source(src, filename="fold.mk", hw="test", mesh="1")(x=np.ones((8, 128), np.float32))
+    assert (run.output("o")[0] == 1.0).all() and (run.output("o")[1] == 4.0).all()
