@@ -66,6 +66,7 @@ class Declarations:
         self.limits_hit: dict[str, tuple] = {}
         self.host_trips = 1   # iterations of the host loops being unrolled, multiplied
         self.host_overflow = False   # one of them runs too often: stop unrolling them
+        self.host_launches = 0   # launches of the host block, its loops unrolled
         self.cycles_reported: set[frozenset[str]] = set()   # fn recursions already reported
         self.launch_views_reported: set[SourceSpan] = set()   # non-contiguous launch arguments
         self.fn_error_places: set[tuple] = set()   # where fns' own checks found errors (`check_fn_alone`)

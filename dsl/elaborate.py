@@ -17,6 +17,8 @@ from pathlib import Path
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.calls import Calls
+from mkemu.dsl.imports import unusable_file_name
+from mkemu.dsl.statements import MAX_HOST_LAUNCHES
 from mkemu.dsl.structs import ANY_SPACE, HBM_ONLY
 from mkemu.dsl.values import POISON, KernelCtx, Scope, StructVal, count_of, describe
 from mkemu.isa.program import ParamInfo
@@ -100,8 +102,9 @@ class Elaborator(Calls):
         if is_module:
             # Imported when the program runs (the front end imports no Python code).
             return ir.ReferenceFn(None, fn, item.span, module=path)
-        if "\0" in path:   # (resolve() would raise ValueError)
-            self.error(item.span, "reference file name contains a NUL character")
+        bad = unusable_file_name(path)
+        if bad:
+            self.error(item.span, f"reference file name {bad}")
             return None
         try:
             full = (main_dir / path).resolve()
@@ -241,6 +244,14 @@ class Elaborator(Calls):
 
 
     def s_Launch(self, s: ast.Launch, scope, out) -> None:
+        self.host_launches += 1
+        if self.host_launches > MAX_HOST_LAUNCHES:
+            # (the host loops are unrolled: many loops, each within its own limit, could
+            # otherwise unroll without end; the loops around this one stop, `s_For`)
+            if self.host_launches == MAX_HOST_LAUNCHES + 1:
+                self.error(s.span, f"the host block launches more than {MAX_HOST_LAUNCHES:,} kernels, its loops "
+                                   "unrolled (loops one after another counted together): launch fewer")
+            return
         kernels = self.ctx.kernels
         b = self.globals.local(s.kernel)
         if b is None or not isinstance(b.entity, ast.KernelDecl):

@@ -72,8 +72,9 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
                 continue
             item = imports.pop()
             path, name = entry.path, entry.name
-            if "\0" in item.path:   # (resolve() would raise ValueError)
-                result.errors.append((item.span, "imported file name contains a NUL character"))
+            bad = unusable_file_name(item.path)
+            if bad:
+                result.errors.append((item.span, f"imported file name {bad}"))
                 continue
             if item.path.startswith(SHIPPED):
                 # The shipped library, wherever mkemu is installed: a program outside the
@@ -142,6 +143,19 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
     visit(main_path, main_name, main_text.removeprefix(BOM))
     return result
+
+
+def unusable_file_name(name: str) -> str | None:
+    """What keeps `name` from naming a file at all (resolving it would raise
+    ValueError), or None: a NUL character, or one the file system's encoding cannot
+    write (a lone surrogate, which a text given as a str may hold)."""
+    if "\0" in name:
+        return "contains a NUL character"
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError as exc:
+        return f"contains a character no file name can hold (U+{ord(exc.object[exc.start]):04X})"
+    return None
 
 
 def _display(path: Path, loaded: dict[Path, LoadedFile]) -> str:

@@ -18,6 +18,7 @@ from mkemu.dsl.folding import broadcast, linear
 from mkemu.dsl.values import POISON, ConstVal, DmaChoice, DmaCount, DmaHandle, FloatVal, Poison, Scope, describe, tile_desc
 
 MAX_HOST_TRIPS = 1_000_000
+MAX_HOST_LAUNCHES = 1_000_000   # in all, loops one after another included (about 20 s of unrolling)
 MAX_STMT_DEPTH = 100
 MAX_COPIED_STMTS = 100_000   # per program: 15 s of compiling at most (the shipped ones copy 2,000)
 
@@ -562,7 +563,7 @@ class Statements(Expressions):
                     inner = Scope(scope)
                     self.define(inner, s.var, ConstVal(i), s.var_span, "loop variable")
                     self.stmts(s.body.stmts, inner, out)
-                    if self.host_overflow:
+                    if self.host_overflow or self.host_launches > MAX_HOST_LAUNCHES:
                         break
             finally:
                 self.host_trips = saved

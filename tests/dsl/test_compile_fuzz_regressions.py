@@ -263,6 +263,35 @@ def test_reference_file_name_with_a_nul_character():
         "prog.mk:1:1: error: reference file name contains a NUL character")
 
 
+@pytest.mark.parametrize("line, what", [('import "\ud800.mk";', "imported"), ('import "mkemu:\ud800";', "imported"),
+                                        ('reference "\ud800.py:f";', "reference")])
+def test_a_file_name_with_a_lone_surrogate(line, what):
+    # UnicodeEncodeError (a ValueError) from Path.resolve(): a text given as a str may hold one.
+    assert error_of(line + "\n" + TAIL).splitlines()[0] == (
+        f"prog.mk:1:1: error: {what} file name contains a character no file name can hold (U+D800)")
+
+
+def test_loops_one_after_another_launch_at_most_the_host_blocks_budget(monkeypatch):
+    # Each loop within its own limit, many of them unrolled without end (1,000,000 launches
+    # took 20 s, and every further loop 20 s more). The budget made small, as the test's.
+    from mkemu.dsl import elaborate, statements
+    monkeypatch.setattr(elaborate, "MAX_HOST_LAUNCHES", 1000)
+    monkeypatch.setattr(statements, "MAX_HOST_LAUNCHES", 1000)
+    src = """\
+    kernel k(x: hbm f32[8, 128]) { }
+    host {
+        input x: f32[8, 128];
+        for i in 0..600 { launch k(x); }
+        for i in 0..600 { for j in 0..10 { launch k(x); } }
+        for i in 0..600 { launch k(x); }
+    }
+    """
+    out = error_of(src)
+    assert out.count("error:") == 1 and out.splitlines()[0] == (
+        "prog.mk:5:40: error: the host block launches more than 1,000 kernels, its loops unrolled (loops one "
+        "after another counted together): launch fewer"), out
+
+
 def test_param_range_past_int64():
     # OverflowError from len() of range(0, 10**30) in the param domain check.
     assert first_line("param P = 1 in 0..1000000000000000000000000000000;\n" + TAIL) == (
