@@ -480,8 +480,11 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         options = {**options, "progress": _callers(progress)}
     try:
         figures = fn(session, options)
-    except MkemuError:
-        raise
+    except MkemuError as exc:
+        moved = _at_the_drivers_call(exc, fn)
+        if moved is exc:
+            raise
+        raise moved from None
     except _CallerRaised as raised:    # (the caller's own exception, from its progress callable)
         raise raised.error from None
     except KeyboardInterrupt:
@@ -496,6 +499,23 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise ConfigError(f"the program's driver {fn.__qualname__} returned figures whose {problem}"
                           f"{_defined_at(fn)}", file=program_path)
     return figures
+
+
+def _at_the_drivers_call(exc: MkemuError, fn) -> MkemuError:
+    """A session method's refusal of its arguments (a buffer the program does not have,
+    a wrong shape), raised into the driver `fn`: named at the line of the driver that
+    called it, as the driver's own failures are (docs/api.md). Any other error as it is."""
+    if not isinstance(exc, ConfigError) or exc.file is not None:
+        return exc
+    from mkemu import session
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    mine = [i for i, f in enumerate(frames) if f.filename == home]
+    if not mine or os.path.normcase(frames[-1].filename) != os.path.normcase(session.__file__):
+        return exc
+    at = frames[mine[-1]]
+    return ConfigError(exc.message, file=at.filename, key=exc.key, line=at.lineno)
 
 
 class _CallerRaised(Exception):

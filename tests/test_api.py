@@ -582,6 +582,23 @@ def test_a_driver_s_whole_numbers_of_cycles_are_the_report_s(tmp_path):
     assert report.cycles == 12 and report.bit_exact is True
 
 
+def test_a_session_call_the_driver_gets_wrong_is_named_at_the_drivers_line(tmp_path, capsys):
+    """docs/api.md: a driver that raises is a ConfigError naming the line of the driver
+    it failed at; a session method's refusal (a buffer the program does not have) had
+    named only the buffer."""
+    (tmp_path / "drv.py").write_text("def drive(session, options):\n    session.run()\n"
+                                     "    session.write('zz', 1)\n    return {}\ndrive.mkemu_driver = True\n")
+    program = tmp_path / "d.mk"
+    program.write_text(DRIVEN)
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile(str(program), hw="test", mesh="1")()
+    error = info.value
+    assert (error.file, error.line, error.key) == (str(tmp_path / "drv.py"), 3, "zz")
+    assert str(error).startswith(f"{tmp_path / 'drv.py'}:3: zz: error: the program has no HBM buffer 'zz'")
+    assert main(["run", str(program), "--hw", "test", "--mesh", "1"]) == 1
+    assert capsys.readouterr().err.startswith(f"{tmp_path / 'drv.py'}:3: zz: error: ")
+
+
 def test_errors_pickle_and_copy_with_every_attribute():
     """A process pool or a tuning worker sends errors back to its parent."""
     import copy
