@@ -118,15 +118,12 @@ def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int
 
 def read_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> np.ndarray:
     """A copy of the bytes of a 3-D block starting `addr` bytes into `mem` (the caller
-    has checked that the block lies inside the memory)."""
+    has checked that the block lies inside the memory), in the block's order."""
     if n1 * n2 == 1 or (s1 == inner and (n2 == 1 or s2 == inner * n1)):
         return mem[addr:addr + inner * n1 * n2].copy()
-    view = block_view(mem, addr, inner, n1, s1, n2, s2)
-    if view is not None:
-        return view.reshape(-1)   # reshape of a strided view copies
-    idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
-           + np.arange(inner)[None, None, :])
-    return mem[idx].reshape(-1)
+    # (copied before it is flattened: a strided view numpy finds contiguous, e.g. one row
+    # per plane, would flatten to a view of `mem`, not a snapshot of its bytes)
+    return _strided(mem, addr, inner, n1, s1, n2, s2).copy().reshape(-1)
 
 
 def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int,
@@ -142,10 +139,28 @@ def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
             mem[addr:addr + size].reshape(data.shape)[...] = data
         return
     view = block_view(mem, addr, inner, n1, s1, n2, s2)
+    if view is None and _apart(inner, n1, s1, n2, s2):   # (negative strides)
+        view = _strided(mem, addr, inner, n1, s1, n2, s2)
     if view is not None:
         view[...] = data.reshape(n2, n1, inner)
         return
+    # A block some of whose bytes are written twice: the last write of a byte wins, in
+    # the block's order (an index per byte; a view's assignment may take another order).
     data = data.reshape(-1)
     idx = (addr + np.arange(n2)[:, None, None] * s2 + np.arange(n1)[None, :, None] * s1
            + np.arange(inner)[None, None, :])
     mem[idx.reshape(-1)] = data
+
+
+def _strided(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> np.ndarray:
+    """The (n2, n1, inner) view of a 3-D block with any strides: overlapping rows, a
+    stride of 0, negative strides (numpy refuses one reaching outside `mem`)."""
+    return np.ndarray((n2, n1, inner), np.uint8, mem, addr, (s2, s1, 1))
+
+
+def _apart(inner: int, n1: int, s1: int, n2: int, s2: int) -> bool:
+    """Do the block's bytes all differ (no byte in two rows or planes)? Answered for
+    rows and planes that do not overlap at all, whatever their strides' signs."""
+    rows_apart = n1 == 1 or abs(s1) >= inner
+    plane = (n1 - 1) * abs(s1) + inner
+    return rows_apart and (n2 == 1 or abs(s2) >= plane)
