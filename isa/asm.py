@@ -74,8 +74,12 @@ def parse_int(text: str) -> int:
     if _digits(text) > MAX_DIGITS:
         raise EncodingError(_too_long(text))
     if re.fullmatch(r"[-+]?0[0-9]+", text):
+        # (the digits as written, not int(): zeros in front count toward Python's limit of
+        # 4,300 digits a conversion takes)
+        decimal = re.sub(r"^([-+]?)0+(?=[0-9])", r"\1", text).removeprefix("+")
+        decimal = decimal if len(decimal) <= 40 else decimal[:40] + "..."
         raise EncodingError(f"bad number {_quoted(text)}: a decimal number does not start with 0 "
-                            f"(write {int(text, 10)} for decimal, or 0x... for hex)")
+                            f"(write {decimal} for decimal, or 0x... for hex)")
     return int(text, 0)
 
 
@@ -139,7 +143,9 @@ def _operand_regex(kind: OperandKind) -> str:
     if kind.choices:
         return "(" + "|".join(kind.choices) + ")"
     if kind.name == "f32":
-        return r"(f32:0[xX][0-9a-fA-F]+|[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?inf|nan)"
+        # (one way only to split digits around the point: `[0-9]+\.?[0-9]*` could split a
+        # run of n digits n ways, and a long failing line took time growing as n squared)
+        return r"(f32:0[xX][0-9a-fA-F]+|[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?inf|nan)"
     return rf"({_NUMBER}|{_SYMBOL})"
 
 
@@ -203,7 +209,7 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
         if len(raw) > 1 and raw.startswith("0"):
             shown = raw if len(raw) <= 20 else raw[:20] + "..."
             raise EncodingError(f"register {kind.prefix}{shown}: a register number has no leading zero "
-                                f"(write {kind.prefix}{int(raw)})")
+                                f"(write {kind.prefix}{raw.lstrip('0') or '0'})")
         return int(raw)
     if kind.choices:
         return kind.choices.index(raw)

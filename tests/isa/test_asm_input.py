@@ -322,3 +322,37 @@ def test_an_assembly_error_whose_width_is_unknown_has_no_end():
         mkemu.compile_source("bogus r1, r2\n", filename="b.s", hw="test")
     span = info.value.diagnostics[0].span
     assert (span.line, span.column, span.end_line, span.end_column) == (1, 1, None, None)
+
+
+@pytest.mark.parametrize("line", ["  li s1, {n}", "  li s{n}, 1", "  .smem 0 {n}"])
+def test_a_number_of_leading_zeros_past_pythons_digit_limit_is_an_error_not_a_traceback(line):
+    # int() of the whole text (4,301 characters, one significant digit) in the message
+    # itself raised ValueError: Python converts at most 4,300 digits.
+    n = "0" * 4300 + "1"
+    out = error_of(".kernel main\n" + line.format(n=n) + "\n  halt\n")
+    assert out.startswith("prog.s:2:") and "Traceback" not in out, out[:300]
+    assert "does not start with 0 (write 1 for decimal" in out or "has no leading zero (write s1)" in out, out[:300]
+
+
+def test_a_long_failing_float_immediate_is_refused_at_once():
+    # `[0-9]+\.?[0-9]*` split a run of n digits n ways: a 16 KB line took 12 s to refuse.
+    out = error_of(".kernel main\n  vli.f32 v0, " + "1" * 20_000 + "x\n  halt\n")
+    assert out.startswith("prog.s:2:3: error: bad operands for vli.f32")
+
+
+@pytest.mark.parametrize("text", [
+    "\ufeff.reference ref.py:reference\n.kernel main\n  halt\n",          # a byte-order mark before it
+    ".kernel main\nstart: .reference ref.py:reference\n  halt\n",        # a label before it
+    ".kernel main\r.reference ref.py:reference\r  halt\r",               # CR line ends
+])
+def test_a_reference_the_assembler_takes_is_the_one_the_run_checks_with(tmp_path, text):
+    """The reference was found by a scan of the text that missed these forms, which the
+    assembler takes: the run said 'no reference named' and checked nothing."""
+    (tmp_path / "ref.py").write_text("def reference(inputs, *, chips, cores_per_chip):\n    return {'y': 1}\n")
+    with pytest.raises(mkemu.ConfigError, match="expected output 'y' is not a buffer of the program"):
+        mkemu.compile_source(text, filename=str(tmp_path / "p.s"), hw="test", mesh="1")().check()
+    (tmp_path / "ref.py").unlink()
+    with pytest.raises(SourceError) as info:
+        mkemu.compile_source(text, filename=str(tmp_path / "p.s"), hw="test", mesh="1")
+    line = 1 if text.startswith("\ufeff") else 2
+    assert info.value.render().startswith(f"{tmp_path / 'p.s'}:{line}:"), info.value.render()
