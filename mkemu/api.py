@@ -36,11 +36,12 @@ from mkemu.options import Options, check_path
 from mkemu.session import Session
 
 
-def _at_reference(path: str, text: str, declared: re.Match, message: str) -> MkemuError:
+def _at_reference(path: str, declared: re.Match, message: str) -> MkemuError:
     """`message` about the reference a program names, at its `reference` line (shown,
     with a caret under the name): a ConfigError, as any failing reference is
     (docs/api.md), for a `.mk` program; a SourceError at the `.reference` line, which the
     assembler does not check, for a `.s`."""
+    text = declared.string    # (as the front ends number its lines: `runner.declared_reference`)
     line = text.count("\n", 0, declared.start(1)) + 1
     start = text.rfind("\n", 0, declared.start(1)) + 1
     column = declared.start(1) - start + 1
@@ -112,7 +113,7 @@ def setup(path: str, text: str, options: Options) -> Setup:
             raise exc from None
         # (the front end checks only that a reference file exists, and the assembler not
         # even that: what else is wrong with it, at its line here)
-        raise _at_reference(path, text, declared, exc.message) from None
+        raise _at_reference(path, declared, exc.message) from None
     driver_params: dict[str, int] = {}
     if is_driver(reference):
         if hasattr(reference, "params"):
@@ -165,7 +166,12 @@ class Kernel:
         s = setup(path, text, options)
         t0 = time.perf_counter()
         program = build_program(path, text, s.profile, {**s.driver_params, **options.params})
-        return cls(path, program, s.profile, s.mesh, options, s.reference, time.perf_counter() - t0)
+        reference = s.reference
+        if reference is None and program.reference:
+            # Named where the line scan of `setup` does not look (after another statement
+            # on its line): taken from the program, never left unchecked.
+            reference = runner.load_reference_named(program.reference, path)
+        return cls(path, program, s.profile, s.mesh, options, reference, time.perf_counter() - t0)
 
     # -- what the program is ---------------------------------------------------
 

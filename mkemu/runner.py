@@ -293,11 +293,14 @@ def from_storage(array: np.ndarray, dtype: str, shape: tuple[int, ...] | None = 
 # The line naming a program's reference: `reference "file.py:fn";` in a .mk program,
 # `.reference file.py:fn` in a .s program (a comment may follow).
 _REFERENCE_LINE = re.compile(r'^\s*reference\s+"([^"]+)"\s*;', re.M)
-_ASM_REFERENCE_LINE = re.compile(r"^\s*\.reference\s+([^\s;#]+)", re.M)
+_ASM_REFERENCE_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*:\s*)*\.reference\s+([^\s;#]+)", re.M)   # (labels first)
 
 
 def declared_reference(path: str, text: str) -> re.Match | None:
-    """Where program `path` (its `text`) names its reference; group 1 is the name."""
+    """Where program `path` (its `text`) names its reference; group 1 is the name. The
+    match is on the text as the front ends read it (`match.string`): a byte-order mark
+    dropped, CR and CRLF line ends made LF."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     return (_ASM_REFERENCE_LINE if path.endswith(".s") else _REFERENCE_LINE).search(text)
 
 

@@ -727,3 +727,11 @@ def test_an_empty_program_name_is_keyed_by_the_api_field():
     with pytest.raises(mkemu.ConfigError) as info:
         mkemu.compile("")
     assert info.value.key == "program" and "no program given" in str(info.value)
+
+
+def test_a_reference_named_after_another_statement_on_its_line_is_still_checked(tmp_path):
+    # (a scan for `reference` at the start of a line missed it: the run checked nothing)
+    (tmp_path / "r.py").write_text("def reference(inputs, *, chips, cores_per_chip):\n    return {'x': inputs['x@0'] + 1}\n")
+    (tmp_path / "p.mk").write_text('const A = 1; reference "r.py:reference";\nkernel k(x: hbm f32[8, 128]) { }\n')
+    run = mkemu.compile(str(tmp_path / "p.mk"), hw="test", mesh="1")()
+    assert run.check() is not None and run.report.bit_exact is False
