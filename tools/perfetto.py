@@ -39,6 +39,7 @@ from array import array
 
 import numpy as np
 
+from mkemu.errors import TraceError
 from mkemu.tools.intervals import step_rate
 from mkemu.tools.trace_reader import Trace
 from mkemu.tools.trace_summary import NO_ROWS, index_by, pieces, traffic_segments, wait_reasons
@@ -208,6 +209,7 @@ class ProtobufEncoder:
 
     def __init__(self, trace: Trace, v: View):
         self.ns = 1e9 / trace.clock_hz
+        self.path = trace.path
         self.head: list[bytes] = []
         self.events = _Events()
         ev = self.events
@@ -215,8 +217,11 @@ class ProtobufEncoder:
 
     def stamp(self, cycles) -> list:
         """Nanoseconds, each as the encoded TracePacket.timestamp field."""
-        ns = np.rint(np.asarray(cycles, np.float64) * self.ns).astype(np.int64).tolist()
-        return [_TS + varint(t) for t in ns]
+        ns = np.rint(np.asarray(cycles, np.float64) * self.ns)
+        if ns.size and not (ns.min() >= 0 and ns.max() < 2.0**63):    # (a slow clock scales cycles past int64)
+            raise TraceError(f"a time of {float(ns.max()):.3g} ns is past what a Perfetto timestamp holds "
+                             "(2^63 ns)", file=self.path)
+        return [_TS + varint(t) for t in ns.astype(np.int64).tolist()]
 
     def process(self, uuid: int, chip: int, name: str) -> None:
         self.head.append(track_packet(uuid, name, pid=chip + 1, first=not self.head))

@@ -387,7 +387,7 @@ def _parse_payload(payload, path: str, fail, version: int) -> Trace:
                 tables[table][name] = _convert(payload.column(base + offset, dtype, length), length, dtype, delta,
                                                table in NARROW_TABLES)
             tables = {t: {n: tables[t][n] for n in spec} for t, spec in meta["tables"].items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:   # (int(inf))
         fail(f"corrupted trace: bad table description ({exc})")
     if base + described != payload.size:
         fail(f"corrupted trace: {payload.size - base - described} bytes of data not described by the metadata")
@@ -454,7 +454,7 @@ def _check_meta(meta: dict, fail) -> None:
         return value
 
     need(_positive(meta["clock_hz"]), "clock_hz is not a positive number")
-    need(_is_int(meta["end_cycle"]) and 0 <= meta["end_cycle"] <= 2**62, "end_cycle is not a cycle count")
+    need(_is_int(meta["end_cycle"]) and 0 <= meta["end_cycle"] <= MAX_CYCLE, "end_cycle is not a cycle count")
     fault = meta.get("fault")     # (only in the trace of a run that faulted)
     need(fault is None or (isinstance(fault, dict) and set(fault) == FAULT_KEYS
                            and all(isinstance(fault[k], str) for k in ("kind", "message"))
@@ -499,6 +499,12 @@ def _check_meta(meta: dict, fail) -> None:
          "tables is not an object of column descriptions")
 
 
+MAX_CYCLE = 2**62
+CYCLE_COLUMNS = (("instr", "issue"), ("wait", "start"), ("wait", "end"), ("region", "start"), ("region", "end"),
+                 ("signal", "issued"), ("signal", "arrival"), ("dma", "issued"), ("dma", "begun"), ("dma", "done"),
+                 ("rate", "cycle"))
+
+
 def _check_times(tables: dict, fail) -> None:
     """Cycles and rates as a run writes them: nothing negative, nothing ends before it
     starts (a DMA still moving at a fault has begun and done -1), rates finite; the
@@ -520,6 +526,9 @@ def _check_times(tables: dict, fail) -> None:
     if dma["issued"].size and (dma["issued"].min() < 0 or ((begun < dma["issued"]) & (begun != -1)).any()
                                or ((done != -1) & ((begun == -1) | (done < begun))).any()):
         fail("corrupted trace: a DMA begins before it is issued or lands before it begins")
+    for table, col in CYCLE_COLUMNS:     # (end_cycle's own bound: the exports scale cycles into int64)
+        if tables[table][col].size and tables[table][col].max() > MAX_CYCLE:
+            fail(f"corrupted trace: {table}.{col} has a cycle past 2^62")
     rate = tables["rate"]
     if rate["cycle"].size and (rate["cycle"].min() < 0 or not np.isfinite(rate["bytes_per_cycle"]).all()
                                or rate["bytes_per_cycle"].min() < 0):

@@ -6,6 +6,7 @@ import json
 import re
 import struct
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,25 +188,13 @@ def test_reader_rejects_inconsistent_metadata(dma_bound):
         parse_trace(data)
 
 
-@pytest.mark.parametrize("where, value", [
-    (("units",), [1, 2]), (("units",), []), (("spaces",), "x"), (("cores", 0, "core"), None),
-    (("cores", 0, "gid"), None), (("launches", 0, "end"), "x"), (("launches", 0, "kernel"), []),
-    (("launches", 0, "end"), 10**15),     # a launch past the run's end (the summary's window would take it)
-    (("resources", 0, "name"), None), (("resources", 0, "chip"), None), (("resources", 0, "kind"), "x"),
-    (("kernels", "main", "source"), "x"), (("kernels", "main", "text"), None),
-    (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
-    (("tables", "region", "depth"), "delete"), (("format",), "other-trace"), (("version",), 2),
-    (("fault",), {"kind": "race"}), (("fault",), "x"),
-    # (numbers the exports would write as `inf` or `nan`, which is not JSON)
-    (("resources", 0, "bw_bytes_per_cycle"), float("inf")), (("resources", 0, "bw_bytes_per_cycle"), 10**400),
-    (("clock_hz",), 10**400),
-])
-def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
-    # A well-formed container (right checksum) whose metadata the tools could not read.
+def _meta_altered(data: bytes, tmp_path, where: tuple, value) -> Path:
+    """A well-formed container (right checksum) of trace `data` whose metadata at `where`
+    holds `value` ("delete": the key is gone)."""
     import zlib
 
-    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(dma_bound.data)
-    raw = bytearray(zlib.decompress(dma_bound.data[HEADER.size:]))
+    magic, version, flags, raw_size, packed_size, crc = HEADER.unpack_from(data)
+    raw = bytearray(zlib.decompress(data[HEADER.size:]))
     (meta_size,) = struct.unpack_from("<Q", raw)
     meta = json.loads(raw[8:8 + meta_size])
     inner = meta
@@ -220,16 +209,49 @@ def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys,
     packed = zlib.compress(raw)
     path = tmp_path / "odd.mkt"
     path.write_bytes(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
+    return path
+
+
+@pytest.mark.parametrize("where, value", [
+    (("units",), [1, 2]), (("units",), []), (("spaces",), "x"), (("cores", 0, "core"), None),
+    (("cores", 0, "gid"), None), (("launches", 0, "end"), "x"), (("launches", 0, "kernel"), []),
+    (("launches", 0, "end"), 10**15),     # a launch past the run's end (the summary's window would take it)
+    (("resources", 0, "name"), None), (("resources", 0, "chip"), None), (("resources", 0, "kind"), "x"),
+    (("kernels", "main", "source"), "x"), (("kernels", "main", "text"), None),
+    (("tables", "dma", "seq", "delta"), None), (("tables", "dma", "res_start", "dtype"), None),
+    (("tables", "region", "depth"), "delete"), (("format",), "other-trace"), (("version",), 2),
+    (("fault",), {"kind": "race"}), (("fault",), "x"),
+    # (numbers the exports would write as `inf` or `nan`, which is not JSON)
+    (("resources", 0, "bw_bytes_per_cycle"), float("inf")), (("resources", 0, "bw_bytes_per_cycle"), 10**400),
+    (("clock_hz",), 10**400),
+    (("tables", "dma", "seq", "length"), float("inf")),   # (int(inf): an OverflowError traceback)
+])
+def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
+    # A well-formed container (right checksum) whose metadata the tools could not read.
+    path = _meta_altered(dma_bound.data, tmp_path, where, value)
     for argv in ([], ["--json"], ["--html", str(tmp_path / "o.html")], ["--perfetto", str(tmp_path / "o.pf")]):
         assert main(["trace", str(path), *argv]) == 1
         out, err = capsys.readouterr()
         assert f"{path}: error: corrupted trace" in err and "Traceback" not in out + err
 
 
+def test_a_clock_so_slow_the_nanoseconds_pass_int64_is_refused_by_the_perfetto_export_only(dma_bound, tmp_path,
+                                                                                            capsys):
+    # (a real, if absurd, profile: the summary reads it; the timestamps wrapped negative, an IndexError)
+    path = _meta_altered(dma_bound.data, tmp_path, ("clock_hz",), 1e-6)
+    assert main(["trace", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["trace", str(path), "--perfetto", str(tmp_path / "o.pf")]) == 1
+    out, err = capsys.readouterr()
+    assert f"{path}: error: a time of " in err and "past what a Perfetto timestamp holds" in err
+    assert "Traceback" not in out + err and not (tmp_path / "o.pf").exists()
+
+
 @pytest.mark.parametrize("table, col, value", [
     ("wait", "start", 10**12), ("region", "start", 10**12), ("instr", "stall_dep", -5), ("instr", "stall_unit", -1),
     ("dma", "begun", 0), ("rate", "bytes_per_cycle", float("nan")), ("rate", "bytes_per_cycle", float("inf")),
     ("rate", "bytes_per_cycle", -1.0),
+    ("dma", "done", 2**63 - 1),      # (the Perfetto export's nanoseconds wrapped negative: an IndexError)
 ])
 def test_reader_rejects_times_and_rates_no_run_writes(dma_bound, tmp_path, capsys, table, col, value):
     # A well-formed container whose first row of a column was altered: the summary had
@@ -247,7 +269,7 @@ def test_reader_rejects_times_and_rates_no_run_writes(dma_bound, tmp_path, capsy
     packed = zlib.compress(bytes(raw))
     path = tmp_path / "odd.mkt"
     path.write_bytes(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
-    for argv in ([], ["--json"], ["--perfetto", str(tmp_path / "o.json")]):
+    for argv in ([], ["--json"], ["--perfetto", str(tmp_path / "o.json")], ["--perfetto", str(tmp_path / "o.pf")]):
         assert main(["trace", str(path), *argv]) == 1
         out, err = capsys.readouterr()
         assert f"{path}: error: corrupted trace" in err and "Traceback" not in out + err
