@@ -61,6 +61,11 @@ def _quoted(text: str) -> str:
     return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
 
 
+def _short(text: str) -> str:
+    """A piece of the source shown as written (a number, a shape): at most 40 characters."""
+    return text if len(text) <= 40 else f"{text[:40]}... ({len(text):,} characters)"
+
+
 def _too_long(text: str, what: str = "number") -> str:
     return (f"{what} {text[:20]}... has {_digits(text)} digits; no operand, SMEM word or size "
             f"has more than {MAX_DIGITS}")
@@ -216,14 +221,14 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
     if kind.name == "f32":
         bits = parse_f32_bits(raw)
         if bits is None and raw.startswith("f32:"):
-            raise EncodingError(f"raw float32 bits {raw[4:]} do not fit in 32 bits (0x0..0xffffffff)")
+            raise EncodingError(f"raw float32 bits {_short(raw[4:])} do not fit in 32 bits (0x0..0xffffffff)")
         if bits is None:
-            raise EncodingError(f"bad float32 immediate {raw!r}")
+            raise EncodingError(f"bad float32 immediate {_quoted(raw)}")
         if re.match(r"[-+]?0[0-9]", raw):
-            raise EncodingError(f"float32 immediate {raw}: a decimal with a leading zero is an error, as in "
+            raise EncodingError(f"float32 immediate {_short(raw)}: a decimal with a leading zero is an error, as in "
                                 "an integer (not octal)")
         if "inf" not in raw and not raw.startswith("f32:") and bits & 0x7FFFFFFF == 0x7F800000:
-            raise EncodingError(f"float32 immediate {raw} is beyond the largest float32 "
+            raise EncodingError(f"float32 immediate {_short(raw)} is beyond the largest float32 "
                                 f"(3.4028235e38); write inf for infinity")
         return bits
     if re.fullmatch(_NUMBER, raw):
@@ -235,7 +240,7 @@ def _operand_value(kind: OperandKind, raw: str, symbols: dict[str, int], name: s
         # A label spelled like a register (`a0:`) is taken as a branch target only: in any
         # other field, `addi s1, s2, s3` (add meant) would silently take its index.
         also = " (a label of that name is taken only as a branch target)" if raw in symbols else ""
-        raise EncodingError(f"operand {name} takes a number or a symbol, not the register {raw}{also}")
+        raise EncodingError(f"operand {name} takes a number or a symbol, not the register {_short(raw)}{also}")
     if raw not in symbols:
         raise EncodingError(f"unknown symbol {_quoted(raw)} in operand {name}")
     return symbols[raw]
@@ -309,16 +314,16 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 elif not re.fullmatch(r"[0-9]+(x[0-9]+)*", shape_text):
                     error(line_no, col, f"bad shape {_quoted(shape_text)} (write e.g. 8x128)")
                 elif any(_digits(d) > MAX_DIGITS for d in shape_text.split("x")):
-                    error(line_no, col, f"buffer {name!r}: " + _too_long(
+                    error(line_no, col, f"buffer {_quoted(name)}: " + _too_long(
                         max(shape_text.split("x"), key=_digits), "dimension"))
                 elif any(len(d) > 1 and d.startswith("0") for d in shape_text.split("x")):
                     error(line_no, col, f"bad shape {_quoted(shape_text)}: a dimension does not start with 0 "
                                         "(decimal, not octal)")
                 elif any(int(d) == 0 for d in shape_text.split("x")):
-                    error(line_no, col, f"buffer {name!r} has an empty dimension in shape {shape_text}")
+                    error(line_no, col, f"buffer {_quoted(name)} has an empty dimension in shape {_short(shape_text)}")
                 elif dtype == "mxfp4" and (len(shape_text.split("x")) < 2 or int(shape_text.split("x")[-1]) % 2):
                     error(line_no, col, f"an mxfp4 buffer needs at least 2 dimensions and an even last one, "
-                                        f"got {shape_text}")
+                                        f"got {_short(shape_text)}")
                 elif name in buffer_lines:
                     error(line_no, col, f"buffer {_quoted(name)} declared twice (first at line {buffer_lines[name]})")
                 else:
@@ -327,7 +332,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
             elif directive == ".reference" and len(args) == 1:
                 target, colon, function = args[0].rpartition(":")
                 if not (colon and target and function.isidentifier()):
-                    error(line_no, col, f".reference takes FILE.py:FUNCTION (or module:function), got {args[0]!r}")
+                    error(line_no, col, f".reference takes FILE.py:FUNCTION (or module:function), got {_quoted(args[0])}")
                 elif reference is not None:     # (a program has one reference: the later would silently win)
                     error(line_no, col, f".reference given twice (first at line {reference_line})", len(words[0]))
                 else:
@@ -395,7 +400,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         for label, at in k["labels"].items():
             if at == len(k["items"]) and k["items"]:
                 # (a branch to it would run off the kernel's end: a fault at run time, naming no line)
-                error(*k["label_at"][label], f"label {label!r} labels no instruction (it is after the last of "
+                error(*k["label_at"][label], f"label {_quoted(label)} labels no instruction (it is after the last of "
                                              f"kernel {k['name']!r})")
         symbols = dict(symbols_base, **k["labels"])
         code, spans = [], []

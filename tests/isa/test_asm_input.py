@@ -356,3 +356,16 @@ def test_a_reference_the_assembler_takes_is_the_one_the_run_checks_with(tmp_path
         mkemu.compile_source(text, filename=str(tmp_path / "p.s"), hw="test", mesh="1")
     line = 1 if text.startswith("\ufeff") else 2
     assert info.value.render().startswith(f"{tmp_path / 'p.s'}:{line}:"), info.value.render()
+
+
+@pytest.mark.parametrize("line", [
+    "  vli.f32 v0, f32:0x" + "f" * 5000,
+    "  vli.f32 v0, 0" + "1" * 5000 + ".5",
+    "  vli.f32 v0, " + "9" * 5000 + ".0",
+    "  jmp " + "a" * 5000,
+    ".reference " + "x" * 5000,
+])
+def test_an_assembler_message_quotes_at_most_a_little_of_a_long_operand(line):
+    # (a label, a float immediate or a reference of 100 KB was echoed back whole)
+    message = error_of(".kernel main\n" + line + "\n  halt\n").splitlines()[0]
+    assert len(message) < 300, message[:300]
