@@ -203,7 +203,9 @@ class TraceError(MkemuError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        return f"{self.file}: error: {self.message}" if self.file else f"error: {self.message}"
+        # (one line: a name the file carries, a kernel's or a column's, may hold control characters)
+        message = one_line(self.message)
+        return f"{one_line(self.file)}: error: {message}" if self.file else f"error: {message}"
 
 
 def not_text(exc: UnicodeDecodeError) -> str:

@@ -46,3 +46,11 @@ def test_a_config_error_with_its_source_line_shows_it_with_a_caret_as_a_diagnost
                                        "by zero\n  SCALE = 1 / 0\n          ^^^^^")
     assert pickle.loads(pickle.dumps(error)).render() == shown     # (a worker sends it back whole)
     assert ConfigError("bad", file="hw.toml", line=2, column=1).render() == "hw.toml:2:1: error: bad"
+
+
+def test_a_trace_error_is_one_line_whatever_names_the_file_carries():
+    # (a kernel or column name with a newline and terminal escapes came out as raw text)
+    from mkemu.errors import TraceError
+
+    error = TraceError("corrupted trace: column a\nb\x1b[2J is bad", file="t\n.mkt")
+    assert error.render() == "t\\n.mkt: error: corrupted trace: column a\\nb\\x1b[2J is bad"

@@ -458,7 +458,8 @@ def _check_meta(meta: dict, fail) -> None:
     fault = meta.get("fault")     # (only in the trace of a run that faulted)
     need(fault is None or (isinstance(fault, dict) and set(fault) == FAULT_KEYS
                            and all(isinstance(fault[k], str) for k in ("kind", "message"))
-                           and all(fault[k] is None or _is_int(fault[k]) for k in ("chip", "core", "cycle", "pc"))
+                           and all(fault[k] is None or (_is_int(fault[k]) and 0 <= fault[k] <= MAX_CYCLE)
+                                   for k in ("chip", "core", "cycle", "pc"))
                            and all(fault[k] is None or isinstance(fault[k], str) for k in ("instruction", "source"))),
          "fault is not a fault's kind, message, chip, core, cycle, pc, instruction and source")
     need(len(list_of("units", lambda u: isinstance(u, str))) > 0, "units is empty")

@@ -225,6 +225,8 @@ def _meta_altered(data: bytes, tmp_path, where: tuple, value) -> Path:
     (("resources", 0, "bw_bytes_per_cycle"), float("inf")), (("resources", 0, "bw_bytes_per_cycle"), 10**400),
     (("clock_hz",), 10**400),
     (("tables", "dma", "seq", "length"), float("inf")),   # (int(inf): an OverflowError traceback)
+    (("fault",), {"kind": "race", "message": "m", "chip": 0, "core": 0, "cycle": 5, "pc": -2**63,
+                  "instruction": None, "source": None}),      # (printed as `pc -0x8000000000000000`)
 ])
 def test_reader_rejects_metadata_of_the_wrong_shape(dma_bound, tmp_path, capsys, where, value):
     # A well-formed container (right checksum) whose metadata the tools could not read.
