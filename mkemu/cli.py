@@ -491,7 +491,7 @@ def cmd_run(args) -> int:
         report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
         ok = ok and all(s["outcome"] == "same" for s in report["schedules"])
     if args.json:
-        print(json.dumps(report, default=_json_default))
+        print(_json(report))
     else:
         print(render(report))
         if args.schedules:
@@ -548,7 +548,7 @@ def cmd_compare(args) -> int:
         reports = [execute(file, run, progress=_Progress(run), inputs=args.inputs, prepared=ready)[0]
                    for file, run, ready in zip(files, runs, prepared)]
     if args.json:
-        print(json.dumps({"reports": reports}, default=_json_default))
+        print(_json({"reports": reports}))
     else:
         print(compare_text(*reports))
     return 0 if all(r["bit_exact"] in (True, None) for r in reports) else 1
@@ -558,6 +558,23 @@ def _json_default(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(type(value).__name__)
+
+
+def _json(value) -> str:
+    """One JSON object, valid JSON: a figure that is not a finite number (an absurd
+    profile's, a bandwidth of 1e308 bytes a cycle times the clock) is null, where json
+    would write `Infinity` or `NaN`."""
+    return json.dumps(_finite(value), default=_json_default)
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        return None
+    return value
 
 
 def cmd_trace(args) -> int:
@@ -587,7 +604,7 @@ def cmd_trace(args) -> int:
         a, b = read_trace(args.others[0]), read_trace(args.others[1])
         d = trace_diff.diff(a, b, **filters)
         if args.json:
-            print(json.dumps(d, default=_json_default))
+            print(_json(d))
         else:
             sys.stdout.write(trace_diff.render_text(d, (a.meta.get("fault"), b.meta.get("fault"))))
         return 0
@@ -637,7 +654,7 @@ def cmd_trace(args) -> int:
             raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mkemu[plot]' "
                               "(or use --html OUT.html, a self-contained timeline page)", key="--plot") from None
     if args.json:
-        print(json.dumps(trace_summary.summarize(trace, top=top, **filters), default=_json_default))
+        print(_json(trace_summary.summarize(trace, top=top, **filters)))
     elif not (args.perfetto or args.html or args.plot):
         sys.stdout.write(trace_summary.render_text(trace_summary.summarize(trace, top=top, **filters), top=top))
     return 0

@@ -603,3 +603,12 @@ def test_a_metadata_length_past_the_data_is_said_to_be(dma_bound):
     packed = zlib.compress(bytes(raw))
     with pytest.raises(TraceError, match=r"the metadata's length \(1,099,511,627,776 bytes\) runs past the data"):
         parse_trace(HEADER.pack(magic, version, flags, len(raw), len(packed), zlib.crc32(packed)) + packed)
+
+
+def test_trace_json_is_valid_json_when_an_absurd_profile_makes_a_figure_infinite(dma_bound, tmp_path, capsys):
+    # (a bandwidth of 1e308 bytes a cycle, a real if absurd profile's: its GB/s came out
+    # as `Infinity` in --json, which is not JSON)
+    path = _meta_altered(dma_bound.data, tmp_path, ("resources", 0, "bw_bytes_per_cycle"), 1e308)
+    assert main(["trace", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
