@@ -577,6 +577,8 @@ def load_resume(path: str, settings: dict, search: dict | None = None) -> dict[s
         raise ConfigError(f"not a tune record (invalid JSON: {exc.msg} at line {exc.lineno})", file=path) from None
     except RecursionError:   # (arrays or objects nested thousands deep: no tune writes them)
         raise ConfigError("not a tune record (invalid JSON: nested too deeply to read)", file=path) from None
+    except ValueError:   # (an integer of more digits than Python converts: no tune writes one)
+        raise ConfigError("not a tune record (a number of thousands of digits)", file=path) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"not a tune record (no \"format\": \"{FORMAT}\")", file=path)
     theirs = doc.get("settings", {})
@@ -685,6 +687,9 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
         bad("\"report\" is not an object")
     if t["status"] == "ok" and t["report"] is None:
         bad("an \"ok\" trial has no report (\"report\" is null)")
+    wall = t["wall_s"]
+    if not (isinstance(wall, int | float) and not isinstance(wall, bool) and math.isfinite(wall) and wall >= 0):
+        bad(f"its \"wall_s\" is {str(wall)[:40]}, not a number of seconds")
     schedules = t["report"].get("schedules") if t["report"] else None
     if schedules is not None and not (isinstance(schedules, list) and all(
             isinstance(e, dict) and e.get("outcome") in SCHEDULE_OUTCOMES and isinstance(e.get("schedule"), str)
@@ -699,12 +704,17 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
             figures = [figures["total"], *figures["parts"].values()]
             if ranked:
                 figures.append(objective_of(t["report"], objective))
-        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as exc:
             bad(f"its report cannot be read ({type(exc).__name__}: {exc})")
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in figures):
             bad("its report's times are not all finite numbers")
         if ranked and not figures[-1] > 0:   # (a run takes time; speedups divide by it)
             bad(f"its {objective} is {figures[-1]!r}, not more than 0")
+    cycles = t["report"].get("cycles") if t["report"] else None
+    if cycles is not None and not (isinstance(cycles, int) and not isinstance(cycles, bool) and cycles >= 0):
+        bad(f"its report's \"cycles\" is {str(cycles)[:40]}, not a whole number of cycles")
+    if t["status"] == "ok" and t["report"].get("bit_exact") is not True:
+        bad("an \"ok\" trial's report is not bit-exact (a tune ranks only variants whose bits checked out)")
 
 
 # ----------------------------------------------------------------------- text

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mkemu.cli import main
 
 from tune_scale import scale_copy
@@ -148,3 +150,36 @@ def test_an_ok_trial_without_a_report_is_a_bad_record(capsys, tmp_path):
     code, stderr = resumed_after_editing(capsys, tmp_path, drop_report)
     assert code != 0 and 'bad tune record: an "ok" trial has no report' in stderr
     assert "TypeError" not in stderr
+
+
+def _set_in_first(key: str, value, where: str = "report"):
+    def edit(record):
+        assert record["trials"][0]["status"] == "ok"
+        trial = record["trials"][0]
+        (trial[where] if where else trial)[key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, says", [
+    # (it won the tune: the record's own report said its bits were wrong)
+    (_set_in_first("bit_exact", False), "an \"ok\" trial's report is not bit-exact"),
+    (_set_in_first("cycles", -5), "its report's \"cycles\" is -5, not a whole number of cycles"),
+    (_set_in_first("cycles", True), "its report's \"cycles\" is True, not a whole number of cycles"),
+    (_set_in_first("wall_s", float("nan"), where=""), "its \"wall_s\" is nan, not a number of seconds"),
+    # (an OverflowError traceback from the breakdown's float())
+    (_set_in_first("seconds", 10**400), "its report cannot be read (OverflowError"),
+])
+def test_a_record_holding_figures_no_run_writes_is_a_bad_record(capsys, tmp_path, edit, says):
+    code, stderr = resumed_after_editing(capsys, tmp_path, edit)
+    assert code == 1 and "bad tune record: " + says in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_record_with_a_number_past_pythons_digit_limit_is_not_a_tune_record(capsys, tmp_path):
+    # (json.loads raised ValueError: a traceback)
+    program = scale_copy(tmp_path)
+    out = tmp_path / "t.json"
+    argv = (program, *TEST_HW, "--param", "TN=256,512", "--param", "SYNC=0")
+    assert tune(capsys, *argv, "--out", out)[0] == 0
+    out.write_text(out.read_text().replace('"cycles": ', '"cycles": ' + "9" * 5000 + ", \"was\": ", 1))
+    code, _, stderr = tune(capsys, *argv, "--resume", out)
+    assert code == 1 and "not a tune record (a number of thousands of digits)" in stderr, stderr
