@@ -13,8 +13,9 @@ from pathlib import Path
 
 from mkemu.dsl import ast, ir
 from mkemu.dsl.elaborate import Elaborator
+from mkemu.dsl.folding import MAX_INT_BITS
 from mkemu.dsl.imports import load_files
-from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan, source_lines
+from mkemu.errors import ConfigError, Diagnostic, SourceError, SourceSpan, shown, source_lines
 from mkemu.isa.program import ParamInfo
 
 
@@ -71,7 +72,10 @@ def _elaborator(path, params: dict[str, int] | None, text: str | None) -> tuple[
             raise ConfigError(f"'{name}' is a const, not a param; it cannot be set from outside",
                               file=str(path), key=name)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"param '{name}' must be an integer, got {value!r}", file=str(path), key=name)
+            raise ConfigError(f"param '{name}' must be an integer, got {shown(value)}", file=str(path), key=name)
+        if value.bit_length() > MAX_INT_BITS:    # (as a literal or a folded value is)
+            raise ConfigError(f"param '{name}' is an integer of {value.bit_length():,} bits; a compile-time "
+                              f"integer has at most {MAX_INT_BITS}", file=str(path), key=name)
     return Elaborator(modules, loaded.sources, overrides), loaded.sources
 
 

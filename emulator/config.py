@@ -6,7 +6,7 @@ import numbers
 
 import attrs
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, shown
 from mkemu.isa.hardware import MAX_INT
 
 DMA_ORDERS = ("round_robin", "fifo")
@@ -65,7 +65,7 @@ def integer(value):
 def known_checks(instance, attribute, value):
     """attrs validator: every name a known check (`Options` validates its field with it too)."""
     # (as text: a check named by a number or None is named too, not a TypeError of join)
-    unknown = sorted(str(name) for name in set(value) - set(CHECKS))
+    unknown = sorted(name if isinstance(name, str) else shown(name) for name in set(value) - set(CHECKS))
     if unknown:
         raise ConfigError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECKS)}",
                           key="checks")

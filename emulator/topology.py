@@ -31,7 +31,7 @@ from typing import NamedTuple
 import attrs
 
 from mkemu.emulator.flows import FlowNetwork
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, grouped, shown
 from mkemu.isa.hardware import MAX_CHIPS
 
 AXES = ("x", "y", "z")
@@ -90,10 +90,13 @@ def _int_tuple(value) -> tuple:
 
 def _check_dims(instance, attribute, value) -> None:
     if len(value) != 3 or any(type(d) is not int or d < 1 for d in value):
-        raise ConfigError(f"mesh dims must be three integers >= 1, got {value!r}", key="mesh")
+        raise ConfigError(f"mesh dims must be three integers >= 1, got {shown(value)}", key="mesh")
+    if max(value).bit_length() > 64:     # (a dim too long to write out, too)
+        raise ConfigError(f"mesh dim {shown(max(value), 40)} is more chips than the emulator takes ({MAX_CHIPS:,} "
+                          "at most)", key="mesh")
     if value[0] * value[1] * value[2] > MAX_CHIPS:
-        raise ConfigError(f"mesh {'x'.join(map(str, value))} has {value[0] * value[1] * value[2]:,} chips; "
-                          f"the emulator takes at most {MAX_CHIPS:,}", key="mesh")
+        raise ConfigError(f"mesh {'x'.join(map(shown, value))} has {grouped(value[0] * value[1] * value[2])} "
+                          f"chips; the emulator takes at most {MAX_CHIPS:,}", key="mesh")
 
 
 def _check_wrap(instance, attribute, value) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from mkemu import runner
 from mkemu.errors import (ConfigError, Diagnostic, EmulatorFault, MkemuError, SourceError, SourceSpan, not_text,
-                          source_lines)
+                          shown, source_lines)
 from mkemu.isa.program import INPUT_KINDS
 from mkemu.options import Options, check_path
 from mkemu.session import Session
@@ -492,7 +492,7 @@ class Run:
     def output(self, name: str, chip: int = 0) -> np.ndarray:
         """Buffer `name` of chip `chip` after the run (any buffer, not only outputs)."""
         if not runner.is_chip(chip, self.kernel.chips):
-            raise ConfigError(f"chip must be 0..{self.kernel.chips - 1}, not {chip!r}", key=f"{name}@{chip}")
+            raise ConfigError(f"chip must be 0..{self.kernel.chips - 1}, not {shown(chip)}", key=f"{name}@{shown(chip)}")
         key = f"{name}@{chip}"
         if key in self.outputs:
             return self.outputs[key]

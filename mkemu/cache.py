@@ -307,8 +307,10 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     # are checked by their text when the entry is used (`_load`). Where the profile was
     # read from does not change what the compiler makes: copies of one profile file
     # share entries (`values_key`).
-    key = hashlib.sha256(repr((compiler_fingerprint(), path, text,
-                               sorted(params.items()), profile.values_key())).encode()).hexdigest()
+    # (params in hex: a value past 4,300 decimal digits has no repr, and the front end
+    # says what is wrong with it)
+    key = hashlib.sha256(repr((compiler_fingerprint(), path, text, [(k, hex(v)) for k, v in sorted(params.items())],
+                               profile.values_key())).encode()).hexdigest()
     try:
         directory = cache_dir("programs")
     except OSError:

@@ -40,6 +40,24 @@ def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+def shown(value, limit: int = 100) -> str:
+    """`repr(value)` for a message, at most `limit` characters. An integer too long for
+    Python to write out in decimal (past 4,300 digits: repr raises ValueError), or a
+    value holding one, is described instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of {value.bit_length():,} bits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def grouped(n: int) -> str:
+    """An integer with thousands separators, or described when too long to write out."""
+    return f"{n:,}" if n.bit_length() <= 1000 else shown(n)
+
+
 class ConfigError(MkemuError):
     """A bad hardware profile, model config, mesh or run option. Names file and key."""
 

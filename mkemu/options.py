@@ -22,7 +22,7 @@ import attrs
 from mkemu.emulator.config import (CHECKS, DMA_ORDERS, SCHEDULES, RunConfig, check_names, integer,
                                    known_checks)
 from mkemu.emulator.topology import parse_mesh
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, grouped, shown
 from mkemu.isa.hardware import DEFAULT_PROFILE
 
 # The options a driver takes (named by field; `mkemu run` names their flags).
@@ -40,16 +40,16 @@ def _mesh(value):
         return parse_mesh(value)
     # (bytes would be taken as the tuple of their byte values, a dict as its keys, a set in no order)
     if isinstance(value, (bytes, bytearray, memoryview, Mapping, AbstractSet)):
-        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+        raise ConfigError(f"bad mesh {shown(value)}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh")
     try:
         dims = tuple(integer(d) for d in value)
     except TypeError:
-        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+        raise ConfigError(f"bad mesh {shown(value)}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh") from None
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1
                                           for d in dims):
-        raise ConfigError(f"bad mesh {value!r}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
+        raise ConfigError(f"bad mesh {shown(value)}: give 'XxYxZ' or a tuple of 1 to 3 positive integers",
                           key="mesh")
     return dims + (1,) * (3 - len(dims))
 
@@ -63,7 +63,7 @@ def check_path(value, key: str) -> None:
     """A path no file can have is refused up front: the OS functions would raise
     ValueError ("embedded null byte"), not say which option held it."""
     if isinstance(value, str) and "\0" in value:
-        raise ConfigError(f"{key} must be a path or a name, and no path holds a NUL character: {value!r}", key=key)
+        raise ConfigError(f"{key} must be a path or a name, and no path holds a NUL character: {shown(value)}", key=key)
 
 
 def _int(low: int | None = None, optional: bool = False, high: int | None = None):
@@ -72,10 +72,10 @@ def _int(low: int | None = None, optional: bool = False, high: int | None = None
             return
         if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
             bound = "an integer" if low is None else f"an integer >= {low}"
-            raise ConfigError(f"{attribute.name} must be {bound}, not {value!r}", key=attribute.name)
+            raise ConfigError(f"{attribute.name} must be {bound}, not {shown(value)}", key=attribute.name)
         if high is not None and value > high:
             raise ConfigError(f"{attribute.name} must be at most {high:,} (the emulator counts in 64-bit "
-                              f"integers), not {value:,}", key=attribute.name)
+                              f"integers), not {grouped(value)}", key=attribute.name)
     return check
 
 
@@ -86,31 +86,31 @@ MAX_GUARD = 2**62
 def _one_of(choices):
     def check(instance, attribute, value):
         if not isinstance(value, str) or value not in choices:
-            raise ConfigError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}",
+            raise ConfigError(f"{attribute.name} must be one of {', '.join(choices)}, not {shown(value)}",
                               key=attribute.name)
     return check
 
 
 def _param_dict(value):
     if not isinstance(value, Mapping):
-        raise ConfigError(f"params must be a dict NAME -> integer, not {value!r}", key="params")
+        raise ConfigError(f"params must be a dict NAME -> integer, not {shown(value)}", key="params")
     return {name: integer(v) for name, v in value.items()}
 
 
 def _bool(instance, attribute, value):
     if not isinstance(value, bool):
-        raise ConfigError(f"{attribute.name} must be True or False, not {value!r}", key=attribute.name)
+        raise ConfigError(f"{attribute.name} must be True or False, not {shown(value)}", key=attribute.name)
 
 
 def _params(instance, attribute, value):
     for name, v in value.items():
         if not isinstance(name, str) or not isinstance(v, int) or isinstance(v, bool):
-            raise ConfigError(f"params want NAME -> integer, got {name!r} -> {v!r}", key="params")
+            raise ConfigError(f"params want NAME -> integer, got {shown(name)} -> {shown(v)}", key="params")
 
 
 def _optional_str(instance, attribute, value):
     if value is not None and (not isinstance(value, str) or not value):
-        raise ConfigError(f"{attribute.name} must be a non-empty string, not {value!r}", key=attribute.name)
+        raise ConfigError(f"{attribute.name} must be a non-empty string, not {shown(value)}", key=attribute.name)
     check_path(value, attribute.name)
 
 
@@ -118,22 +118,27 @@ def _real(value):
     """A real number as a Python float (numpy's too, as the integer fields take numpy
     integers); anything else as given, for the validator to name."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool | int):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:    # (a Fraction past float's range: the validator names it)
+            return value
     return value
 
 
 def _optional_number(instance, attribute, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-        raise ConfigError(f"{attribute.name} must be a number >= 0, not {value!r}", key=attribute.name)
+        raise ConfigError(f"{attribute.name} must be a number >= 0, not {shown(value)}", key=attribute.name)
     if value is not None and (value > 1e308 if isinstance(value, int) else not math.isfinite(value)):
         # (an int past float's range: math.isfinite would raise OverflowError)
-        shown = f"{value!r}" if len(str(value)) <= 40 else f"an integer of {len(str(value))} digits"
-        raise ConfigError(f"{attribute.name} must be a finite number, not {shown}", key=attribute.name)
+        text = repr(value) if isinstance(value, float) or value.bit_length() <= 14_000 else None   # (4,300 digits)
+        what = text if text is not None and len(text) <= 40 else (
+            f"an integer of {len(text)} digits" if text is not None else shown(value))
+        raise ConfigError(f"{attribute.name} must be a finite number, not {what}", key=attribute.name)
 
 
 def _trace(instance, attribute, value):
     if value is not None and value is not True and not isinstance(value, str):
-        raise ConfigError(f"trace must be a path, True (keep it in memory) or None, not {value!r}", key="trace")
+        raise ConfigError(f"trace must be a path, True (keep it in memory) or None, not {shown(value)}", key="trace")
     check_path(value, "trace")
 
 
@@ -200,7 +205,7 @@ class Options:
     @hw.validator
     def _hw(self, attribute, value):
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"hw must be a profile name or a TOML path, not {value!r}", key="hw")
+            raise ConfigError(f"hw must be a profile name or a TOML path, not {shown(value)}", key="hw")
         check_path(value, "hw")
 
     def __attrs_post_init__(self):

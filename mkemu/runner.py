@@ -217,7 +217,12 @@ def object_floats(values: np.ndarray) -> np.ndarray:
     integer rounded to 53 bits to odd, so that rounding the result once more, to float32
     or bf16, rounds as the integer itself would, once (`_int_to_odd`)."""
     def wide(v) -> float:
-        return _int_to_odd(int(v), 53) if isinstance(v, (numbers.Integral, np.bool_)) else float(v)
+        if isinstance(v, (numbers.Integral, np.bool_)):
+            return _int_to_odd(int(v), 53)
+        try:
+            return float(v)
+        except OverflowError:     # (a Fraction past float64's range: rounds to an infinity, as a float64 would)
+            return math.inf if v > 0 else -math.inf
 
     return np.frompyfunc(wide, 1, 1)(values).astype(np.float64)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from mkemu.errors import ConfigError
+from mkemu.errors import ConfigError, shown
 from mkemu.runner import as_array, check_values, from_storage, is_chip, to_storage, widened
 
 
@@ -112,7 +112,7 @@ class Session:
 
     def _check_chip(self, chip, name: str) -> None:
         if not is_chip(chip, self.info.chips):
-            raise ConfigError(f"buffer {name}: chip must be 0..{self.info.chips - 1}, not {chip!r}", key=name)
+            raise ConfigError(f"buffer {name}: chip must be 0..{self.info.chips - 1}, not {shown(chip)}", key=name)
 
     @property
     def timing_only(self) -> bool:
@@ -123,7 +123,7 @@ class Session:
         """For the next run of a timing-only session: the values the reads of data into
         scalars take, in order, on core `core` (a global core id), or on every core."""
         if core is not None and not is_chip(core, len(self._machine.cores)):
-            raise ConfigError(f"core must be a global core id 0..{len(self._machine.cores) - 1}, not {core!r}",
+            raise ConfigError(f"core must be a global core id 0..{len(self._machine.cores) - 1}, not {shown(core)}",
                               key="core")
         cores = self._machine.cores if core is None else [self._machine.cores[core]]
         values = _readback_values(values)
@@ -213,4 +213,4 @@ def _readback_values(values) -> np.ndarray:
     except (TypeError, ValueError, OverflowError):
         pass
     raise ConfigError(f"readback values must be {problem} (each read back into a 64-bit register), not "
-                      f"{values!r:.80}", key="values")
+                      f"{shown(values, 80)}", key="values")

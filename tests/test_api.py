@@ -735,3 +735,34 @@ def test_a_reference_named_after_another_statement_on_its_line_is_still_checked(
     (tmp_path / "p.mk").write_text('const A = 1; reference "r.py:reference";\nkernel k(x: hbm f32[8, 128]) { }\n')
     run = mkemu.compile(str(tmp_path / "p.mk"), hw="test", mesh="1")()
     assert run.check() is not None and run.report.bit_exact is False
+
+
+H = 10**5000    # (past the 4,300 decimal digits Python writes out: a message printing it raised ValueError)
+
+
+@pytest.mark.parametrize("call, key", [
+    (lambda: mkemu.Options(max_cycles=H), "max_cycles"),
+    (lambda: mkemu.Options(seed=[H]), "seed"),
+    (lambda: mkemu.Options(max_instructions=-H), "max_instructions"),
+    (lambda: mkemu.Options(routing_skew=H), "routing_skew"),
+    (lambda: mkemu.Options(checks=[H]), "checks"),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh=(H,)), "mesh"),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh="1", params={"N": H}), "N"),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh="1")().output("out", chip=H), None),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh="1").session().read("a", H), "a"),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh="1").session().feed_readbacks([H]), "values"),
+    (lambda: mkemu.compile("vector_add", hw="test", mesh="1").session().feed_readbacks([1], core=H), "core"),
+])
+def test_an_integer_too_long_to_write_out_is_a_config_error_naming_its_key(call, key):
+    with pytest.raises(mkemu.ConfigError) as info:
+        call()
+    assert key is None or info.value.key == key
+    assert len(str(info.value)) < 400
+
+
+def test_a_fraction_past_float_range_is_an_infinity_in_a_float_buffer():
+    from fractions import Fraction
+
+    vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
+    run = vector_add(a=np.full((8, 1024), Fraction(10**400), object), b=np.zeros((8, 1024), np.float32))
+    assert (run.output("out") == np.inf).all()
