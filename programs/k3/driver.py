@@ -39,6 +39,7 @@ STEP_INPUTS = ("layer_plan", "tokens", "pos", "spec_base")
 DEFAULTS = {"model": "k3-mini", "batch": 1, "prompt_len": 4, "steps": 4}
 # The programs' short conv: three history rows and the input (programs/k3/model.mk, conv4).
 CONV_TAPS = 4
+RMS_EPS = 1e-5   # the `1e-5` of model.mk's rmsnorm_rows
 
 
 def _options(options: dict) -> dict:
@@ -62,6 +63,10 @@ def params(options: dict, info) -> dict[str, int]:
     if cfg.conv_kernel != CONV_TAPS:
         raise ConfigError(f"the K3 programs' short conv has {CONV_TAPS} taps (conv_kernel = {CONV_TAPS}); model "
                           f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}", key="model")
+    if cfg.eps != RMS_EPS:
+        # (the reference would take the model's and fail the bits, blaming the first layer)
+        raise ConfigError(f"the K3 programs' RMSNorm adds eps = {RMS_EPS:g} (a constant of programs/k3/model.mk); "
+                          f"model '{cfg.name}' has eps {cfg.eps:g}", key="model")
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="batch")
     _check_mode(opts, cfg)
