@@ -381,7 +381,7 @@ def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, 
             f"unknown hardware profile '{text}'{hint}. Known profiles: {', '.join(known)};"
             " or give a path to a .toml file"
         )
-    path = Path(text).expanduser()
+    path = expanded_path(text)
     if not path.is_absolute():
         path = base_dir / path
     return path, str(path), str(path)
@@ -389,8 +389,17 @@ def _locate(name_or_path: str | os.PathLike[str], base_dir: Path) -> tuple[Any, 
 
 def _read_toml(resource: Any, file: str) -> dict[str, Any]:
     raw = read_toml(resource, file, "profile")
-    _reject_huge(raw, file, "")
+    reject_huge(raw, file, "")
     return raw
+
+
+def expanded_path(text: str) -> Path:
+    """A path of a file to read, `~` and `~user` expanded (a user who is not there, or
+    no home, is a ConfigError naming the path, not RuntimeError)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot expand the ~ of the path ({exc})", file=text) from None
 
 
 def read_toml(resource: Any, file: str, what: str) -> dict[str, Any]:
@@ -429,15 +438,18 @@ def read_toml(resource: Any, file: str, what: str) -> dict[str, Any]:
 _MAX_TOML_INT_BITS = 1000
 
 
-def _reject_huge(value: Any, file: str, key: str) -> None:
+def reject_huge(value: Any, file: str, key: str, what: str = "profile") -> None:
+    """A TOML file's integers of more than 1,000 bits are refused (naming the key): no
+    `what` value is that large, and printing one past 4,300 digits, or using one as a
+    float, would raise."""
     if isinstance(value, dict):
         for sub, sub_value in value.items():
-            _reject_huge(sub_value, file, f"{key}.{sub}" if key else sub)
+            reject_huge(sub_value, file, f"{key}.{sub}" if key else sub, what)
     elif isinstance(value, list):
         for item in value:
-            _reject_huge(item, file, key)
+            reject_huge(item, file, key, what)
     elif isinstance(value, int) and abs(value).bit_length() > _MAX_TOML_INT_BITS:
-        raise ConfigError(f"an integer of {abs(value).bit_length()} bits: no profile value is that large",
+        raise ConfigError(f"an integer of {abs(value).bit_length()} bits: no {what} value is that large",
                           file=file, key=key)
 
 

@@ -15,13 +15,12 @@ import difflib
 import importlib.resources
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import attrs
 
 from mkemu.errors import ConfigError
-from mkemu.isa.hardware import read_toml
+from mkemu.isa.hardware import expanded_path, read_toml, reject_huge
 
 __all__ = [
     "LayerPlan",
@@ -214,7 +213,7 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
     """A shipped config by name (see `list_configs`) or a TOML file by path."""
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or os.sep in text:
-        resource, file = Path(text).expanduser(), text
+        resource, file = expanded_path(text), text
     else:
         known = list_configs()
         if text not in known:
@@ -224,7 +223,9 @@ def load_config(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> ModelCo
                               " or give a path to a .toml file", key="model")
         resource = _configs_dir().joinpath(f"{text}.toml")
         file = str(resource)
-    return config_from_dict(read_toml(resource, file, "model config"), file=file)
+    raw = read_toml(resource, file, "model config")
+    reject_huge(raw, file, "", "model config")
+    return config_from_dict(raw, file=file)
 
 
 def config_from_dict(raw: dict[str, Any], file: str | None = None) -> ModelConfig:

@@ -110,3 +110,21 @@ def test_a_model_the_programs_cannot_run_is_one_line_naming_model(capsys, tmp_pa
     assert code == 1 and out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("--model: error: the K3 programs") and message in lines[0], err
+
+
+@pytest.mark.parametrize("key, value", [("dim", "0x" + "f" * 4000), ("eps", "9" * 400), ("mla_layers", "[" + "9" * 400 + "]")])
+def test_a_model_file_integer_of_thousands_of_digits_is_an_error_naming_its_key(capsys, tmp_path, key, value):
+    # (a ValueError traceback printing it, an OverflowError using it as a float)
+    model = _model_file(tmp_path, key, value)
+    assert main(["model", "show", model]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{model}: {key}: error: an integer of ") and "no model config value is that large" in err
+
+
+@pytest.mark.parametrize("argv", [["model", "show", "~no_such_user_here/m.toml"],
+                                  ["run", "vector_add", "--hw", "~no_such_user_here/p.toml"]])
+def test_a_path_of_a_user_who_is_not_there_is_an_error_naming_it(capsys, argv):
+    # (RuntimeError: Could not determine home directory, a traceback)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("~no_such_user_here/") and "error: cannot expand the ~ of the path" in err
