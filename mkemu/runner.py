@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mkemu.errors import ConfigError, MkemuError, check_regular_file
+from mkemu.errors import ConfigError, MkemuError, check_regular_file, grouped, shown
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import INPUT_KINDS, Program
 from mkemu.options import check_path
@@ -94,21 +94,46 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ConfigError("inputs must be a .npz file (np.savez) of arrays named by buffer", file=path)
     arrays = {}
+    buffers = {b.name: b for b in program.buffers}
     with data:
+        if not data.files:
+            raise ConfigError("the file holds no arrays (give one per input buffer, keyed name or name@chip)",
+                              file=path)
+        for key in data.files:     # (named before any is read: a member may be large)
+            if key.split("@")[0] not in buffers:
+                raise ConfigError(f"no buffer named {key.split('@')[0]!r} in the program "
+                                  f"(buffers: {', '.join(sorted(buffers))})", file=path, key=key)
         for k in data.files:
+            _check_declared_size(data, k, buffers[k.split("@")[0]], path)
             try:
                 arrays[k] = data[k]
             except damaged as exc:   # (named by the array: an object array, a damaged member)
                 raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path, key=k) from None
-    if not arrays:
-        raise ConfigError("the file holds no arrays (give one per input buffer, keyed name or name@chip)",
-                          file=path)
-    names = {b.name for b in program.buffers}
-    for key in arrays:
-        if key.split("@")[0] not in names:
-            raise ConfigError(f"no buffer named {key.split('@')[0]!r} in the program "
-                              f"(buffers: {', '.join(sorted(names))})", file=path, key=key)
     return arrays
+
+
+def _check_declared_size(data, key: str, buf, path: str) -> None:
+    """A member whose header declares far more bytes than its buffer takes is refused
+    unread: a few MB of zip can inflate to GBs (read whole before its shape was checked).
+    A header numpy cannot parse is left for the read to report."""
+    member = key + ".npy" if key + ".npy" in data.zip.namelist() else key
+    try:
+        with data.zip.open(member) as fh:
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                return
+            shape, _, dtype = read[version](fh)
+    except Exception:   # noqa: BLE001 - the read reports a damaged member
+        return
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > max(MAX_INPUT_SLACK, 8 * math.prod(buf.shape) * 2):
+        raise ConfigError(f"the array declares shape {shown(tuple(shape))} of {dtype} ({grouped(declared)} bytes), far "
+                          f"more than buffer {buf.name} ({buf.dtype}{list(buf.shape)}) takes: refused unread",
+                          file=path, key=key)
+
+
+MAX_INPUT_SLACK = 64 << 20   # bytes an input array may declare whatever its buffer (then its shape is checked)
 
 
 def _why(exc: Exception) -> str:

@@ -766,3 +766,23 @@ def test_a_fraction_past_float_range_is_an_infinity_in_a_float_buffer():
     vector_add = mkemu.compile("vector_add", hw="test", mesh="1")
     run = vector_add(a=np.full((8, 1024), Fraction(10**400), object), b=np.zeros((8, 1024), np.float32))
     assert (run.output("out") == np.inf).all()
+
+
+def test_an_inputs_member_declaring_far_more_than_its_buffer_is_refused_unread(tmp_path):
+    """A few MB of .npz can inflate to GBs: a member was read whole before its shape
+    was checked (2.2 GB of RSS for a 2 MB file), and one naming no buffer too."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**31,)})
+    path = tmp_path / "bomb.npz"
+    for name in ("a", "zz"):
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(f"{name}.npy", header.getvalue() + bytes(64))    # (the data, cut short)
+        with pytest.raises(mkemu.ConfigError) as info:
+            mkemu.compile("vector_add", hw="test", mesh="1")(path)
+        assert info.value.key == name
+        assert ("no buffer named 'zz'" if name == "zz" else
+                "the array declares shape (2147483648,) of float32 (8,589,934,592 bytes), far more than buffer a "
+                "(f32[8, 1024]) takes: refused unread") in str(info.value)
