@@ -111,9 +111,7 @@ def block_view(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int
         s2 = n1 * s1
     if s1 < inner or s2 < (n1 - 1) * s1 + inner:
         return None
-    # Memories are contiguous byte arrays: the view built directly (as_strided's
-    # result, at a fraction of its cost).
-    return np.ndarray((n2, n1, inner), np.uint8, mem, addr, (s2, s1, 1))
+    return _strided(mem, addr, inner, n1, s1, n2, s2)
 
 
 def read_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> np.ndarray:
@@ -138,11 +136,8 @@ def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
         else:
             mem[addr:addr + size].reshape(data.shape)[...] = data
         return
-    view = block_view(mem, addr, inner, n1, s1, n2, s2)
-    if view is None and _apart(inner, n1, s1, n2, s2):   # (negative strides)
-        view = _strided(mem, addr, inner, n1, s1, n2, s2)
-    if view is not None:
-        view[...] = data.reshape(n2, n1, inner)
+    if _apart(inner, n1, s1, n2, s2):
+        _strided(mem, addr, inner, n1, s1, n2, s2)[...] = data.reshape(n2, n1, inner)
         return
     # A block some of whose bytes are written twice: the last write of a byte wins, in
     # the block's order (an index per byte; a view's assignment may take another order).
@@ -154,7 +149,9 @@ def write_block(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: in
 
 def _strided(mem: np.ndarray, addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> np.ndarray:
     """The (n2, n1, inner) view of a 3-D block with any strides: overlapping rows, a
-    stride of 0, negative strides (numpy refuses one reaching outside `mem`)."""
+    stride of 0, negative strides (numpy refuses one reaching outside `mem`). Memories
+    are contiguous byte arrays: the view is built directly (as_strided's result, at a
+    fraction of its cost)."""
     return np.ndarray((n2, n1, inner), np.uint8, mem, addr, (s2, s1, 1))
 
 

@@ -55,15 +55,16 @@ def _digits(text: str) -> int:
     return len(re.sub(r"^[-+]?(?:0[xXbB])?0*", "", text))
 
 
+def _short(text: str, quoted: bool = False) -> str:
+    """A piece of the source shown in a message (a number, a shape; `quoted`, a name in
+    quotes): at most 40 characters of it (a mistyped megabyte of a line is not echoed
+    back whole)."""
+    head = repr(text[:40]) if quoted else text[:40]
+    return head if len(text) <= 40 else f"{head}... ({len(text):,} characters)"
+
+
 def _quoted(text: str) -> str:
-    """A name from the source, quoted in a message: at most 40 characters of it (a
-    mistyped megabyte of a line is not echoed back whole)."""
-    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
-
-
-def _short(text: str) -> str:
-    """A piece of the source shown as written (a number, a shape): at most 40 characters."""
-    return text if len(text) <= 40 else f"{text[:40]}... ({len(text):,} characters)"
+    return _short(text, quoted=True)
 
 
 def _too_long(text: str, what: str = "number") -> str:
@@ -82,9 +83,8 @@ def parse_int(text: str) -> int:
         # (the digits as written, not int(): zeros in front count toward Python's limit of
         # 4,300 digits a conversion takes)
         decimal = re.sub(r"^([-+]?)0+(?=[0-9])", r"\1", text).removeprefix("+")
-        decimal = decimal if len(decimal) <= 40 else decimal[:40] + "..."
         raise EncodingError(f"bad number {_quoted(text)}: a decimal number does not start with 0 "
-                            f"(write {decimal} for decimal, or 0x... for hex)")
+                            f"(write {_short(decimal)} for decimal, or 0x... for hex)")
     return int(text, 0)
 
 
