@@ -16,10 +16,9 @@ import attrs
 
 from mkemu.dsl import ast
 from mkemu.dsl.parser import parse
-from mkemu.errors import ConfigError, SourceError, SourceSpan, not_text
+from mkemu.errors import ConfigError, SourceError, SourceSpan, as_read, not_text
 from mkemu.shipped import SHIPPED, programs_root
 
-BOM = "\ufeff"   # the byte-order mark some editors write at the start of a UTF-8 file: not part of the program
 
 
 @attrs.frozen
@@ -125,15 +124,11 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             except UnicodeDecodeError as e:
                 result.errors.append((item.span, f"imported file '{item.path}' is {not_text(e)}"))
                 continue
-            frames.append(open_file(target, target_name, target_text.removeprefix(BOM)))
+            frames.append(open_file(target, target_name, as_read(target_text)))
             stack.append(target)
             on_stack.add(target)
 
     main_path = Path(main).resolve()
-    if main_text is not None:
-        # As reading a file does (universal newlines): a text with CR or CRLF line ends
-        # numbers its lines as the lexer does, by '\n'.
-        main_text = main_text.replace("\r\n", "\n").replace("\r", "\n")
     if main_text is None:
         try:
             main_text = main_path.read_text()
@@ -141,7 +136,7 @@ def load_files(main: str | os.PathLike, main_text: str | None = None) -> LoadRes
             raise ConfigError(f"cannot read program: {e.strerror}", file=main_name) from None
         except UnicodeDecodeError as e:
             raise ConfigError(f"cannot read program: it is {not_text(e)}", file=main_name) from None
-    visit(main_path, main_name, main_text.removeprefix(BOM))
+    visit(main_path, main_name, as_read(main_text))   # (a text given as a str, as reading its file would)
     return result
 
 

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from mkemu.errors import Diagnostic, SourceError, SourceSpan, source_lines
+from mkemu.errors import Diagnostic, SourceError, SourceSpan, as_read, source_lines
 from mkemu.isa.encoding import OPCODE_SHIFT, TARGET, OperandKind, parse_f32_bits
 from mkemu.isa.hardware import MAX_SMEM_BYTES
 from mkemu.isa.program import BUFFER_KINDS, DTYPES, Kernel, Launch, Program, layout_buffers
@@ -264,9 +264,7 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                               f"no profile has more than {smem_bytes} bytes of SMEM")
     else:
         smem_end, smem_has = f"SMEM of {smem_bytes} bytes", f"SMEM has {smem_bytes}"
-    # (a byte-order mark some editors write first; CR and CRLF line ends as reading a file
-    # reads them, as the .mk front end takes a text: `mkemu.compile_source` passes it as given)
-    lines = source_lines(text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
+    lines = source_lines(as_read(text))   # (as reading its file gives it, as the .mk front end takes it)
     errors: list[Diagnostic] = []
     buffer_specs, launches, kernels = [], [], []
     buffer_lines: dict[str, int] = {}

@@ -100,6 +100,13 @@ class SourceSpan:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+def as_read(text: str) -> str:
+    """A program's text as reading its file gives it to the front ends: a byte-order mark
+    (which some editors write first) dropped, CR and CRLF line ends made LF (universal
+    newlines; `compile_source` passes a text as given)."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def source_lines(text: str) -> list[str]:
     """A source text's lines as its positions number them (the .mk lexer and the
     assembler): split at newlines only (str.splitlines also splits at a form feed, a

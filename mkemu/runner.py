@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mkemu.errors import ConfigError, MkemuError, check_regular_file, grouped, shown
+from mkemu.errors import ConfigError, MkemuError, as_read, check_regular_file, grouped, shown
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import INPUT_KINDS, Program
 from mkemu.options import check_path
@@ -330,8 +330,7 @@ def declared_reference(path: str, text: str) -> re.Match | None:
     """Where program `path` (its `text`) names its reference; group 1 is the name. The
     match is on the text as the front ends read it (`match.string`): a byte-order mark
     dropped, CR and CRLF line ends made LF."""
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    return (_ASM_REFERENCE_LINE if path.endswith(".s") else _REFERENCE_LINE).search(text)
+    return (_ASM_REFERENCE_LINE if path.endswith(".s") else _REFERENCE_LINE).search(as_read(text))
 
 
 _IMPORT_LINE = re.compile(r'^\s*import\s+"([^"]+)"\s*;', re.M)
