@@ -667,6 +667,10 @@ def _read_record(path: str) -> bytes:
         return b"".join(pieces)
 
 
+def _finite_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _check_resumed(t, objective: str, path: str, key: str) -> None:
     """A finished trial of a tune record has what `Tune.finish` reads from it, or the record is bad."""
     def bad(why: str):
@@ -688,7 +692,7 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
     if t["status"] == "ok" and t["report"] is None:
         bad("an \"ok\" trial has no report (\"report\" is null)")
     wall = t["wall_s"]
-    if not (isinstance(wall, int | float) and not isinstance(wall, bool) and math.isfinite(wall) and wall >= 0):
+    if not (_finite_number(wall) and wall >= 0):
         bad(f"its \"wall_s\" is {str(wall)[:40]}, not a number of seconds")
     schedules = t["report"].get("schedules") if t["report"] else None
     if schedules is not None and not (isinstance(schedules, list) and all(
@@ -706,7 +710,7 @@ def _check_resumed(t, objective: str, path: str, key: str) -> None:
                 figures.append(objective_of(t["report"], objective))
         except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as exc:
             bad(f"its report cannot be read ({type(exc).__name__}: {exc})")
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in figures):
+        if not all(_finite_number(v) for v in figures):
             bad("its report's times are not all finite numbers")
         if ranked and not figures[-1] > 0:   # (a run takes time; speedups divide by it)
             bad(f"its {objective} is {figures[-1]!r}, not more than 0")
