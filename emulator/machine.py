@@ -16,9 +16,9 @@ import heapq
 import attrs
 import numpy as np
 
-from mkemu.errors import EmulatorFault
+from mkemu.errors import ConfigError, EmulatorFault
 from mkemu.isa.encoding import BARRIER_SCOPES
-from mkemu.isa.hardware import HardwareProfile
+from mkemu.isa.hardware import HardwareProfile, too_many_cores
 from mkemu.isa.program import Program
 
 from mkemu.emulator import loop as lp
@@ -69,6 +69,9 @@ class Machine(DmaMixin):
         # (a mesh that leaves its link count to the profile, e.g. `Mesh((4, 1, 1))`, takes
         # the profile's: the physical links are the hardware's)
         self.mesh = (mesh or Mesh(profile.mesh_dims, profile.mesh_wrap)).with_links(profile.links_per_neighbor)
+        problem = too_many_cores(self.mesh.num_chips, profile.cores_per_chip, f" (profile '{profile.name}')")
+        if problem:     # (before any core's memory is allocated)
+            raise ConfigError(problem, key="mesh")
         self.config = config or RunConfig()
         p = profile
         self.cores: list[Core] = []

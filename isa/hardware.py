@@ -72,6 +72,12 @@ MAX_CORES_PER_CHIP = 16
 # is emulated with memories of its own, and a mistyped mesh should be an error, not a
 # machine that runs out of memory.
 MAX_CHIPS = 1024
+# The most cores a machine may have, chips x cores per chip (each limit alone allows
+# 16,384): an emulated core keeps about 3 MB of host memory resident once it has run a
+# kernel (its VMEM's first pages, SMEM, registers, matrix units, race and trace rows;
+# measured with the default profile), so 4,096 cores need about 12 GB.
+MAX_CORES = 4096
+HOST_BYTES_PER_CORE = 3 << 20
 MAX_SEMAPHORES = 1 << 16
 MAX_VMEM_BYTES = 1 << 30
 MAX_SMEM_BYTES = 1 << 26
@@ -231,6 +237,17 @@ def _mesh_dims(v: tuple[int, ...]) -> str | None:
         problem = (f"{'x'.join(map(str, v))} is {v[0] * v[1] * v[2]:,} chips; the emulator takes at most "
                    f"{MAX_CHIPS:,} (emulator limit)")
     return problem
+
+
+def too_many_cores(chips: int, cores_per_chip: int, of: str = "") -> str | None:
+    """Why a machine of `chips` chips of `cores_per_chip` cores (`of`: whose, e.g. " (profile
+    'x')") is too large to emulate, or None."""
+    cores = chips * cores_per_chip
+    if cores <= MAX_CORES:
+        return None
+    return (f"{chips:,} chips of {cores_per_chip} cores{of} are {cores:,} cores; the emulator takes at most "
+            f"{MAX_CORES:,} in one machine (each keeps about {HOST_BYTES_PER_CORE >> 20} MB of host memory: "
+            f"these would need about {cores * HOST_BYTES_PER_CORE / 1e9:.0f} GB)")
 
 
 _SCHEMA = (
@@ -717,6 +734,9 @@ def _build(raw: dict[str, Any], file: str, source: str) -> HardwareProfile:
     fields: dict[str, Any] = {}
     for spec in _SCHEMA:
         fields[spec.attr] = _read_key(spec, raw[spec.section], clock_hz, file)
+    problem = too_many_cores(math.prod(fields["mesh_dims"]), fields["cores_per_chip"])
+    if problem:
+        raise ConfigError(problem, file=file, key="mesh.dims")
     default_name = source.removeprefix("builtin:") if source.startswith("builtin:") else Path(file).stem
     return HardwareProfile(
         name=raw.get("name", default_name),

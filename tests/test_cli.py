@@ -604,3 +604,13 @@ def test_a_leftover_argument_shows_the_usage_of_its_command(capsys, argv, comman
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert err.startswith(f"usage: mkemu {command} ") and f"mkemu {command}: error: unrecognized arguments: " in err
+
+
+def test_a_mesh_of_more_cores_than_the_emulator_takes_is_one_error_naming_the_mesh(capsys, tmp_path):
+    # 1,024 chips and 16 cores per chip are each allowed; together they would exhaust the host.
+    hw = tmp_path / "sixteen.toml"
+    hw.write_text('extends = "tpu-v7-like"\nname = "sixteen"\n[chip]\ncores_per_chip = 16\n')
+    assert main(["run", EXAMPLE, "--hw", str(hw), "--mesh", "16x16x4"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("--mesh: error: 1,024 chips of 16 cores (profile 'sixteen') are 16,384 cores") and \
+        "Traceback" not in err, err

@@ -22,6 +22,7 @@ from mkemu.isa.hardware import (
 
 SHIPPED = ("tpu-v7-like", "tpu-v5p-like", "test")
 TEST_TOML = (Path(hardware.__file__).parent / "profiles" / "test.toml").read_text()
+TEST_DIMS = "dims = [2, 1, 1]"      # the test profile's mesh
 
 
 def write(tmp_path: Path, text: str, name: str = "user.toml") -> Path:
@@ -471,3 +472,22 @@ def test_a_profile_that_is_not_a_regular_file_is_refused_unread(tmp_path):
 def test_a_profile_nested_thousands_deep_is_invalid_toml(tmp_path):
     err = config_error(write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n"))
     assert "invalid TOML: nested too deeply to read" in str(err)
+
+
+# --------------------------------------------------------------------------- machine size
+
+
+def test_a_profile_whose_mesh_holds_more_cores_than_the_emulator_takes_is_refused(tmp_path):
+    # 16 cores per chip and 512 chips are each allowed alone; together 8,192 cores would
+    # need about 26 GB of host memory.
+    text = edited("cores_per_chip = 2", "cores_per_chip = 16").replace(TEST_DIMS, "dims = [16, 16, 2]", 1)
+    err = config_error(write(tmp_path, text))
+    assert err.key == "mesh.dims"
+    assert "512 chips of 16 cores are 8,192 cores; the emulator takes at most 4,096" in err.message
+    assert "about 26 GB" in err.message
+
+
+def test_a_profile_of_exactly_the_most_cores_loads(tmp_path):
+    text = edited("cores_per_chip = 2", "cores_per_chip = 16").replace(TEST_DIMS, "dims = [16, 16, 1]", 1)
+    p = load_profile(write(tmp_path, text))
+    assert math.prod(p.mesh_dims) * p.cores_per_chip == hardware.MAX_CORES
