@@ -111,7 +111,7 @@ class Core:
         self.dma_wait_cycles: dict[int, int] = {}       # innermost region id (-1: none) -> cycles
         self.clear_in_flight()      # the DMAs in flight for this core, for race checks
         self.halted = True
-        self._loop = lp.compiled_loop()
+        self._loop = None          # the compiled loop, taken at the first launch (`loop.load_ahead`)
         self._reset = lp.compiled("launch_reset")
 
     # -- views for the machine, the trace recorder and tests -----------------
@@ -196,6 +196,8 @@ class Core:
         # nothing). A weight tile needs no clearing: `mxu.mac` faults before the launch
         # loads one, and a load writes every column of the rows it loads, the only rows a
         # product reads. (Compiled: a launch runs this for every core.)
+        if self._loop is None:
+            self._loop = lp.compiled_loop()
         clear_vector = not flags & lp.FLAG_TIMING_ONLY
         self._reset(self.I, self.vmem, self.smem, self.vmem_span, self.V, self.M, self.mx_lhs, self.mx_acc,
                     self.v_dirty, self.m_dirty, self.lhs_dirty, self.acc_dirty, decoded.smem_image,

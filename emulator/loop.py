@@ -28,11 +28,13 @@ checkout gets written to.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
+import threading
 import time
 
-from mkemu.cache import module_in_cache
+from mkemu.cache import compiled_in_cache, module_in_cache
 from mkemu.emulator import decode as dec
 from mkemu.emulator import footprint
 from mkemu.isa import semantics
@@ -576,9 +578,11 @@ def _head(made_from: str, *imports: str, consts: dict | None = None) -> str:
 
 _compiled = None
 _machine = None
+_loading: threading.Thread | None = None   # `load_ahead`'s thread
 compile_seconds = 0.0   # wall time the last `compiled_loop()` spent loading or compiling
 
 
+@functools.cache
 def _depends() -> tuple[str, ...]:
     import numba
 
@@ -594,10 +598,38 @@ def compiled_loop():
     global _compiled, compile_seconds
     if _compiled is None:
         t0 = time.perf_counter()
-        _compiled = module_in_cache("mkemu_loop", generate_source(), *_depends(), while_compiling=alongside,
+        _compiled = module_in_cache("mkemu_loop", _loop_source(), *_depends(), while_compiling=alongside,
                                     announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
+
+
+def load_ahead() -> None:
+    """Start loading the loop on a thread of its own, if this machine compiled it before
+    and no thread has it yet. Loading it takes a few tenths of a second, most of them
+    in LLVM, without Python's lock: a machine that calls this as it is built gets
+    its inputs written meanwhile and finds the loop loaded (or waits for the rest) at
+    its first launch. A loop never compiled here is left to `compiled_loop()` (which
+    says it is compiling and compiles the machine's other code alongside); a load that
+    fails is left to it too, to report."""
+    global _loading
+    if _compiled is not None or _loading is not None or not compiled_in_cache("mkemu_loop", _loop_source(),
+                                                                               *_depends()):
+        return
+    _loading = threading.Thread(target=_load_quietly, name="mkemu-loop-load", daemon=True)
+    _loading.start()
+
+
+def _load_quietly() -> None:
+    try:
+        compiled_loop()
+    except Exception:   # (the machine's own call loads it again and reports what fails)
+        pass
+
+
+@functools.cache
+def _loop_source() -> str:
+    return generate_source()
 
 
 def compiled_machine():

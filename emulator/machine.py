@@ -74,6 +74,8 @@ class Machine(DmaMixin):
             raise ConfigError(problem, key="mesh")
         self.config = config or RunConfig()
         p = profile
+        lp.compiled_machine()      # (first: the loop's loading thread holds numba's compiler lock)
+        lp.load_ahead()
         self.cores: list[Core] = []
         for chip in range(self.mesh.num_chips):
             for index in range(p.cores_per_chip):

@@ -137,8 +137,7 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
     (`mkemu: <announce> ...`). A version counts as compiled once an import of it has
     completed (a `.compiled` marker next to it). `while_compiling()`, a context manager,
     is entered around that first import, in the process that makes it."""
-    digest = hashlib.sha256("\0".join((source, *depends)).encode()).hexdigest()[:20]
-    name = f"{prefix}_{digest}"
+    name = _module_name(prefix, source, depends)
     # One thread imports a module while the others wait for it: a module is in
     # sys.modules from before it runs (see below), so a second thread that looked
     # there unguarded would take it half-imported, without its functions. A lock per
@@ -149,6 +148,21 @@ def module_in_cache(prefix: str, source: str, *depends: str, announce: str | Non
         if module is not None:
             return module
         return _import_module(name, prefix, source, announce, while_compiling)
+
+
+def compiled_in_cache(prefix: str, source: str, *depends: str) -> bool:
+    """Would `module_in_cache` with these arguments load compiled code from the cache
+    (a version compiled on this machine before), rather than compile it?"""
+    try:
+        path = cache_dir() / f"{_module_name(prefix, source, depends)}.py"
+    except ConfigError:     # (no cache directory: nothing was compiled into one)
+        return False
+    return path.with_suffix(".compiled").exists() and path.is_file()
+
+
+def _module_name(prefix: str, source: str, depends: tuple[str, ...]) -> str:
+    """`prefix` plus a hash of the module's source and what its compiled code depends on."""
+    return f"{prefix}_{hashlib.sha256(chr(0).join((source, *depends)).encode()).hexdigest()[:20]}"
 
 
 _import_locks: dict[str, threading.RLock] = {}

@@ -481,3 +481,20 @@ def test_an_array_files_checksum_does_not_depend_on_how_its_bytes_arrive_and_see
     if words and words[i] != words[j]:        # two 8-byte words swapped
         words[i], words[j] = words[j], words[i]
         assert check(b"".join(words) + data[len(words) * 8:]) != check(data)
+
+
+def test_a_module_version_counts_as_compiled_once_an_import_of_it_completed(cache_home, monkeypatch):
+    import sys
+
+    import mkemu.cache as cache
+
+    assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 1\n", "dep")
+    with pytest.raises(ZeroDivisionError):
+        cache.module_in_cache("mkemu_readytest", "VALUE = 1 / 0\n", "dep")
+    assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 1 / 0\n", "dep")
+    name = cache.module_in_cache("mkemu_readytest", "VALUE = 1\n", "dep").__name__
+    monkeypatch.delitem(sys.modules, name)
+    assert cache.compiled_in_cache("mkemu_readytest", "VALUE = 1\n", "dep")
+    # (another source, or the same one depending on something else, is another version)
+    assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 2\n", "dep")
+    assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 1\n", "other")

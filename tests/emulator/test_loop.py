@@ -26,3 +26,27 @@ def test_the_loop_is_compiled_outside_the_source_tree():
     assert cached and all("/emulator/" not in str(p) for p in cached)
     assert any(p.read_text() == generate_source() for p in cached)
 
+
+
+def test_a_machine_loads_a_compiled_loop_ahead_on_a_thread_of_its_own():
+    # In a fresh process: the loop was compiled on this machine (above, or by an earlier
+    # run), so building a machine starts loading it, and the run finds it loaded.
+    import subprocess
+    import sys
+
+    compiled_loop()
+    script = (
+        "import threading\n"
+        "from mkemu.emulator import loop\n"
+        "from mkemu.emulator.machine import Machine\n"
+        "from mkemu.isa.hardware import load_profile\n"
+        "from mkemu.isa.asm import assemble\n"
+        "machine = Machine(load_profile('test'))\n"
+        "assert loop._loading is not None and loop._loading.name == 'mkemu-loop-load'\n"
+        "machine.load(assemble('.kernel main\\n    li s1, 7\\n    halt\\n'))\n"
+        "result = machine.run()\n"
+        "loop._loading.join()\n"
+        "assert loop._compiled is not None and result.instructions == 2 * len(machine.cores)\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
