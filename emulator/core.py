@@ -421,10 +421,25 @@ class Core:
         """' of buffer NAME' when the compiler named the buffer instruction `pc` accesses
         in `space` (its memory operands' extents) and [lo, hi) lies in it, else ''."""
         for extent in self.kernel.extents.get(pc, ()):
-            if extent is not None and extent.space == space and extent.param is None \
-                    and extent.lo <= lo and hi <= extent.lo + extent.size:
-                return f" of buffer '{extent.name}'"
+            if extent is not None and extent.space == space and extent.param is None:
+                named = self.buffer_named(extent, lo, hi)
+                if named:
+                    return named
         return ""
+
+    def buffer_named(self, extent, lo: int, hi: int) -> str:
+        """' of buffer NAME' if [lo, hi) lies in buffer `extent`, else ''."""
+        start = self.extent_start(extent)
+        return f" of buffer '{extent.name}'" if start <= lo and hi <= start + extent.size else ""
+
+    def extent_start(self, extent) -> int:
+        """Where buffer `extent` starts: an HBM parameter's address is in the launch
+        arguments in this core's SMEM."""
+        if extent.param is None:
+            return extent.lo
+        words = self.smem32
+        return extent.lo + ((words.item(extent.param) & 0xFFFFFFFF)
+                            | (words.item(extent.param + 1) & 0xFFFFFFFF) << 32)
 
     def logged_race(self, entry, space: str, time: int, pc: int, addr: int, stride: int, rows: int,
                     lo_off: int, hi_off: int, write: int) -> EmulatorFault:

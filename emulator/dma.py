@@ -374,10 +374,6 @@ def _span(addr: int, inner: int, n1: int, s1: int, n2: int, s2: int) -> tuple[in
 def _check_extent(core: Core, extent, lo: int, hi: int) -> None:
     """Fault unless the DMA's bytes [lo, hi) lie inside the buffer the compiler named
     (an HBM parameter's address comes from the launch arguments in SMEM)."""
-    base = 0
-    if extent.param is not None:
-        words = core.smem32
-        base = (words.item(extent.param) & 0xFFFFFFFF) | (words.item(extent.param + 1) & 0xFFFFFFFF) << 32
-    start = base + extent.lo
+    start = core.extent_start(extent)
     if lo < start or hi > start + extent.size:
-        raise Trap("out-of-bounds", extent.describe(lo, hi, base))
+        raise Trap("out-of-bounds", extent.describe(lo, hi, start - extent.lo))

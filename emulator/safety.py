@@ -119,16 +119,16 @@ class Safety:
         if src_hbm:
             listed = self.hbm_writes.get(issuer.chip)
             if listed:
-                self._check_hbm(listed.meeting(*dma.src_range), False, issuer, src_block, dma.src_range, known)
+                self._check_hbm(listed.meeting(*dma.src_range), False, issuer, src_block, dma, known)
         elif issuer.rows_of:
-            self._check_rows(issuer, dma.src_space, False, src_block, known)
+            self._check_rows(issuer, dma.src_space, False, src_block, dma, known)
         if dst_hbm:
             # (Two writes are not reported: a write is checked against the reads only.)
             reads = self.hbm_reads.get(target.chip)
             if reads:
-                self._check_hbm(reads, True, target, dst_block, dma.dst_range, known)
+                self._check_hbm(reads, True, target, dst_block, dma, known)
         elif target.rows_of:
-            self._check_rows(target, dma.dst_space, True, dst_block, known)
+            self._check_rows(target, dma.dst_space, True, dst_block, dma, known)
         seq = dma.seq
         entry = Entry(dma, False, src_block, dma.src_range)
         if src_hbm:
@@ -154,17 +154,17 @@ class Safety:
         if seq > self.rebase_at:
             self._rebase(seq)
 
-    def _check_hbm(self, entries, write: bool, owner, block, span: tuple[int, int], known: int) -> None:
+    def _check_hbm(self, entries, write: bool, owner, block, dma, known: int) -> None:
         """A race if one of the listed HBM `entries` the issuer did not know had landed
-        shares bytes with `block`."""
-        lo, hi = span
+        shares bytes with `block` (new DMA `dma`'s source or destination)."""
+        lo, hi = dma.dst_range if write else dma.src_range
         base = self.base
         for entry in entries:
             if entry.lo < hi and lo < entry.hi \
                     and not known >> (entry.dma.seq - base) & 1 and self.overlap(*entry.block, *block):
-                raise Trap("race", _dma_race(write, "hbm", owner, entry))
+                raise Trap("race", _dma_race(write, "hbm", owner, entry, dma))
 
-    def _check_rows(self, owner, space: str, write: bool, block, known: int) -> None:
+    def _check_rows(self, owner, space: str, write: bool, block, dma, known: int) -> None:
         """The same for the DMAs in flight for `owner`'s VMEM or SMEM (its `races` rows,
         by the compiled scan)."""
         n, code, base = len(owner.in_flight), SPACE_CODES[space], self.base
@@ -172,7 +172,7 @@ class Safety:
         while k >= 0:
             entry = owner.in_flight[k][0]
             if not known >> (entry.dma.seq - base) & 1:
-                raise Trap("race", _dma_race(write, space, owner, entry))
+                raise Trap("race", _dma_race(write, space, owner, entry, dma))
             k = self.dma_conflict(owner.races, n, k + 1, code, write, *block)
 
     def landed(self, dma) -> None:
@@ -360,11 +360,18 @@ SPACE_CODES = {"vmem": 0, "smem": 1}
 REBASE_SPAN = 8192   # DMAs between renumberings of the masks (`Safety._rebase`)
 
 
-def _dma_race(write: bool, space: str, owner, entry: Entry) -> str:
+def _dma_race(write: bool, space: str, owner, entry: Entry, dma) -> str:
+    """The report of new DMA `dma` racing with listed `entry` on `space` of `owner`
+    (`dma` writes there if `write`, else reads)."""
     what = ("both write" if write and entry.write else "it writes what the earlier one still reads"
             if write else "it reads what the earlier one still writes")
     where = f"{space.upper()} of chip {owner.chip}" + ("" if space == "hbm" else f" core {owner.index}")
-    return (f"this DMA and an earlier one in flight share bytes of {where} and {what}: "
+    lo, hi = dma.dst_range if write else dma.src_range
+    extents = dma.kernel.extents.get(dma.pc)
+    extent = extents[1 if write else 0] if extents else None
+    named = dma.src_core.buffer_named(extent, lo, hi) if extent is not None else ""
+    return (f"this DMA and an earlier one in flight share bytes of {where} and {what} (this DMA's are "
+            f"{space.upper()} [{lo}, {hi}){named}): "
             f"{describe_dma(entry.dma)}; this DMA's issuer did not know the earlier one had landed (nothing "
             f"ordered them: a wait on its semaphore, a signal or barrier from a core that knew)")
 

@@ -167,6 +167,8 @@ host {
 def test_two_dmas_on_one_buffer_race_unless_the_first_is_waited_for(read):
     report = race_of(TWO_DMAS, READ=read)
     assert "this DMA and an earlier one in flight share bytes of VMEM" in report
+    # (the bytes the later DMA touches there, and the buffer they are in)
+    assert "(this DMA's are VMEM [0, 8192) of buffer 'b'): `dma.start" in report
     assert np.array_equal(run(TWO_DMAS, READ=read, WAIT=1).output("y"), X)
 
 
@@ -202,7 +204,9 @@ host {
 
 
 def test_a_copy_into_hbm_another_copy_still_reads_is_a_race():
-    assert "share bytes of HBM of chip 0" in race_of(HBM_WAR)
+    report = race_of(HBM_WAR)
+    assert "share bytes of HBM of chip 0 and it writes what the earlier one still reads (this DMA's are HBM " \
+           "[0, 8192) of buffer 'x'): `dma.start" in report
     assert np.array_equal(run(HBM_WAR, WAIT=1).output("y"), X)
 
 
