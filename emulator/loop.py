@@ -28,6 +28,7 @@ checkout gets written to.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import sys
@@ -618,6 +619,15 @@ def load_ahead() -> None:
         return
     _loading = threading.Thread(target=_load_quietly, name="mkemu-loop-load", daemon=True)
     _loading.start()
+    # An interpreter that shuts down (an early error, a script's end) while the thread
+    # is inside LLVM can crash (assertions in LLVM's teardown): it waits for the load.
+    atexit.register(loaded)
+
+
+def loaded() -> None:
+    """Wait for `load_ahead`'s thread, if one is loading the loop."""
+    if _loading is not None:
+        _loading.join()
 
 
 def _load_quietly() -> None:

@@ -10,17 +10,16 @@ Names are loaded on first use, so `import mkemu` (and the `mkemu` command) stays
 quick until a program is compiled.
 """
 
-from mkemu.errors import ConfigError, MkemuError
-
 __version__ = "0.1.0"
 
 _LAZY = {
+    "ConfigError": "mkemu.errors", "MkemuError": "mkemu.errors",
     "compile": "mkemu.api", "compile_source": "mkemu.api", "Kernel": "mkemu.api", "Run": "mkemu.api",
     "Report": "mkemu.api", "BufferInfo": "mkemu.api", "Options": "mkemu.options",
     "Session": "mkemu.session", "MachineInfo": "mkemu.session", "atomic_write": "mkemu.runner",
     "list_programs": "mkemu.shipped",
 }
-__all__ = ["ConfigError", "MkemuError", *_LAZY]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str):

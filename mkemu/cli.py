@@ -21,6 +21,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from mkemu.command import Terminated, terminate
 from mkemu.errors import ConfigError, MkemuError
 from mkemu.isa.hardware import DEFAULT_PROFILE
 
@@ -33,9 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)     # (a usage error: stdout stays empty, as for every other)
         return 2
     try:
-        code = args.func(args)
-        sys.stdout.flush()      # (so a failed write of the output, e.g. to a full disk, is reported here)
-        return code
+        try:
+            code = args.func(args)
+            sys.stdout.flush()      # (so a failed write of the output, e.g. to a full disk, is reported here)
+            return code
+        finally:
+            _loop_loaded()
     except MkemuError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -91,14 +95,6 @@ def _write_failed(exc: OSError) -> int:
     return 1
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is, as Ctrl-C's KeyboardInterrupt is."""
-
-
-def _terminate(signum, frame) -> None:
-    raise Terminated()
-
-
 def _negative_values_joined(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """`--mesh -2x1x1` as `--mesh=-2x1x1` (and `-o -x.txt` as `-o-x.txt`): argparse takes
     a value that starts with a dash for an option of its own, and fails with its usage
@@ -144,6 +140,15 @@ def _release_pool_semaphores() -> None:
         util._run_finalizers(0)
 
 
+def _loop_loaded() -> None:
+    """Wait for a thread still loading the compiled loop (`emulator.loop.load_ahead`): an
+    error found early must not end the process under it (an interrupt while waiting is
+    an interrupt of the command)."""
+    loop = sys.modules.get("mkemu.emulator.loop")
+    if loop is not None:
+        loop.loaded()
+
+
 def entry() -> int:
     """The `mkemu` command: `main`, then the process ends without collecting its heap.
 
@@ -158,7 +163,7 @@ def entry() -> int:
     caught mid-operation by the interrupt could otherwise hold the exit forever). A
     terminated one (SIGTERM, exit status 143) ends the same way: the signal is raised as
     an interrupt, so an output being written is removed, not left half-written."""
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     code = main()
     if code in (130, 143):
         _release_pool_semaphores()

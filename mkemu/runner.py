@@ -9,6 +9,7 @@ Also bf16 storage conversion, the bit-exact comparison and atomic file writes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import linecache
@@ -16,6 +17,7 @@ import math
 import numbers
 import os
 import re
+import signal
 import threading
 import traceback
 from pathlib import Path
@@ -765,22 +767,55 @@ def atomic_write(path: str, data: bytes) -> None:
         except OSError as exc:
             raise ConfigError(f"cannot write output: {exc.strerror}", file=str(path)) from None
         return
-    # (the name cut so that the temporary file's name is no longer than the target's may be)
-    # (and the process's and thread's own: threads of one process writing one output,
-    # e.g. a kernel called from several at once, must not replace each other's)
-    tmp = target.with_name(f".{target.name[:200]}.tmp{os.getpid()}.{threading.get_ident()}")
+    atomic_write_all({path: data})
+
+
+def atomic_write_all(files: dict) -> None:
+    """Write several files (path -> bytes, regular files) as one: a crash, an error or an
+    interrupt leaves either all the old files or all the new ones. Each is written to a
+    temporary file next to it first; then all are renamed into place, Ctrl-C and SIGTERM
+    held back for those few renames."""
+    written = []      # (temporary file, target)
+    path = None       # (the one being written, for an error)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        for path, data in files.items():
+            target = Path(path)
+            # (the name cut so that the temporary file's name is no longer than the target's may be)
+            # (and the process's and thread's own: threads of one process writing one output,
+            # e.g. a kernel called from several at once, must not replace each other's)
+            tmp = target.with_name(f".{target.name[:200]}.tmp{os.getpid()}.{threading.get_ident()}")
+            written.append((tmp, target))
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        with signals_held():
+            while written:
+                path = written[0][1]
+                os.replace(*written[0])
+                written.pop(0)
     except BaseException as exc:
         # Any way out, Ctrl-C included, leaves no half-written temporary file behind.
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:   # never created: its folder is missing or not a folder
-            pass
+        for tmp, _ in written:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:   # never created: its folder is missing or not a folder
+                pass
         if not isinstance(exc, OSError):
             raise
         raise ConfigError(f"cannot write output: {exc.strerror or exc}", file=str(path)) from None
+
+
+@contextlib.contextmanager
+def signals_held(signums=(signal.SIGINT, signal.SIGTERM)):
+    """Ctrl-C and SIGTERM held back from this thread while the block runs, delivered as
+    it ends (where the OS holds signals per thread; elsewhere, nothing is held)."""
+    hold = getattr(signal, "pthread_sigmask", None)
+    if hold is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hold(signal.SIG_BLOCK, set(signums))
+    try:
+        yield
+    finally:
+        hold(signal.SIG_UNBLOCK, set(signums))

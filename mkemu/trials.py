@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +45,7 @@ import numpy as np
 
 from mkemu.errors import ConfigError, EmulatorFault, MkemuError, SourceError
 from mkemu.options import Options
+from mkemu.runner import signals_held
 
 CONNECT_TIMEOUT_S = 30
 # Report entries left out of a trial's record: per-core copies of the totals, and
@@ -204,7 +206,11 @@ def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, job
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=get_context("spawn"),
                                    initializer=_ignore_interrupts)
         try:
-            futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
+            # Ctrl-C held back while submitting starts the workers: each inherits the held
+            # signal and never sees one until its start ignores it (a Ctrl-C to the process
+            # group while a worker was still importing printed that worker's traceback).
+            with signals_held((signal.SIGINT,)):
+                futures = {pool.submit(run_trial, trial): index for index, trial in enumerate(trials)}
             _collect(as_completed(futures), futures, on_done, lambda exc: MkemuError(
                 f"a worker process ended before its trial did ({type(exc).__name__}: killed, or out of memory?); "
                 "the runs that finished are in the record"))
@@ -226,8 +232,6 @@ def _ignore_interrupts() -> None:
     """A worker's start: Ctrl-C reaches the whole process group, but only the parent
     acts on it (it stops the workers); a worker interrupted mid-trial would otherwise
     send its KeyboardInterrupt back as the trial's result."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

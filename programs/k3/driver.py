@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-import mkemu
 from mkemu import ConfigError
 from mkemu.errors import EmulatorFault
+from mkemu.runner import atomic_write_all
 
 from . import reference as ref
 from .config import load_config
@@ -605,11 +605,13 @@ def _dump(directory: str, weights, prompt, ref_logits, emu_logits, ref_state, ro
         return np.stack(logits) if logits else np.zeros((0, rows, vocab), np.float32)
 
     path = _dump_dir(directory)
-    for name, arrays in (("weights.npz", weights),
-                         ("inputs.npz", {"prompt": prompt}),
-                         ("reference.npz", {"logits": stacked(ref_logits), **ref_state.arrays()}),
-                         ("emulator.npz", {"logits": stacked(emu_logits)})):
-        mkemu.atomic_write(str(path / name), _npz(arrays))
+    # (written as one: an interrupted or failed dump leaves the folder's earlier set, not
+    # some files of each)
+    atomic_write_all({str(path / name): _npz(arrays) for name, arrays in (
+        ("weights.npz", weights),
+        ("inputs.npz", {"prompt": prompt}),
+        ("reference.npz", {"logits": stacked(ref_logits), **ref_state.arrays()}),
+        ("emulator.npz", {"logits": stacked(emu_logits)}))})
 
 
 def _npz(arrays: dict) -> bytes:
