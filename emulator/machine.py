@@ -74,7 +74,7 @@ class Machine(DmaMixin):
             raise ConfigError(problem, key="mesh")
         self.config = config or RunConfig()
         p = profile
-        lp.compiled_machine()      # (first: the loop's loading thread holds numba's compiler lock)
+        lp.compiled_machine()      # (first: loading the loop holds numba's compiler lock, which this takes too)
         lp.load_ahead()
         self.cores: list[Core] = []
         for chip in range(self.mesh.num_chips):

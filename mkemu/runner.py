@@ -771,10 +771,10 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def atomic_write_all(files: dict) -> None:
-    """Write several files (path -> bytes, regular files) as one: a crash, an error or an
-    interrupt leaves either all the old files or all the new ones. Each is written to a
-    temporary file next to it first; then all are renamed into place, Ctrl-C and SIGTERM
-    held back for those few renames."""
+    """Write several files (path -> bytes, regular files) as one: an error or an interrupt
+    leaves either all the old files or all the new ones, and each file is whole however
+    the process ends. Each is written to a temporary file next to it first; then all are
+    renamed into place, Ctrl-C and SIGTERM held back for those few renames."""
     written = []      # (temporary file, target)
     path = None       # (the one being written, for an error)
     try:
