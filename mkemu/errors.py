@@ -149,10 +149,20 @@ def excerpt(source_line: str, column: int, end_column: int | None) -> str:
         head, tail = ("..." if lo else ""), ("..." if hi < len(line) else "")
         width = max(min(width, hi - (start - 1)), 1)
         line, start = head + line[lo:hi] + tail, start - lo + len(head)
-    # (The caret's padding keeps the line's tabs, so it lands under the same column
-    # however the terminal expands them.)
-    pad = "".join(ch if ch == "\t" else " " for ch in line[:start - 1])
-    return f"\n  {line}\n  {pad}{'^' * width}"
+    # Control characters (a stray escape sequence, a carriage return) are shown as
+    # escapes, never sent to the terminal; the caret spans what they are shown as. (Its
+    # padding keeps the line's tabs, so it lands under the same column however the
+    # terminal expands them.)
+    shown = [ch if ch == "\t" else _control_escape(ch) for ch in line]
+    pad = "".join(ch if ch == "\t" else " " * len(ch) for ch in shown[:start - 1])
+    width = max(sum(map(len, shown[start - 1:start - 1 + width])), 1)
+    return f"\n  {''.join(shown)}\n  {pad}{'^' * width}"
+
+
+def _control_escape(ch: str) -> str:
+    """`ch`, or its escape if it is a control character (C0, DEL or C1)."""
+    code = ord(ch)
+    return ch if 32 <= code < 127 or code > 159 else _ESCAPES.get(code, f"\\x{code:02x}")
 
 
 class SourceError(MkemuError):

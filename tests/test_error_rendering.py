@@ -21,6 +21,24 @@ def test_the_caret_spans_the_named_columns():
     assert text.splitlines()[2] == "      ^^^"
 
 
+def test_control_characters_in_a_source_line_are_shown_as_escapes_with_the_caret_under_them():
+    # A stray escape sequence in a program is shown, not sent to the terminal (it could
+    # recolour or clear it); the caret spans the escapes as shown.
+    import mkemu
+
+    with pytest.raises(mkemu.MkemuError) as info:
+        mkemu.compile_source("kernel k() {\n    vmem a: f32[8, 128];\n    a = a + \x1b[31m 1.0;\n}\n"
+                             "host { launch k(); }\n", "x.mk", hw="test")
+    text = info.value.render()
+    assert "\x1b" not in text
+    assert text.splitlines() == ["x.mk:3:13: error: unexpected character '\\x1b'",
+                                 "      a = a + \\x1b[31m 1.0;",
+                                 "              ^^^^"]
+    # (C1 controls and DEL too; a tab stays a tab)
+    text = Diagnostic(SourceSpan("k.mk", 1, 4, 1, 5), "bad", "\ta\x85\x7fb").render()
+    assert text.splitlines()[1:] == ["  \ta\\x85\\x7fb", "  \t     ^^^^"]
+
+
 @pytest.mark.parametrize("argv, line", [
     (["run", "x\ny"], "x\\ny: error: no program file or shipped program named 'x\\ny'"),
     (["hw", "show", "a\nb"], "hw show: error: unknown hardware profile 'a\\nb'."),
