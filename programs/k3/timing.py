@@ -102,18 +102,22 @@ class RoutingRecord:
         steps it needs): a bad file is a ConfigError naming the file and the field."""
         model = cfg.name
         try:
-            doc = json.loads(read_user_file(path, "the routing record").decode("utf-8"))
+            doc = json.loads(read_user_file(path, "the routing record").decode("utf-8"),
+                             object_pairs_hook=_no_key_twice)
+        except _KeyTwice as exc:
+            raise ConfigError(f"the routing record has key {exc.args[0]!r} twice in one object (a record "
+                              "--record-routing writes has each once)", file=path, key=exc.args[0]) from None
         except ValueError as exc:    # (not UTF-8, not JSON)
             raise ConfigError(f"cannot read the routing record: {exc}", file=path) from None
         except RecursionError:       # (arrays or objects nested thousands deep)
             raise ConfigError("cannot read the routing record: nested too deeply to read", file=path) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ConfigError("not a routing record written by --record-routing", file=path)
-        if doc.get("version") != VERSION:
+        if not _same(doc.get("version"), VERSION):
             raise ConfigError(f"the routing record is version {doc.get('version')!r}; this mkemu reads version "
                               f"{VERSION} (record it again with --record-routing)", file=path, key="version")
         for key, want in (("model", model), ("batch", batch), ("cores", cores)):
-            if doc.get(key) != want:
+            if not _same(doc.get(key), want):
                 raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
                                   file=path, key=key)
         _check_shape(doc, cfg, path)
@@ -128,6 +132,25 @@ class RoutingRecord:
                    payloads)
 
 
+class _KeyTwice(Exception):
+    pass
+
+
+def _no_key_twice(pairs: list) -> dict:
+    """A JSON object's keys and values, refused if it names a key twice (json keeps the
+    last: a hand-edited record would silently run with one of its two values)."""
+    doc = dict(pairs)
+    if len(doc) < len(pairs):
+        seen = set()
+        raise _KeyTwice(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return doc
+
+
+def _same(value, want) -> bool:
+    """`value` is `want`, of its type too (JSON's 1.0 and true equal 1 in Python)."""
+    return type(value) is type(want) and value == want
+
+
 def _check_shape(doc: dict, cfg, path: str) -> None:
     """The record keeps its model's config (every one --record-routing writes does): it
     must be this run's model key for key, not only by name (its `description` aside)."""
@@ -139,7 +162,7 @@ def _check_shape(doc: dict, cfg, path: str) -> None:
         raise ConfigError("expected the recorded model's config keys", file=path, key="model_config")
     theirs = {key: value for key, value in theirs.items() if key != "description"}
     for key in sorted(set(ours) | set(theirs)):
-        if theirs.get(key) != ours.get(key):
+        if not _same(theirs.get(key), ours.get(key)):
             raise ConfigError(f"the routing record is for another model named {cfg.name!r}: its {key} is "
                               f"{theirs.get(key)!r}, this run's {ours.get(key)!r}", file=path,
                               key=f"model_config.{key}")

@@ -118,6 +118,10 @@ DAMAGE = [
      "steps[0].readbacks: error: expected the router's choices of at least one core: the model has MoE layers"),
     (lambda doc: doc.__setitem__("version", 2),
      "version: error: the routing record is version 2; this mkemu reads version 1"),
+    # (equal in Python, but not what --record-routing writes)
+    (lambda doc: doc.__setitem__("version", 1.0),
+     "version: error: the routing record is version 1.0; this mkemu reads version 1"),
+    (lambda doc: doc.__setitem__("batch", True), "batch: error: the routing record is for batch True; this run has 1"),
 ]
 
 
@@ -135,6 +139,14 @@ def test_a_damaged_routing_record_is_an_error_naming_the_field(capsys, tmp_path)
                      "--timing-only", "--routing", str(bad)]) == 1
         out, err = capsys.readouterr()
         assert f"{bad}: {message}" in err and len(err.strip().splitlines()) == 1, (message, err)
+    # A key given twice (JSON keeps the last) is refused, not run with one of its values.
+    text = record.read_text()
+    assert text.startswith('{"format":')
+    bad.write_text('{"batch":2,' + text[1:])
+    assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--prompt-len", "1", "--steps", "1",
+                 "--timing-only", "--routing", str(bad)]) == 1
+    assert capsys.readouterr().err.strip() == (f"{bad}: batch: error: the routing record has key 'batch' twice in one "
+                                               "object (a record --record-routing writes has each once)")
 
 
 def test_a_huge_routing_skew_still_draws_top_k_experts(capsys):
