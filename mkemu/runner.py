@@ -25,7 +25,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mkemu.errors import ConfigError, MkemuError, as_read, check_regular_file, grouped, shown
+from mkemu.errors import ConfigError, MkemuError, as_read, check_regular_file, grouped, one_line, shown
 from mkemu.isa.numerics import bf16_round, mxfp4_from_bytes, mxfp4_to_bytes
 from mkemu.isa.program import INPUT_KINDS, Program
 from mkemu.options import check_path
@@ -101,6 +101,7 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
         if not data.files:
             raise ConfigError("the file holds no arrays (give one per input buffer, keyed name or name@chip)",
                               file=path)
+        _check_member_names(data, path)
         for key in data.files:     # (named before any is read: a member may be large)
             if key.split("@")[0] not in buffers:
                 raise ConfigError(f"no buffer named {key.split('@')[0]!r} in the program "
@@ -112,6 +113,22 @@ def load_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
             except damaged as exc:   # (named by the array: an object array, a damaged member)
                 raise ConfigError(f"cannot read inputs: {_why(exc)}", file=path, key=k) from None
     return arrays
+
+
+def _check_member_names(data, path: str) -> None:
+    """Each array once, under its own name: numpy reads one of two members of one name
+    (`x.npy` twice, or `x` and `x.npy`), and a name holding a NUL character as the part
+    before it."""
+    seen = set()
+    for info in data.zip.infolist():
+        name = info.orig_filename
+        if "\0" in name:
+            raise ConfigError(f"a member's name holds a NUL character ('{one_line(name)[:60]}')", file=path)
+        key = name.removesuffix(".npy")
+        if key in seen:
+            raise ConfigError(f"the file holds array {key!r} twice (as members {key!r} or {key + '.npy'!r}): "
+                              "which one is meant?", file=path, key=key)
+        seen.add(key)
 
 
 def _check_declared_size(data, key: str, buf, path: str) -> None:

@@ -786,3 +786,29 @@ def test_an_inputs_member_declaring_far_more_than_its_buffer_is_refused_unread(t
         assert ("no buffer named 'zz'" if name == "zz" else
                 "the array declares shape (2147483648,) of float32 (8,589,934,592 bytes), far more than buffer a "
                 "(f32[8, 1024]) takes: refused unread") in str(info.value)
+
+
+@pytest.mark.parametrize("names, message", [
+    (("a.npy", "a.npy"), "the file holds array 'a' twice (as members 'a' or 'a.npy'): which one is meant?"),
+    (("a", "a.npy"), "the file holds array 'a' twice (as members 'a' or 'a.npy'): which one is meant?"),
+    (("aQb.npy",), "a member's name holds a NUL character ('a\\x00b.npy')"),
+])
+def test_an_inputs_file_naming_an_array_twice_or_with_a_nul_is_refused(tmp_path, names, message):
+    # numpy reads one of two members of one name, and a name holding a NUL as its part
+    # before it: either ran with an array the file does not clearly give.
+    import io
+    import warnings
+    import zipfile
+
+    member = io.BytesIO()
+    np.lib.format.write_array(member, np.ones((8, 1024), np.float32))
+    archive = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(archive, "w") as zf:
+        warnings.simplefilter("ignore")     # (zipfile's warning of a duplicate name)
+        for name in (*names, "b.npy"):
+            zf.writestr(name, member.getvalue())
+    path = tmp_path / "inputs.npz"
+    path.write_bytes(archive.getvalue().replace(b"aQb.npy", b"a\0b.npy"))   # (zipfile writes no NUL itself)
+    with pytest.raises(mkemu.ConfigError) as info:
+        mkemu.compile("vector_add", hw="test", mesh="1")(path)
+    assert info.value.message == message and info.value.file == str(path)
