@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -52,21 +53,24 @@ def params(options: dict, info) -> dict[str, int]:
     """Compile-time parameters of a K3 program for this model and machine."""
     opts = _options(options)
     cfg = load_config(opts["model"])
+    given = os.fspath(opts["model"])
+    # (a model file's own name may be a shipped model's: the file is named too)
+    of = "" if given == cfg.name else f" (the file {given})"
     if tuple(cfg.dense_layers) != (0,):
         raise ConfigError(f"the K3 programs have the dense FFN at layer 0 only (dense_layers = [0]); model "
-                          f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}", key="model")
+                          f"'{cfg.name}' has dense_layers {list(cfg.dense_layers)}{of}", key="model")
     if not cfg.kda_layers or not cfg.mla_layers:
         # (their state arrays are stacked over the layers of each kind: none is no array)
         raise ConfigError(f"the K3 programs need at least one KDA and one MLA layer; model '{cfg.name}' has "
                           f"{len(cfg.kda_layers)} KDA and {len(cfg.mla_layers)} MLA layers "
-                          f"(mla_layers {list(cfg.mla_layers)} of {cfg.n_layers})", key="model")
+                          f"(mla_layers {list(cfg.mla_layers)} of {cfg.n_layers}){of}", key="model")
     if cfg.conv_kernel != CONV_TAPS:
         raise ConfigError(f"the K3 programs' short conv has {CONV_TAPS} taps (conv_kernel = {CONV_TAPS}); model "
-                          f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}", key="model")
+                          f"'{cfg.name}' has conv_kernel {cfg.conv_kernel}{of}", key="model")
     if cfg.eps != RMS_EPS:
         # (the reference would take the model's and fail the bits, blaming the first layer)
         raise ConfigError(f"the K3 programs' RMSNorm adds eps = {RMS_EPS:g} (a constant of programs/k3/model.mk); "
-                          f"model '{cfg.name}' has eps {cfg.eps:g}", key="model")
+                          f"model '{cfg.name}' has eps {cfg.eps:g}{of}", key="model")
     if not 1 <= opts["batch"] <= ref.MAX_BATCH:
         raise ConfigError(f"batch must be 1..{ref.MAX_BATCH}, got {opts['batch']}", key="batch")
     _check_mode(opts, cfg)

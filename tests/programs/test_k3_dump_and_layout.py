@@ -110,6 +110,7 @@ def test_a_model_the_programs_cannot_run_is_one_line_naming_model(capsys, tmp_pa
     assert code == 1 and out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("--model: error: the K3 programs") and message in lines[0], err
+    assert lines[0].endswith(f" (the file {model})")     # (its name is a shipped model's)
 
 
 @pytest.mark.parametrize("key, value", [("dim", "0x" + "f" * 4000), ("eps", "9" * 400), ("mla_layers", "[" + "9" * 400 + "]")])
