@@ -663,7 +663,10 @@ class Machine(DmaMixin):
                         f"since cycle {w[2]}")
             else:
                 what = "is stuck"
-            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{src}]" if src else ""))
+            # (where the line is a library fn's, the calls it was inlined at name the caller's)
+            calls = self.kernel.calls_of(core.pc)
+            place = f"{src} ({calls})" if src and calls else src or calls
+            lines.append(f"{where} `{self.decoded_op_text(core.pc)}` {what}" + (f" [{place}]" if place else ""))
         first = waiting[0]
         # The semaphores waited on, by their .mk names.
         sems = dict.fromkeys(c.waiting[0] for c in waiting if c.waiting and c.waiting[0] != "barrier")

@@ -1,6 +1,7 @@
 """A run-time fault in an inlined fn names the line in the fn (its `source`) and the call
 it was inlined at (its `context`), as the compiler's own errors in inlined code do; a
-fault in code written in the kernel itself has no context."""
+fault in code written in the kernel itself has no context. A deadlock's line per
+waiting core names both too."""
 
 from __future__ import annotations
 
@@ -89,6 +90,9 @@ def test_a_deadlock_in_nested_fns_names_every_call_innermost_first(tmp_path):
     # (the call of `inner` in the body of `outer`, then the call of `outer` in the kernel)
     assert fault.context == (f"in fn 'inner' inlined at {tmp_path / 'calls.mk'}:11:5, "
                              f"in fn 'outer' inlined at {tmp_path / 'calls.mk'}:26:9")
+    # Each waiting core's line names the calls too (the fn's line alone is a library's
+    # line when the wait is in one, the same for every call of it).
+    assert fault.details[0].endswith(f"[{fault.source} ({fault.context})]"), fault.details[0]
 
 
 def test_clean_runs_and_listings_are_unchanged_by_the_contexts(tmp_path):
