@@ -453,7 +453,9 @@ class _Progress:
 
     def __call__(self, done: int, total: int, figures: dict) -> None:
         wall = time.perf_counter() - self.start
-        text = f"{self.unit} {done}/{total}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
+        # (a verify step's tokens may pass those asked: "tokens 3 (2 asked)", not "3/2")
+        count = f"{done}/{total}" if done <= total else f"{done} ({total} asked)"
+        text = f"{self.unit} {count}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
         if sys.stderr.isatty():
             print(f"\r{text}", end="" if done < total else "\n", file=sys.stderr, flush=True)
         elif wall > self.QUIET_S:

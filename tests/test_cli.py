@@ -438,6 +438,12 @@ def test_a_verify_step_run_counts_its_progress_in_tokens(capsys, monkeypatch):
         == ["tokens 2/4", "tokens 4/4"], err
     code, _, err = cli(capsys, "run", "k3_megakernel", *K3_TINY)
     assert code == 0 and err.startswith("step 1/1: "), err
+    # A last step accepting more tokens than were asked for says so (it read "tokens 3/2").
+    code, out, err = cli(capsys, "run", "k3_megakernel", "--model", "k3-tiny", "--mesh", "1", "--prompt-len", "1",
+                         "--steps", "2", "--spec-rows", "4", "--accept", "3")
+    assert code == 0
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("tokens")] == ["tokens 3 (2 asked)"]
+    assert "prompt 1 tokens, 1 verify steps" in out     # (not "decode steps")
 
 
 def test_plot_wants_a_png_name_before_anything_runs(capsys, tmp_path):

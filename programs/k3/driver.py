@@ -644,7 +644,7 @@ def render(report: dict) -> str:
     lines = [
         status,
         f"model {report['model']}, batch {report['batch']}, prompt {report['prompt_len']} tokens, "
-        f"{report['steps_run']} decode steps",
+        f"{report['steps_run']} {'verify' if 'spec_rows' in report else 'decode'} steps",
     ]
     if not report.get("timing_only"):
         lines.append(f"generated tokens: {report['tokens']}")
