@@ -175,6 +175,20 @@ class Core:
         """(region id, index, start cycle, pc) of the regions entered and not left."""
         return [tuple(int(v) for v in row[:4]) for row in self.rstack[:self.I[lp.H_RDEPTH]]]
 
+    def close_open_regions(self, t: int) -> None:
+        """The regions still open when the core halted, at cycle t, end there, innermost
+        first, as `mark.pop`s would (and as the trace closes them): their time goes into
+        this launch's `region_stats`. The stack itself is left for the trace recorder."""
+        carried = 0      # (the time of the open region nested in the next one out)
+        for d in range(int(self.I[lp.H_RDEPTH]) - 1, -1, -1):
+            rid, _, start, _, nested = self.rstack[d].tolist()
+            spent = t - start
+            stat = self.rstat[rid]
+            stat[0] += spent
+            stat[1] += 1
+            stat[2] += spent - nested - carried
+            carried = spent
+
     def region_stats(self) -> dict[int, tuple[int, int, int]]:
         """region id -> (cycles spent inside, times left, cycles inside but not in a
         region nested in it) in this launch."""

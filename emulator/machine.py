@@ -338,6 +338,7 @@ class Machine(DmaMixin):
         totals, own_totals, entries = self.region_cycles, self.region_own_cycles, self.region_entries
         for core in self.cores:
             mine = self.core_region_entries[core.gid]
+            core.close_open_regions(core.end_time)     # (a region a .s kernel left open ends at the halt)
             for rid, (cycles, count, own) in core.region_stats().items():
                 key = name(rid)
                 totals[key] = totals.get(key, 0) + cycles
