@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import os
 import sys
 import threading
 import time
@@ -625,9 +626,26 @@ def load_ahead() -> None:
 
 
 def loaded() -> None:
-    """Wait for `load_ahead`'s thread, if one is loading the loop."""
-    if _loading is not None:
+    """Wait for `load_ahead`'s thread, if one is loading the loop (and this is not it)."""
+    if _loading is not None and _loading is not threading.current_thread():
         _loading.join()
+
+
+def _before_fork() -> None:
+    """A fork copies the locks the loading thread holds (the module's import lock,
+    numba's compiler lock) as held, but not the thread: the child's first launch waited
+    for them forever. So a fork waits for the load, unless the forking thread holds
+    numba's compiler lock itself (the K3 reference's child is forked so, to have it): the
+    loading thread, which needs that lock, would then wait for the fork."""
+    if _loading is not None and _loading.is_alive():
+        from numba.core.compiler_lock import global_compiler_lock
+
+        if not global_compiler_lock.is_locked():
+            loaded()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork)
 
 
 def _load_quietly() -> None:

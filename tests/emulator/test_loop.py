@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
+
 from mkemu.cache import cache_dir
 from mkemu.emulator.decode import LOCAL_ROWS
 from mkemu.emulator.loop import compiled_loop, generate_source
@@ -31,9 +37,6 @@ def test_the_loop_is_compiled_outside_the_source_tree():
 def test_a_machine_loads_a_compiled_loop_ahead_on_a_thread_of_its_own():
     # In a fresh process: the loop was compiled on this machine (above, or by an earlier
     # run), so building a machine starts loading it, and the run finds it loaded.
-    import subprocess
-    import sys
-
     compiled_loop()
     script = (
         "import threading\n"
@@ -50,3 +53,45 @@ def test_a_machine_loads_a_compiled_loop_ahead_on_a_thread_of_its_own():
         "print('ok')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_fork_while_the_loop_loads_waits_for_it():
+    # A fork copied the loading thread's locks as held, without the thread: the child's
+    # first launch waited for them forever (in 2 of 4 such forks).
+    compiled_loop()
+    script = (
+        "import faulthandler, os, sys\n"
+        "import mkemu\n"
+        "kernel = mkemu.compile('vector_add', hw='test', mesh='1')\n"
+        "session = kernel.session()      # (a machine: its loop loading on a thread)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    faulthandler.dump_traceback_later(60, exit=True)\n"
+        "    os._exit(0 if kernel().check() is None else 7)\n"
+        "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_fork_holding_numba_s_compiler_lock_does_not_wait_for_the_load():
+    # (as the K3 driver forks its reference's child: the loading thread needs that lock,
+    # so waiting for it there would wait forever)
+    compiled_loop()
+    script = (
+        "import os, sys\n"
+        "from numba.core.compiler_lock import global_compiler_lock\n"
+        "import mkemu\n"
+        "kernel = mkemu.compile('vector_add', hw='test', mesh='1')\n"
+        "session = kernel.session()\n"
+        "with global_compiler_lock:\n"
+        "    pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+        "sys.exit(code or (0 if kernel().check() is None else 7))\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
