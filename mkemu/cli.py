@@ -462,11 +462,11 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)
 
 
-def _check_png(path: str) -> None:
-    """--plot writes PNG bytes: a file named for another format would hold them anyway."""
+def _check_png(path: str, others: str = "") -> None:
+    """--plot writes PNG bytes: a file named for another format would hold them anyway.
+    `others`: the command's other exports, for the message."""
     if not path.lower().endswith(".png"):
-        raise ConfigError(f"--plot writes a PNG image; name the file OUT.png, not {path} (--html writes a "
-                          "timeline page, --perfetto a trace for ui.perfetto.dev)", key="--plot")
+        raise ConfigError(f"--plot writes a PNG image; name the file OUT.png, not {path}{others}", key="--plot")
 
 
 def _no_empty_paths(args, *flags: str) -> None:
@@ -622,7 +622,7 @@ def cmd_trace(args) -> int:
     for flag, out in exports:   # every output checked before the first is written
         check_writable(out, flag)
         if flag == "--plot":
-            _check_png(out)
+            _check_png(out, " (--html writes a timeline page, --perfetto a trace for ui.perfetto.dev)")
         if _same_file(out, args.path):
             raise ConfigError(f"{out} is the trace being read; write the export to another file", key=flag)
         for other_flag, other in exports[:exports.index((flag, out))]:
@@ -968,7 +968,7 @@ def cmd_sweep(args) -> int:
     _check_outputs([("--out", args.out), ("--plot", args.plot), ("--record-routing", args.record_routing)],
                    _inputs_read(args, files))
     if args.plot is not None:
-        _check_png(args.plot)
+        _check_png(args.plot, " (--out writes the sweep's figures as JSON)")
     _check_readable(args)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]

@@ -454,6 +454,8 @@ def test_plot_wants_a_png_name_before_anything_runs(capsys, tmp_path):
                  ["sweep", "vector_add", "--hw", "test", "--mesh", "1,2", "--plot", str(tmp_path / "s.pdf")]):
         code, _, err = cli(capsys, *argv)
         assert code == 1 and "--plot: error: --plot writes a PNG image; name the file OUT.png" in err, err
+        # (each command names its own other outputs: sweep has no --html or --perfetto)
+        assert ("--perfetto" in err) == (argv[0] == "trace") and ("--out" in err) == (argv[0] == "sweep"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.mkt"]
 
 
