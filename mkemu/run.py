@@ -174,7 +174,10 @@ def render_figures(report: dict) -> str:
 
 def compare_text(*reports: dict) -> str:
     """Reports side by side, one column each (driver reports per step, or plain runs)."""
-    names = [Path(r["program"]).name for r in reports]
+    from mkemu.sweep import program_names
+
+    # (named by file, or by as many of their paths' last parts as tell two of one name apart)
+    names = program_names(r["program"] for r in reports)
 
     def row(label, key, fmt="{:.2f}", sub=None, scale=1.0):
         values = []

@@ -221,6 +221,20 @@ def test_compare_prints_every_program_side_by_side_with_the_speedups(capsys):
         assert len(rows[label]) == 3, label
 
 
+def test_compare_tells_two_programs_of_one_name_apart(capsys, tmp_path):
+    # (both columns read "vector_add.mk": which one failed its bits could not be told)
+    source = Path(__file__).parent.parent / "programs" / "examples"
+    for folder in ("base", "tuned"):
+        (tmp_path / folder).mkdir()
+        for name in ("vector_add.mk", "vector_add_ref.py"):
+            (tmp_path / folder / name).write_text((source / name).read_text())
+    code, out, _ = cli(capsys, "compare", str(tmp_path / "base" / "vector_add.mk"),
+                       str(tmp_path / "tuned" / "vector_add.mk"), "--hw", "test")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["base/vector_add.mk", "tuned/vector_add.mk"]
+    assert "speedup (vs base/vector_add.mk)" in out
+
+
 def test_compare_needs_at_least_two_programs(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["compare", "programs/k3_per_op.mk", *K3_TINY])
