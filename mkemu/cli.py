@@ -972,9 +972,6 @@ def cmd_sweep(args) -> int:
     _check_readable(args)
     args.mesh = None   # per point
     programs = [trial(file, _options(args), getattr(args, "inputs", None)) for file in files]
-    with _as_flags(args):
-        for program in programs:
-            _driver_options_fit(program)
     sweep = Sweep(programs, axes, out=args.out, jobs=args.jobs, scheduler=args.scheduler)
 
     name_of = dict(zip((p.file for p in programs), program_names(p.file for p in programs)))
@@ -994,23 +991,6 @@ def cmd_sweep(args) -> int:
     saved += [f"plot: {args.plot}"] if args.plot else []
     print("; ".join([f"{plural(len(sweep.points), 'point')}, wall {time.perf_counter() - sweep.started:.1f} s", *saved]))
     return 0 if all(r.get("status") == "ok" for p in sweep.points for r in p["results"]) else 1
-
-
-def _driver_options_fit(program) -> None:
-    """A sweep's driver options (`--model`, `--routing-skew`, ...) that its program cannot
-    take are one error before any run, as in `mkemu run` and `compare`: every point's
-    run was otherwise rejected for them. (Checked on the base profile and its mesh: an
-    error about anything else is left to each point's run, whose machine may differ.)"""
-    from mkemu.api import read_program, setup
-    from mkemu.options import DRIVER_FIELDS
-
-    try:
-        setup(program.file, read_program(program.file), program.options)
-    except ConfigError as exc:
-        if exc.file is None and exc.key in DRIVER_FIELDS:
-            raise
-    except MkemuError:
-        pass
 
 
 def cmd_hw_list(args) -> int:

@@ -209,21 +209,3 @@ def test_a_mesh_past_the_chip_limit_is_refused_before_any_point_runs(capsys):
     out, err = capsys.readouterr()
     assert code == 1 and err.strip() == "--mesh: error: mesh 64x64x64 has 262,144 chips; the emulator takes at most 1,024"
     assert "vector_add" not in out
-
-
-@pytest.mark.parametrize("argv, line", [
-    (["vector_add", "--hw", "test", "--mesh", "1,2", "--routing-skew", "1"],
-     "--routing-skew: error: --routing-skew applies only to programs run by a driver (e.g. the K3 programs), not to "
-     "vector_add.mk"),
-    (["k3_megakernel", "vector_add", "--model", "k3-tiny", "--steps", "1", "--prompt-len", "1", "--mesh", "1,2"],
-     "--model: error: --model, --prompt-len, --steps apply only to programs run by a driver (e.g. the K3 programs), "
-     "not to vector_add.mk"),
-    (["k3_megakernel", "--model", "k3-tiny", "--steps", "1", "--prompt-len", "1", "--mesh", "1,2",
-      "--routing-skew", "1.5"], "--routing-skew: error: --routing-skew applies to --timing-only runs"),
-])
-def test_driver_options_a_program_cannot_take_are_one_error_before_any_run(capsys, tmp_path, argv, line):
-    # (every point ran and was rejected, naming the option by its field: routing_skew)
-    assert main(["sweep", *argv, "--out", str(tmp_path / "s.json")]) == 1
-    out, err = capsys.readouterr()
-    assert err.strip() == line and out == ""
-    assert not (tmp_path / "s.json").exists()
