@@ -59,6 +59,14 @@ class Spans:
         inside = np.clip(t - self.starts[ic], 0, self.ends[ic] - self.starts[ic])
         return np.where(i < 0, 0.0, self._before[ic] + inside)
 
+    def holds(self, t) -> np.ndarray:
+        """For each instant t, whether it lies in a span, its ends included."""
+        t = np.asarray(t, np.float64)
+        if not self.starts.size:
+            return np.zeros(t.shape, bool)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        return (i >= 0) & (t <= self.ends[np.clip(i, 0, None)])
+
     def overlap(self, starts, ends) -> np.ndarray:
         """For each interval, how many of its cycles lie inside these spans."""
         return self.cumulative(ends) - self.cumulative(starts)

@@ -134,7 +134,13 @@ def dma_segments(trace: Trace) -> dict[str, np.ndarray]:
     per_dma = np.bincount(rows, raw, minlength=dma["seq"].size)
     scale = np.divide(dma["size_bytes"], per_dma, out=np.zeros(per_dma.size), where=per_dma > 0)
     scale[dma["done"] < 0] = 1.0
-    return {"row": rows, "start": start, "end": end, "bytes": raw * scale[rows]}
+    nbytes = raw * scale[rows]
+    # A DMA that landed with no cycle of its segments (all its bytes in one instant, at an
+    # absurd profile's bandwidth): its size shared out over its segments, not lost.
+    count = np.bincount(rows, minlength=dma["seq"].size)
+    instant = ((per_dma == 0) & (dma["done"] >= 0))[rows]
+    nbytes[instant] = dma["size_bytes"][rows[instant]] / count[rows[instant]]
+    return {"row": rows, "start": start, "end": end, "bytes": nbytes}
 
 
 def resource_segments(trace: Trace, segments: dict) -> dict[str, np.ndarray]:
@@ -217,8 +223,13 @@ def _bytes_by_resource(trace: Trace, win: Spans, segs: dict) -> np.ndarray:
     lo, hi = np.full(ndma, np.inf), np.full(ndma, -np.inf)
     np.minimum.at(lo, rows, segs["start"])
     np.maximum.at(hi, rows, segs["end"])
-    whole = (trace.dma["done"] >= 0) & (hi > lo)
-    whole[whole] = win.overlap(lo[whole], hi[whole]) == hi[whole] - lo[whole]
+    whole = (trace.dma["done"] >= 0) & (hi >= lo)
+    moving = whole & (hi > lo)
+    whole[moving] = win.overlap(lo[moving], hi[moving]) == hi[moving] - lo[moving]
+    # (a DMA whose bytes moved within one cycle, at a bandwidth of 1e308 bytes a cycle:
+    # whole if that instant is in the window, as it has no length to share out)
+    instant = whole & (hi == lo)
+    whole[instant] = win.holds(lo[instant])
     cut = ~whole[rows]
     out = np.zeros(nres)
     out += np.bincount(res[cut], _bytes_in(win, segs["start"][cut], segs["end"][cut], segs["bytes"][cut]),
@@ -229,6 +240,14 @@ def _bytes_by_resource(trace: Trace, win: Spans, segs: dict) -> np.ndarray:
     moved = np.rint(np.bincount(pair.reshape(-1), segs["bytes"][~cut], minlength=pairs.size))
     out += np.bincount(pairs // ndma, moved, minlength=nres)
     return out
+
+
+def _column(value: float, width: int, decimals: int) -> str:
+    """`value` right-aligned in `width` characters with `decimals`, or in three
+    significant digits where that would not leave a space before it (an absurd
+    profile's peak of 2.5e+18 GB/s ran into the next column)."""
+    text = f"{value:.{decimals}f}"
+    return f"{text if len(text) < width else f'{value:.3g}':>{width}s}"
 
 
 def summarize(trace: Trace, chips=None, cores=None, region: str | None = None,
@@ -578,8 +597,8 @@ def render_text(s: dict, max_regions: int = 40, top: int | None = None) -> str:
     lines.append("bandwidth")
     lines.append(f"  {'resource':34s}{'bytes':>14s}{'GB/s':>10s}{'peak':>10s}{'util %':>8s}{'active %':>9s}")
     for b in s["bandwidth"]:
-        lines.append(f"  {b['resource']:34s}{b['bytes']:14,.0f}{b['achieved_gb_per_s']:10.2f}"
-                     f"{b['peak_gb_per_s']:10.1f}{100 * b['utilisation']:8.1f}{100 * b['active']:9.1f}")
+        lines.append(f"  {b['resource']:34s}{b['bytes']:14,.0f}{_column(b['achieved_gb_per_s'], 10, 2)}"
+                     f"{_column(b['peak_gb_per_s'], 10, 1)}{100 * b['utilisation']:8.1f}{100 * b['active']:9.1f}")
     lines.append("")
     st = s["stalls"]
     lines.append("stalls (cycles summed over cores, % of core-cycles)")

@@ -612,3 +612,27 @@ def test_trace_json_is_valid_json_when_an_absurd_profile_makes_a_figure_infinite
     assert main(["trace", str(path), "--json"]) == 0
     out = capsys.readouterr().out
     json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+
+
+@pytest.mark.parametrize("bw, peak", [("1e308", "inf"), ("1e12", "1e+12")])
+def test_bandwidth_rows_of_an_absurdly_fast_profile_keep_every_byte_and_their_columns(tmp_path, capsys, bw, peak):
+    # At 1e308 bytes a cycle a DMA moves its bytes within one cycle: the rows counted 0
+    # bytes (the HBM rows must add up to the run's hbm_bytes); at 1e12 the peak column
+    # (2488711000000000000.0 GB/s) ran into the next one.
+    hw = tmp_path / "fast.toml"
+    hw.write_text(f'extends = "test"\nname = "fast"\n[chip]\nhbm_bw_bytes_per_cycle = {bw}\n'
+                  f'[dma]\nengine_bw_bytes_per_cycle = {bw}\n')
+    trace = tmp_path / "t.mkt"
+    assert main(["run", "vector_add", "--hw", str(hw), "--json", "--trace", str(trace)]) == 0
+    hbm_bytes = json.loads(capsys.readouterr().out)["hbm_bytes"]
+    assert main(["trace", str(trace), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["bandwidth"]
+    assert sum(r["bytes"] for r in rows if r["resource"].endswith(" HBM")) == hbm_bytes == 393216
+    assert main(["trace", str(trace)]) == 0
+    text = capsys.readouterr().out
+    table = text[text.index("\nbandwidth\n"):].split("\n\n")[0].splitlines()[3:]
+    assert len(table) == 6
+    for line in table:      # (bytes, GB/s, peak, util %, active %: five columns apart)
+        columns = line[36:].split()
+        assert len(columns) == 5 and columns[0] == ("196,608" if "HBM" in line else "98,304"), line
+        assert columns[2] == (peak if "HBM" in line else columns[2]), line
