@@ -209,3 +209,14 @@ def test_a_mesh_past_the_chip_limit_is_refused_before_any_point_runs(capsys):
     out, err = capsys.readouterr()
     assert code == 1 and err.strip() == "--mesh: error: mesh 64x64x64 has 262,144 chips; the emulator takes at most 1,024"
     assert "vector_add" not in out
+
+
+def test_a_point_is_named_by_its_base_profile_s_own_name(capsys, tmp_path):
+    # (by its file's name: `ring clock_hz=1e+09` for a profile that calls itself v7-ring,
+    # where `mkemu run` reports v7-ring)
+    (tmp_path / "ring.toml").write_text('extends = "test"\nname = "v7-ring"\n')
+    code, _, _, record = sweep(capsys, tmp_path, "vector_add", "--hw", str(tmp_path / "ring.toml"),
+                               "--hw-set", "clock_hz=1e9,2e9")
+    assert code == 0
+    assert [r["report"]["hw"] for p in record["points"] for r in p["results"]] == [
+        "v7-ring clock_hz=1e+09", "v7-ring clock_hz=2e+09"]
