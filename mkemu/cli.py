@@ -229,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="search a program's params for the fastest bit-exact build",
                           description="Compile and run variants of a .mk program's params; keep only "
                           "bit-exact ones; rank them against the default build (docs/tuning.md).")
-    tune.add_argument("file", metavar="PROGRAM")
+    tune.add_argument("file", metavar="PROGRAM", help="the program tuned (a .mk file, or a shipped program's name)")
     _machine_options(tune)
     _driver_options(tune)
     tune.add_argument("--inputs", metavar="NPZ", help="input arrays (default: generated from --seed)")
@@ -258,7 +258,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run programs over hardware-profile values and mesh shapes",
                            description="Run every program at every combination of the --hw-set and "
                            "--mesh values; say per point what each is bound by (docs/tuning.md).")
-    sweep.add_argument("files", nargs="+", metavar="PROGRAM")
+    sweep.add_argument("files", nargs="+", metavar="PROGRAM", help="the programs run at every point (.mk or .s "
+                       "files, or shipped programs' names), side by side")
     _machine_options(sweep, mesh=False)
     sweep.add_argument("--hw-set", action="append", default=[], metavar="KEY=V1,V2,...",
                        help="vary a profile value (a key of a profile TOML, e.g. hbm_bw_bytes_per_s, "
