@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import tempfile
 import time
 import tomllib
@@ -62,6 +63,10 @@ def parse_axis(item: str) -> Axis:
         except tomllib.TOMLDecodeError:
             raise ConfigError(f"{part!r} is not a value a profile takes (a number, true/false or [..])",
                               key=f"--hw-set {key}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            # (named as typed: 1e400 reads as inf, and "=inf" was what the error showed)
+            raise ConfigError(f"{part} is not a finite number (every profile value must be one)",
+                              key=f"--hw-set {key}")
         values.append(value)
         texts.append(part)
     return Axis(key, tuple(values), tuple(texts))

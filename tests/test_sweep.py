@@ -220,3 +220,11 @@ def test_a_point_is_named_by_its_base_profile_s_own_name(capsys, tmp_path):
     assert code == 0
     assert [r["report"]["hw"] for p in record["points"] for r in p["results"]] == [
         "v7-ring clock_hz=1e+09", "v7-ring clock_hz=2e+09"]
+
+
+def test_a_value_past_float_s_range_is_named_as_typed(capsys, tmp_path):
+    # (1e400 reads as inf: the error said "hbm_bw_bytes_per_s=inf ... got inf")
+    code, _, err, _ = sweep(capsys, tmp_path, "vector_add", "--hw", "test", "--hw-set", "hbm_bw_bytes_per_s=1e400,2e9")
+    assert code == 1
+    assert err.strip() == ("--hw-set chip.hbm_bw_bytes_per_s: error: 1e400 is not a finite number (every profile value "
+                           "must be one)")
