@@ -188,11 +188,8 @@ def variant_toml(base: str, values: dict[str, object]) -> str:
         raise ConfigError("a sweep point's profile (TOML text) extends the base profile by its path, and this "
                           "path is not UTF-8 text; copy the profile to a file with a UTF-8 name", file=base,
                           key="--hw") from None
-    from mkemu.isa.hardware import load_profile
-
-    # (named by the base profile's own name, as `mkemu run` reports it: a file's name may differ)
     name = " ".join(f"{_short(k)}={_show(v)}" for k, v in values.items())
-    lines = [f"extends = {_toml_string(base)}", f"name = {_toml_string(f'{load_profile(base).name} {name}')}"]
+    lines = [f"extends = {_toml_string(base)}", f"name = {_toml_string(f'{Path(base).stem} {name}')}"]
     sections: dict[str, list[str]] = {}
     for key, value in values.items():
         section, _, sub = key.partition(".")

@@ -211,17 +211,6 @@ def test_a_mesh_past_the_chip_limit_is_refused_before_any_point_runs(capsys):
     assert "vector_add" not in out
 
 
-def test_a_point_is_named_by_its_base_profile_s_own_name(capsys, tmp_path):
-    # (by its file's name: `ring clock_hz=1e+09` for a profile that calls itself v7-ring,
-    # where `mkemu run` reports v7-ring)
-    (tmp_path / "ring.toml").write_text('extends = "test"\nname = "v7-ring"\n')
-    code, _, _, record = sweep(capsys, tmp_path, "vector_add", "--hw", str(tmp_path / "ring.toml"),
-                               "--hw-set", "clock_hz=1e9,2e9")
-    assert code == 0
-    assert [r["report"]["hw"] for p in record["points"] for r in p["results"]] == [
-        "v7-ring clock_hz=1e+09", "v7-ring clock_hz=2e+09"]
-
-
 def test_a_value_past_float_s_range_is_named_as_typed(capsys, tmp_path):
     # (1e400 reads as inf: the error said "hbm_bw_bytes_per_s=inf ... got inf")
     code, _, err, _ = sweep(capsys, tmp_path, "vector_add", "--hw", "test", "--hw-set", "hbm_bw_bytes_per_s=1e400,2e9")
