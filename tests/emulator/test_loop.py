@@ -39,7 +39,6 @@ def test_a_machine_loads_a_compiled_loop_ahead_on_a_thread_of_its_own():
     # run), so building a machine starts loading it, and the run finds it loaded.
     compiled_loop()
     script = (
-        "import threading\n"
         "from mkemu.emulator import loop\n"
         "from mkemu.emulator.machine import Machine\n"
         "from mkemu.isa.hardware import load_profile\n"
@@ -51,47 +50,37 @@ def test_a_machine_loads_a_compiled_loop_ahead_on_a_thread_of_its_own():
         "loop._loading.join()\n"
         "assert loop._compiled is not None and result.instructions == 2 * len(machine.cores)\n"
         "print('ok')\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+    assert in_fresh_processes(script) == "ok\n"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
-def test_a_fork_while_the_loop_loads_waits_for_it():
+@pytest.mark.parametrize("holding", [False, True], ids=["a fork", "a fork holding numba's compiler lock"])
+def test_a_fork_while_the_loop_loads_waits_for_it_unless_it_holds_numba_s_lock(holding):
     # A fork copied the loading thread's locks as held, without the thread: the child's
-    # first launch waited for them forever (in 2 of 4 such forks).
+    # first launch waited for them forever (in 2 of 4 such forks). A fork holding numba's
+    # compiler lock (as the K3 driver forks its reference's child) must not wait: the
+    # loading thread needs that lock. Its child leaves the loop alone.
     compiled_loop()
     script = (
-        "import faulthandler, os, sys\n"
-        "import mkemu\n"
-        "kernel = mkemu.compile('vector_add', hw='test', mesh='1')\n"
-        "session = kernel.session()      # (a machine: its loop loading on a thread)\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    faulthandler.dump_traceback_later(60, exit=True)\n"
-        "    os._exit(0 if kernel().check() is None else 7)\n"
-        "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
-    for _ in range(3):
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
-def test_a_fork_holding_numba_s_compiler_lock_does_not_wait_for_the_load():
-    # (as the K3 driver forks its reference's child: the loading thread needs that lock,
-    # so waiting for it there would wait forever)
-    compiled_loop()
-    script = (
-        "import os, sys\n"
+        "import contextlib, faulthandler, os, sys\n"
         "from numba.core.compiler_lock import global_compiler_lock\n"
         "import mkemu\n"
         "kernel = mkemu.compile('vector_add', hw='test', mesh='1')\n"
-        "session = kernel.session()\n"
-        "with global_compiler_lock:\n"
+        "session = kernel.session()      # (a machine: its loop loading on a thread)\n"
+        f"with global_compiler_lock if {holding} else contextlib.nullcontext():\n"
         "    pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0)\n"
+        "    faulthandler.dump_traceback_later(60, exit=True)\n"
+        f"    os._exit(0 if {holding} or kernel().check() is None else 7)\n"
         "code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
         "sys.exit(code or (0 if kernel().check() is None else 7))\n")
-    for _ in range(3):
+    in_fresh_processes(script, times=3)
+
+
+def in_fresh_processes(script: str, times: int = 1) -> str:
+    """Run `script` in `times` fresh interpreters (nothing loaded yet), each to exit
+    status 0; the last one's standard output."""
+    for _ in range(times):
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
+    return done.stdout
