@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import numbers
 import os
 import re
 import time
@@ -117,14 +118,30 @@ def setup(path: str, text: str, options: Options) -> Setup:
     driver_params: dict[str, int] = {}
     if is_driver(reference):
         if hasattr(reference, "params"):
-            driver_params = dict(reference.params(options.driver_options(), machine_info(profile, mesh)))
+            driver_params = _driver_params(runner.call_hook(reference.params, options.driver_options(),
+                                                            machine_info(profile, mesh), program_path=path),
+                                           reference.params, path)
         if hasattr(reference, "check_overrides"):   # (before the compile: see programs/k3/driver.py)
-            reference.check_overrides(driver_params, dict(options.params))
+            runner.call_hook(reference.check_overrides, driver_params, dict(options.params), program_path=path)
     elif options.driver_options_set():
         names = options.driver_options_set()
         raise ConfigError(f"{', '.join(names)} appl{'ies' if len(names) == 1 else 'y'} only to programs run by a "
                           f"driver (e.g. the K3 programs), not to {Path(path).name}", key=names[0])
     return Setup(profile, mesh, reference, driver_params)
+
+
+def _driver_params(values, hook, path: str) -> dict[str, int]:
+    """What a driver's `params` hook returned, as the params it sets: a dict of names to
+    integers (numpy integers too; a bool is left for the params' own check to refuse)."""
+    where = runner.defined_at(hook)
+    if not isinstance(values, dict):
+        raise ConfigError(f"the program's driver hook {hook.__qualname__} returned {type(values).__name__}, not a "
+                          f"dict of param names to integers{where}", file=path)
+    for name, value in values.items():
+        if not isinstance(name, str) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"the program's driver hook {hook.__qualname__} returned {shown(name)}: "
+                              f"{shown(value)}, not a param name and an integer{where}", file=path)
+    return {name: value if isinstance(value, bool) else int(value) for name, value in values.items()}
 
 
 def compile_source(text: str, filename: str = "<source>.mk", options: Options | None = None,

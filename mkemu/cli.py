@@ -456,7 +456,9 @@ class _Progress:
         wall = time.perf_counter() - self.start
         # (a verify step's tokens may pass those asked: "tokens 3 (2 asked)", not "3/2")
         count = f"{done}/{total}" if done <= total else f"{done} ({total} asked)"
-        text = f"{self.unit} {count}: {figures['seconds'] * 1e6:.2f} us emulated, {wall:.1f} s wall"
+        seconds = figures.get("seconds") if isinstance(figures, dict) else None    # (a driver's own figures)
+        emulated = f"{seconds * 1e6:.2f} us emulated, " if isinstance(seconds, int | float) else ""
+        text = f"{self.unit} {count}: {emulated}{wall:.1f} s wall"
         if sys.stderr.isatty():
             print(f"\r{text}", end="" if done < total else "\n", file=sys.stderr, flush=True)
         elif wall > self.QUIET_S:

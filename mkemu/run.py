@@ -19,6 +19,7 @@ import numpy as np
 
 from mkemu.api import compile as compile_program
 from mkemu.options import Options
+from mkemu.runner import call_hook
 
 
 def load_program(path: str, profile, params: dict[str, int], cache: bool = True):
@@ -72,7 +73,12 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
         if not options.timing_only and kernel.reference is not None:
             run.check()
             report["reference"] = kernel.program.reference
-    render = getattr(kernel.reference, "render", render_figures) if kernel.is_driven else render_plain
+    render = render_plain
+    if kernel.is_driven:
+        render = render_figures
+        if hasattr(kernel.reference, "render"):
+            def render(report, hook=kernel.reference.render):   # (one that raises is the program's error)
+                return call_hook(hook, report, program_path=kernel.path)
     # (a trace given as a path was written by the run: report["trace"] names it)
     report["program"] = kernel.path
     report["compile_s"] = round(kernel.compile_s, 3)

@@ -504,7 +504,7 @@ def call_reference(fn, inputs: dict, kwargs: dict, program_path: str | None):
     except TypeError as exc:
         # Not the contract's signature: say so at the function, not inside mkemu.
         raise ConfigError(f"reference function {fn.__qualname__} cannot be called as reference(inputs, *, "
-                          f"{', '.join(kwargs)}): {exc}{_defined_at(fn)}", file=program_path) from None
+                          f"{', '.join(kwargs)}): {exc}{defined_at(fn)}", file=program_path) from None
     except ValueError:   # (a builtin without a signature: just call it)
         pass
     try:
@@ -544,12 +544,27 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise _raised(f"the program's driver {fn.__qualname__}", exc, fn, program_path) from None
     if not isinstance(figures, dict):
         raise ConfigError(f"the program's driver {fn.__qualname__} returned {type(figures).__name__}, not a dict "
-                          f"of figures{_defined_at(fn)}", file=program_path)
+                          f"of figures{defined_at(fn)}", file=program_path)
     problem = _figures_problem(figures)
     if problem:
         raise ConfigError(f"the program's driver {fn.__qualname__} returned figures whose {problem}"
-                          f"{_defined_at(fn)}", file=program_path)
-    return figures
+                          f"{defined_at(fn)}", file=program_path)
+    # (numpy scalars as the Python values they hold: a numpy bool_ bit_exact was no check
+    # in the text and False in the JSON)
+    return {name: value.item() if isinstance(value, np.generic) else value for name, value in figures.items()}
+
+
+def call_hook(fn, *args, program_path: str | None = None):
+    """A driver module's hook (`params`, `check_overrides`, `render`) called: an exception
+    of its own is the program's error, named at the line it failed at."""
+    try:
+        return fn(*args)
+    except MkemuError:
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the driver module is the program's code, not ours
+        raise _raised(f"the program's driver hook {fn.__qualname__}", exc, fn, program_path) from None
 
 
 def _at_the_drivers_call(exc: MkemuError, fn) -> MkemuError:
@@ -563,7 +578,9 @@ def _at_the_drivers_call(exc: MkemuError, fn) -> MkemuError:
     frames = traceback.extract_tb(exc.__traceback__)
     home = getattr(getattr(fn, "__code__", None), "co_filename", None)
     mine = [i for i, f in enumerate(frames) if f.filename == home]
-    if not mine or os.path.normcase(frames[-1].filename) != os.path.normcase(session.__file__):
+    # (raised in a session method the driver called, or in what that method called)
+    if not mine or not any(os.path.normcase(f.filename) == os.path.normcase(session.__file__)
+                           for f in frames[mine[-1] + 1:]):
         return exc
     at = frames[mine[-1]]
     return ConfigError(exc.message, file=at.filename, key=exc.key, line=at.lineno)
@@ -609,7 +626,25 @@ def _figures_problem(figures: dict) -> str | None:
         steps = figures["cycles_per_step"]
         if not isinstance(steps, list | tuple) or not all(count(c) for c in steps):
             return f"cycles_per_step is {steps!r}, not a list of whole numbers of cycles >= 0"
+    for name, value in figures.items():
+        odd = _not_json(value)
+        if odd is not None:
+            return (f"{name} holds a value of type {odd}, which a report cannot hold (numbers, strings, booleans, None, "
+                    "and lists and dicts of them: `mkemu run --json` prints it)")
     return None
+
+
+def _not_json(value, depth: int = 0) -> str | None:
+    """The type name of a part of `value` a JSON report cannot hold, or None."""
+    if value is None or isinstance(value, str | bool | int | float | np.bool_ | np.integer | np.floating):
+        return None
+    if depth < 50 and isinstance(value, list | tuple):
+        return next((odd for v in value if (odd := _not_json(v, depth + 1)) is not None), None)
+    if depth < 50 and isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return "dict with keys that are not strings"
+        return next((odd for v in value.values() if (odd := _not_json(v, depth + 1)) is not None), None)
+    return type(value).__name__
 
 
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
@@ -619,7 +654,7 @@ def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: st
                        file=program_path)
 
 
-def _defined_at(fn) -> str:
+def defined_at(fn) -> str:
     """' (defined at FILE:LINE)' for a Python function, else ''."""
     code = getattr(fn, "__code__", None)
     return f" (defined at {code.co_filename}:{code.co_firstlineno})" if code else ""
