@@ -188,8 +188,9 @@ class DmaMixin:
             what = "this timing-only DMA copies computed bytes into SMEM or an i32 buffer, where control reads them"
             if not (self.payloads_fed or core.readbacks_fed):     # (no driver: a plain program)
                 raise Trap("readback", f"{what}, and nothing supplies them: {UNSUPPLIED}")
-            raise Trap("readback", f"{what}, and no recorded payload is left for it (record "
-                                   "the data run's with --record-routing and replay it with --routing)")
+            raise Trap("readback", f"{what}, and no recorded payload is left for it (a driver supplies them "
+                                   "with Session.feed_payloads; the K3 programs record the data run's with "
+                                   "--record-routing and replay them with --routing)")
         data = np.frombuffer(queue.pop(0), np.uint8)
         if data.size != size:
             raise Trap("readback", f"the recorded payload has {data.size} bytes, this DMA moves {size}: the "

@@ -464,8 +464,10 @@ host { input x: f32[8, 128]; output o: i32[8, 1]; launch k(x, o); }
     # A driver that supplied payloads but too few: the record is named.
     session = build(src, timing_only=True).session()
     session.feed_payloads([[], []])
-    with pytest.raises(EmulatorFault, match="no recorded payload is left for it"):
+    with pytest.raises(EmulatorFault, match="no recorded payload is left for it") as info:
         session.run()
+    # (a driver of its own is told how it supplies them, not only the K3 programs' flags)
+    assert "a driver supplies them with Session.feed_payloads" in info.value.message
 
 
 # ------------------------------------------------------------- --schedules N
