@@ -550,6 +550,7 @@ def _constants() -> dict:
     return consts
 
 
+@functools.cache
 def generate_source() -> str:
     """The loop module's source text, derived from the table and the helpers."""
     consts = _constants()
@@ -600,7 +601,7 @@ def compiled_loop():
     global _compiled, compile_seconds
     if _compiled is None:
         t0 = time.perf_counter()
-        _compiled = module_in_cache("mkemu_loop", _loop_source(), *_depends(), while_compiling=alongside,
+        _compiled = module_in_cache("mkemu_loop", generate_source(), *_depends(), while_compiling=alongside,
                                     announce="compiling the issue loop, once per version and machine (about a minute)")
         compile_seconds = time.perf_counter() - t0
     return _compiled.run
@@ -615,7 +616,7 @@ def load_ahead() -> None:
     says it is compiling and compiles the machine's other code alongside); a load that
     fails is left to it too, to report."""
     global _loading
-    if _compiled is not None or _loading is not None or not compiled_in_cache("mkemu_loop", _loop_source(),
+    if _compiled is not None or _loading is not None or not compiled_in_cache("mkemu_loop", generate_source(),
                                                                                *_depends()):
         return
     _loading = threading.Thread(target=_load_quietly, name="mkemu-loop-load", daemon=True)
@@ -653,11 +654,6 @@ def _load_quietly() -> None:
         compiled_loop()
     except Exception:   # (the machine's own call loads it again and reports what fails)
         pass
-
-
-@functools.cache
-def _loop_source() -> str:
-    return generate_source()
 
 
 def compiled_machine():

@@ -564,17 +564,13 @@ def cmd_compare(args) -> int:
     return 0 if all(r["bit_exact"] in (True, None) for r in reports) else 1
 
 
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(type(value).__name__)
-
-
 def _json(value) -> str:
     """One JSON object, valid JSON: a figure that is not a finite number (an absurd
     profile's, a bandwidth of 1e308 bytes a cycle times the clock) is null, where json
     would write `Infinity` or `NaN`."""
-    return json.dumps(_finite(value), default=_json_default)
+    from mkemu.runner import json_default
+
+    return json.dumps(_finite(value), default=json_default)
 
 
 def _finite(value):

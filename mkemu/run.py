@@ -9,6 +9,7 @@ driver through a `Session`, which returns its own report and renderer. Used by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable
@@ -76,9 +77,8 @@ def execute(file: str, options: Options, progress=None, inputs: str | None = Non
     render = render_plain
     if kernel.is_driven:
         render = render_figures
-        if hasattr(kernel.reference, "render"):
-            def render(report, hook=kernel.reference.render):   # (one that raises is the program's error)
-                return call_hook(hook, report, program_path=kernel.path)
+        if hasattr(kernel.reference, "render"):     # (one that raises is the program's error)
+            render = functools.partial(call_hook, kernel.reference.render, program_path=kernel.path)
     # (a trace given as a path was written by the run: report["trace"] names it)
     report["program"] = kernel.path
     report["compile_s"] = round(kernel.compile_s, 3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import json
 import linecache
 import math
 import numbers
@@ -627,24 +628,19 @@ def _figures_problem(figures: dict) -> str | None:
         if not isinstance(steps, list | tuple) or not all(count(c) for c in steps):
             return f"cycles_per_step is {steps!r}, not a list of whole numbers of cycles >= 0"
     for name, value in figures.items():
-        odd = _not_json(value)
-        if odd is not None:
-            return (f"{name} holds a value of type {odd}, which a report cannot hold (numbers, strings, booleans, None, "
-                    "and lists and dicts of them: `mkemu run --json` prints it)")
+        try:
+            json.dumps(value, default=json_default)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return (f"{name} holds {exc}, which a report cannot hold (numbers, strings, booleans, None, and lists "
+                    "and dicts of them: `mkemu run --json` prints it)")
     return None
 
 
-def _not_json(value, depth: int = 0) -> str | None:
-    """The type name of a part of `value` a JSON report cannot hold, or None."""
-    if value is None or isinstance(value, str | bool | int | float | np.bool_ | np.integer | np.floating):
-        return None
-    if depth < 50 and isinstance(value, list | tuple):
-        return next((odd for v in value if (odd := _not_json(v, depth + 1)) is not None), None)
-    if depth < 50 and isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            return "dict with keys that are not strings"
-        return next((odd for v in value.values() if (odd := _not_json(v, depth + 1)) is not None), None)
-    return type(value).__name__
+def json_default(value):
+    """A numpy scalar as the value it holds, for `json.dumps`; anything else JSON cannot hold."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"a value of type {type(value).__name__}")
 
 
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:

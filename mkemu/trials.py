@@ -41,11 +41,10 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import attrs
-import numpy as np
 
 from mkemu.errors import ConfigError, EmulatorFault, MkemuError, SourceError
 from mkemu.options import Options
-from mkemu.runner import signals_held
+from mkemu.runner import json_default, signals_held
 
 CONNECT_TIMEOUT_S = 30
 # Report entries left out of a trial's record: per-core copies of the totals, and
@@ -96,7 +95,7 @@ def run_trial(trial: Trial) -> dict:
     except MkemuError as exc:
         return {"status": "rejected", "reason": rejection(exc), "report": None,
                 "wall_s": round(time.perf_counter() - t0, 3)}
-    report = {k: v for k, v in json.loads(json.dumps(report, default=_json_default)).items()
+    report = {k: v for k, v in json.loads(json.dumps(report, default=json_default)).items()
               if k not in _DROPPED}
     status, reason = "ok", None
     if report.get("bit_exact") is False:
@@ -140,7 +139,7 @@ def run_schedules(trial: Trial, count: int, normal: dict) -> list[dict]:
 def _check_schedules(file: str, options: Options, count: int, normal: dict, inputs: str | None) -> list[dict]:
     from mkemu.run import check_schedules
 
-    return json.loads(json.dumps(check_schedules(file, options, count, normal, inputs=inputs), default=_json_default))
+    return json.loads(json.dumps(check_schedules(file, options, count, normal, inputs=inputs), default=json_default))
 
 
 SCHEDULE_OUTCOMES = ("same", "changed bits", "fault", "deadlock")
@@ -182,12 +181,6 @@ def rejection(exc: MkemuError) -> str:
         return f"compile error: {first.span}: {message}" + (f" (and {more} more)" if more else "")
     first = exc.render().splitlines()[0]   # "FILE: KEY: error: ..." or "error: ..."
     return first if "error:" in first else f"error: {first}"
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(type(value).__name__)
 
 
 def run_trials(trials: list[Trial], on_done: Callable[[int, dict], None], *, jobs: int = 1,
