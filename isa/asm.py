@@ -23,6 +23,7 @@ arguments) are 32-bit: -2^31 .. 2^32 - 1.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -107,22 +108,37 @@ def encode(instr: Instr, values: dict[str, int]) -> int:
 
 def decode(word: int) -> tuple[Instr, dict[str, int]]:
     word = int(word)
-    instr = BY_OPCODE.get(word >> OPCODE_SHIFT)
-    if instr is None:
+    plan = _decoding(word >> OPCODE_SHIFT)
+    if plan is None:
         raise EncodingError(f"illegal instruction word {word:#018x} (opcode {word >> OPCODE_SHIFT:#x})")
-    used = 0
-    values = {}
-    for field in instr.fields:
-        raw = (word >> field.shift) & ((1 << field.operand.kind.bits) - 1)
-        values[field.operand.name] = field.operand.kind.decode(raw)
-        used |= field.mask
+    instr, fields, used = plan
     stray = word & ((1 << OPCODE_SHIFT) - 1) & ~used
     if stray:
         raise EncodingError(f"illegal instruction word {word:#018x}: bits {stray:#x} set outside {instr.mnemonic}'s fields")
-    if any(f.operand.kind.choices and values[f.operand.name] >= len(f.operand.kind.choices)
-           for f in instr.fields):
+    values = {}
+    bad_enum = False
+    for name, shift, mask, kind, choices in fields:
+        value = values[name] = kind.decode((word >> shift) & mask)
+        if choices and value >= choices:
+            bad_enum = True
+    if bad_enum:
         raise EncodingError(f"illegal instruction word {word:#018x}: bad enum field in {instr.mnemonic}")
     return instr, values
+
+
+@functools.cache
+def _decoding(opcode: int) -> tuple[Instr, tuple, int] | None:
+    """How `decode` takes apart a word of this opcode: its row, each field's (operand
+    name, shift, mask, kind, number of enum choices) and the bits its fields use."""
+    instr = BY_OPCODE.get(opcode)
+    if instr is None:
+        return None
+    fields = tuple((f.operand.name, f.shift, (1 << f.operand.kind.bits) - 1, f.operand.kind,
+                    len(f.operand.kind.choices)) for f in instr.fields)
+    used = 0
+    for f in instr.fields:
+        used |= f.mask
+    return instr, fields, used
 
 
 def format_instr(instr: Instr, values: dict[str, int]) -> str:

@@ -494,11 +494,13 @@ def cmd_run(args) -> int:
         raise ConfigError("--schedules compares each schedule's computed bits, and a timing-only run computes "
                           "none (nor checks races): run the schedules without --timing-only", key="--schedules")
     options = _options(args)
-    with _as_flags(args):
-        report, render = execute(args.file, options, progress=_Progress(options), inputs=args.inputs)
+    with _json_only_on_stdout(args):
+        with _as_flags(args):
+            report, render = execute(args.file, options, progress=_Progress(options), inputs=args.inputs)
+        if args.schedules:
+            report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
     ok = report["bit_exact"] in (True, None)
     if args.schedules:
-        report["schedules"] = check_schedules(args.file, options, args.schedules, report, inputs=args.inputs)
         ok = ok and all(s["outcome"] == "same" for s in report["schedules"])
     if args.json:
         print(_json(report))
@@ -507,6 +509,12 @@ def cmd_run(args) -> int:
         if args.schedules:
             print(render_schedules(report["schedules"]))
     return 0 if ok else 1
+
+
+def _json_only_on_stdout(args):
+    """With --json, stdout holds the one JSON object: what a program's driver prints
+    while it runs goes to stderr."""
+    return contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
 
 
 # The options whose flag is not the field's name with dashes (`_options`).
@@ -551,7 +559,7 @@ def cmd_compare(args) -> int:
     options = _options(args)
     # (--record-routing: the first program's run writes it, not each in turn, the last winning)
     runs = [options] + [attrs.evolve(options, record_routing=None)] * (len(files) - 1)
-    with _as_flags(args):
+    with _as_flags(args), _json_only_on_stdout(args):
         # Every program compiled and its options checked before the first runs: a later
         # one in error would otherwise fail after the earlier ones' runs (and outputs).
         prepared = [prepare(file, run, args.inputs) for file, run in zip(files, runs)]

@@ -120,3 +120,22 @@ def test_a_session_s_refusal_of_a_value_names_the_driver_s_line(capsys, program)
     code, _, err = run(capsys, program, "dtype")
     assert code == 1
     assert err.strip().startswith(f"{program.parent / 'drivers.py'}:7: a: error: buffer a (i32): got float64 values")
+
+
+def test_a_driver_that_prints_leaves_json_alone(tmp_path, capsys):
+    """--json prints one JSON object on stdout: a driver's own prints go to stderr
+    (with and without --json they are still shown)."""
+    import json
+
+    (tmp_path / "drivers.py").write_text(DRIVERS.replace("    figures = session.run()\n",
+                                                         "    figures = session.run()\n    print('ran once')\n"))
+    (tmp_path / "k.mk").write_text(PROGRAM)
+    code, out, err = run(capsys, tmp_path / "k.mk", None, "--json")
+    assert code == 0 and json.loads(out)["bit_exact"] is True and "ran once" in err
+    code, out, err = run(capsys, tmp_path / "k.mk", None)
+    assert code == 0 and "ran once" in out
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "k.mk"), str(tmp_path / "k.mk"), "--hw", "test", "--mesh", "1",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)["reports"]) == 2 and err.count("ran once") == 2
