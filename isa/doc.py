@@ -94,7 +94,7 @@ cycle it issued), pc, instruction and source line.
 |---|---|
 | register numbers below the profile's counts (`sregs`, `vregs`, `mregs`; `x` below `mxus_per_core`, `a` below `mxu_accumulators`); `chunk` below `mxu_dim / 128` | `illegal-instruction` |
 | `lds`/`sts` (and `.d`): address 4-aligned and (both words) inside SMEM | `misaligned`, `out-of-bounds` |
-| `vld`/`vst`: address and stride multiples of the element size (4 for `.w`, 2 for `.bf16`); every element the mask selects inside VMEM (masked-off rows and lanes are not checked) | `misaligned`, `out-of-bounds` |
+| `vld`/`vst`: address and stride multiples of the element size (4 for `.w`, 2 for `.bf16`), whatever the mask selects (even nothing); every element the mask selects inside VMEM (masked-off rows and lanes are not checked against its bounds) | `misaligned`, `out-of-bounds` |
 | `mxu.ldw`/`ldwt`/`ldw.mx`: shape = rows << 16 \\| cols (the whole 64-bit register) with 0 < rows <= D and 0 < cols <= D, cols a multiple of 128 (D = the profile's `mxu_dim`); `mxu.mac` only after a weight tile was loaded into that unit | `bad-operand` |
 | `mxu.ldw`/`ldwt`: address and stride even; `mxu.ldw`/`ldwt`/`ldw.mx`: every byte read (rows, scales) inside VMEM | `misaligned`, `out-of-bounds` |
 | `vbcast.lane` idx < 128, `vbcast.sub` idx < 8, `vcol` block < 16, `vextract`/`vinsert` element 0..1023 | `bad-operand` |

@@ -411,7 +411,7 @@ def _declare() -> list[dict]:
         exec=_set_mask("1 - M[ma, i]"), doc="md = not ma.")
     add(g, "mrows", [_m("md", "w"), _s("sa"), _s("sb")], "{md}, {sa}, {sb}", "valu", "valu",
         "mask", exec="mask_rect(M, MR, md, S[sa], S[sb])",
-        doc="md = elements with sublane < sa and lane < sb (partial-tile masks).")
+        doc="md = elements with sublane < sa and lane < sb, the registers compared as signed 64-bit values (partial-tile masks; sa <= 0 or sb <= 0: none).")
     conversions = (
         ("vcvt.f32.i32", "VF[vd, i] = i32_to_f32(VI[va, i])", ("i32", "f32"), "int32 to nearest float32"),
         ("vcvt.i32.f32", "VI[vd, i] = f32_to_i32(VF[va, i])", ("f32", "i32"),

@@ -195,6 +195,8 @@ RULES = [
     ("`vld`/`vst`", "misaligned", "li s1, 512\nvld.w v1, 4(s0), s1, m0", "li s1, 512\nvld.w v1, 2(s0), s1, m0"),
     ("`vld`/`vst`", "misaligned", "li s1, 256\nvst.bf16 v1, 2(s0), s1, m0", "li s1, 256\nvst.bf16 v1, 1(s0), s1, m0"),
     ("`vld`/`vst`", "misaligned", "li s1, 4\nvld.w v1, 0(s0), s1, m0", "li s1, 2\nvld.w v1, 0(s0), s1, m0"),
+    ("`vld`/`vst`", "misaligned",      # whatever the mask selects, even nothing
+     "li s1, 512\nmnot m1, m0\nvld.w v1, 4(s0), s1, m1", "li s1, 512\nmnot m1, m0\nvld.w v1, 2(s0), s1, m1"),
     ("`vld`/`vst`", "out-of-bounds",   # masked-off rows are not checked
      f"li s1, 512\nli s2, {V_END - 512}\nli s3, 1\nli s4, 128\nmrows m1, s3, s4\nvld.w v1, 0(s2), s1, m1",
      f"li s1, 512\nli s2, {V_END - 512}\nvld.w v1, 0(s2), s1, m0"),
@@ -274,6 +276,34 @@ def test_operand_rule_at_its_bound(rule, small):
     # Named by the faulting instruction: the body's last line, after SOLO's two.
     assert (fault.chip, fault.core, fault.pc) == (0, 0, 2 + len(bad.splitlines()) - 1), fault.render()
     assert fault.instruction == bad.splitlines()[-1].strip()
+
+
+@pytest.mark.parametrize("sa, sb, rows, lanes", [
+    ("li s1, 3", "li s2, 5", 3, 5),
+    ("li s1, -1", "li s2, 5", 0, 0),                    # (negative: no sublane is below it)
+    ("li s1, 0x7fffffff", "li s2, -1", 0, 0),
+    ("lui.d s1, 1\naddi.d s1, s1, 2", "li s2, 3", 8, 3),   # (2^32 + 2: all 64 bits compared)
+    ("lui.d s1, 1", "lui.d s2, 1", 8, 128),
+])
+def test_mrows_compares_signed_64_bit_values(sa, sb, rows, lanes):
+    assert "the registers compared as signed 64-bit values" in FLAT
+    body = f"""
+        {sa}
+        {sb}
+        mrows m1, s1, s2
+        vli.i32 v30, 1
+        vli.i32 v31, 0
+        vsel v2, m1, v30, v31
+        li s29, 512
+        vst.w v2, 0(s0), s29, m0
+        li s29, @out
+        li s30, 4096
+        dma.start hbm[s29], vmem[s0], s0, s0
+        sem.wait s0, s30
+    """
+    run = _program(body, smem="0 4096 1 0 0 1 0 0", buffers=".buffer out i32 8x128 output\n")()
+    expected = [[int(r < rows and c < lanes) for c in range(128)] for r in range(8)]
+    assert run.output("out").tolist() == expected
 
 
 def test_the_last_instruction_executed_must_be_halt():
