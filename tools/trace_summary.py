@@ -69,13 +69,30 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
         if not s.size:
             names = sorted(set(trace.region_names) | {f"kernel:{l['kernel']}" for l in trace.launches})
             anywhere = region_intervals(trace, [c["gid"] for c in trace.cores], region)[0].size > 0
+            indices = _indices_named(trace, region)
             raise ConfigError(f"no region {region!r} " + ("on the selected cores (--chip/--core)" if anywhere else
+                              f"in this trace ({indices})" if indices else
                               f"in this trace (regions: {', '.join(names) or 'none'})"), key="--region")
         spans = spans.intersect(Spans.union(s, e))
         if not spans.total:
             raise ConfigError(f"region {region!r} takes no cycles "
                               + ("in the window [from, to)" if cut else "on the selected cores"), key="--region")
     return spans
+
+
+def _indices_named(trace: Trace, label: str) -> str:
+    """For `NAME[INDEX]` of a region NAME the trace has: the indices it has, as text;
+    else ''."""
+    m = re.fullmatch(r"([^\[\]]+)\[.*\]", label)
+    if m is None or m.group(1) not in trace.region_names:
+        return ""
+    r = trace.region
+    found = np.unique(r["index"][r["name"] == trace.region_names.index(m.group(1))]).tolist()
+    if not found:
+        return ""
+    listed = (f"{found[0]}..{found[-1]}" if found == list(range(found[0], found[-1] + 1)) and len(found) > 2
+              else ", ".join(map(str, found[:12])) + (", ..." if len(found) > 12 else ""))
+    return f"{m.group(1)}'s indices: {listed}"
 
 
 def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:

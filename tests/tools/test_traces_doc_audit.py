@@ -159,7 +159,9 @@ def test_an_open_end_of_the_window_reads_as_the_runs_own(loop, capsys):
     (["--region", "step[01]"], "--region: error: bad region 'step[01]'"),    # (was step[1], headed step[01])
     (["--region", "step[-0]"], "--region: error: bad region 'step[-0]'"),
     (["--region", "nope"], "--region: error: no region 'nope' in this trace (regions: kernel:scale, load, step)"),
-    (["--region", f"step[{STEPS}]"], f"--region: error: no region 'step[{STEPS}]' in this trace"),
+    (["--region", f"step[{STEPS}]"], f"--region: error: no region 'step[{STEPS}]' in this trace "
+                                     f"(step's indices: 0..{STEPS - 1})"),
+    (["--region", "load[1]"], "--region: error: no region 'load[1]' in this trace (load's indices: 0)"),
     (["--chip", "2"], "--chip: error: no core matches --chip 2 (the trace has 2 chip(s), 0..1, of 2 cores each)"),
     (["--core", "0", "--core", "2"], "--core: error: --core 2 matches no core"),
     (["--from", "5", "--to", "5"], "--to: error: --to 5 is not after --from 5: the window [from, to) is empty"),
