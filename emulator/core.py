@@ -35,7 +35,7 @@ from mkemu.errors import EmulatorFault
 from mkemu.isa.encoding import SPECIAL_REGS
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Kernel
-from mkemu.isa.semantics import FAULTS, LANES, ROWS
+from mkemu.isa.semantics import _FAR, E_OOB, FAULTS, LANES, ROWS
 
 TRACE_ROWS = 1 << 16       # instruction rows per trace buffer before the loop hands them over
 TRACE_REGION_ROWS = 1 << 12
@@ -331,8 +331,13 @@ class Core:
         kind, template = FAULTS[code]
         op = self.decoded.ops[self.pc]
         mnemonic = op.instr.mnemonic if op.instr is not None else ""
+        note = ""
+        if code == E_OOB and max(abs(a), abs(b)) >= _FAR:
+            # (a span reaching past +-2^62, from a 64-bit address or stride, is cut there)
+            a, b = (("-2^62" if v < 0 else "2^62") if abs(v) >= _FAR else v for v in (a, b))
+            note = " (the span reaches past 2^62, from a 64-bit address or stride: its ends are shown cut there)"
         return Trap(kind, template.format(a=a, b=b, c=c, d=d, name="VMEM", problem=op.problem,
-                                          op=mnemonic.rstrip("i")))
+                                          op=mnemonic.rstrip("i")) + note)
 
     # -- values read back into scalars (timing-only runs take them from here) ------
 

@@ -494,8 +494,8 @@ class Machine(DmaMixin):
         """Raise semaphore `sem` of `core` (by a DMA landing or a signal; `raiser` is
         the DMA, or ((chip, core), pc, text) of the signal), waking a core that waits."""
         count = core.sems[sem] + value
-        if not -2**63 <= count < 2**63:     # (an int64 counter: signals add 64-bit register values)
-            count = (count + 2**63) % 2**64 - 2**63
+        if count >= 2**63:     # (a 64-bit counter; never negative: amounts are >= 0, a wait takes what is there)
+            raise self._sem_overflow(core, sem, value, t, raiser, by_dma)
         core.sems[sem] = count
         if by_dma:
             core.sem_raisers[sem] = ((raiser.src_core.chip, raiser.src_core.index), raiser.pc, raiser.text, t)
@@ -606,6 +606,20 @@ class Machine(DmaMixin):
     def decoded_op_text(self, pc: int) -> str | None:
         decoded = self.decoded.get(self.kernel.name)
         return decoded.ops[pc].text if decoded is not None and 0 <= pc < len(decoded.ops) else None
+
+    def _sem_overflow(self, core: Core, sem: int, value: int, t: int, raiser, by_dma: bool) -> EmulatorFault:
+        """A signal's amount (a 64-bit register value) or a DMA's landing would carry
+        semaphore `sem` of `core` past 2^63 - 1: named by the signal or DMA that raised it."""
+        if by_dma:
+            (chip, index), pc, text, what = (raiser.src_core.chip, raiser.src_core.index), raiser.pc, raiser.text, "DMA"
+        else:
+            (chip, index), pc, text = raiser
+            what = "signal"
+        target = "" if (chip, index) == (core.chip, core.index) else f" of chip {core.chip} core {core.index}"
+        return EmulatorFault("bad-operand", f"kernel {self.kernel.name}: this {what} adds {value:,} to semaphore "
+                                            f"{sem}{target}, which holds {core.sems[sem]:,}: the sum passes the "
+                                            "largest count, 2^63 - 1",
+                             chip=chip, core=index, cycle=t, pc=pc, instruction=text, **fault_place(self.kernel, pc))
 
     def _fault(self, core: Core | None, kind: str, message: str, cycle: int | None = None) -> EmulatorFault:
         if core is None:

@@ -526,9 +526,9 @@ def _declare() -> list[dict]:
             "the target's rsem counts bytes received.")
     g = "sync"
     add(g, "sem.signal", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "sync",
-        global_kind="signal", doc="Semaphore sem += val (val < 0 faults: bad-operand).")
+        global_kind="signal", doc="Semaphore sem += val (val < 0 faults: bad-operand); so does a count past 2^63 - 1.")
     add(g, "sem.signal.r", [_s("sem"), _s("val"), _s("tgt")], "{sem}, {val}, {tgt}", "sync",
-        "sync", "sync", global_kind="signal_remote", doc="Semaphore sem of global core tgt += val (val < 0 faults: bad-operand).")
+        "sync", "sync", global_kind="signal_remote", doc="Semaphore sem of global core tgt += val (val < 0 faults: bad-operand); so does a count past 2^63 - 1, on arrival.")
     add(g, "sem.wait", [_s("sem"), _s("val")], "{sem}, {val}", "sync", "sync", "sync",
         global_kind="wait", doc="Block until semaphore sem >= val, then sem -= val (val < 0 faults: bad-operand).")
     add(g, "barrier", [_i("scope", SCOPE)], "{scope}", "sync", "sync", "sync", global_kind="barrier",

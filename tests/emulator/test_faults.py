@@ -59,6 +59,36 @@ def test_out_of_bounds(emu, body, instruction, message):
     assert message in assert_names_everything(fault, "out-of-bounds", instruction)
 
 
+@pytest.mark.parametrize("high, shown", [("0x7fffffff", "[2^62, 2^62)"), ("0x80000000", "[-2^62, -2^62)"),
+                                         ("0x3fffffff", "[4611686014132420608, 4611686014132424704)")])
+def test_a_span_past_2_62_is_shown_cut_there_and_says_so(emu, high, shown):
+    """(a far 64-bit address read [4611686018427387904, 4611686018427387904): the cut
+    ends, as if they were the access's)"""
+    fault = fault_of(emu, f"lui.d s1, {high}\nli s2, 512\nvld.w v1, 0(s1), s2, m0")
+    text = assert_names_everything(fault, "out-of-bounds", "vld.w v1, 0(s1), s2, m0")
+    assert f"VMEM access {shown} is outside VMEM of 4194304 bytes" in text
+    assert ("its ends are shown cut there" in text) == ("2^62" in shown)
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_semaphore_count_past_2_63_is_a_fault_not_a_wrap(emu, remote):
+    """Two signals of 2^63 - 2^32 made the count negative: the run then deadlocked on a
+    count nothing had lowered."""
+    signal = "sem.signal.r s0, s1, s0" if remote else "sem.signal s0, s1"
+    fault = fault_of(emu, f"lui.d s1, 0x7fffffff\nli s2, 1\n{signal}\n{signal}\nsem.wait s0, s2")
+    text = assert_names_everything(fault, "bad-operand", signal)
+    assert ("this signal adds 9,223,372,032,559,808,512 to semaphore 0, which holds 9,223,372,032,559,808,512: "
+            "the sum passes the largest count, 2^63 - 1") in text
+    assert "pc 0x0005" in text       # (the second signal, after SOLO's two lines)
+
+
+def test_a_dma_landing_past_2_63_is_named_by_the_dma(emu):
+    body = ("lui.d s1, 0x7fffffff\naddi.d s1, s1, 0x7fffffff\naddi.d s1, s1, 0x7fffffff\nsem.signal s0, s1\n"
+            "li s5, @src\ndma.start vmem[s0], hbm[s5], s0, s0")
+    text = assert_names_everything(fault_of(emu, body), "bad-operand", "dma.start vmem[s0], hbm[s5], s0, s0")
+    assert "this DMA adds 4,096 to semaphore 0, which holds 9,223,372,036,854,775,806" in text
+
+
 @pytest.mark.parametrize("body, instruction", [
     ("li s1, 2\nli s2, 512\nvld.w v1, 0(s1), s2, m0", "vld.w v1, 0(s1), s2, m0"),
     ("li s1, 512\nli s2, 6\nvst.w v1, 0(s1), s2, m0", "vst.w v1, 0(s1), s2, m0"),

@@ -150,10 +150,15 @@ def test_div_and_rem_of_minus_2_pow_63_see_the_64_bit_value(emu, a, b):
 
 
 def test_a_semaphore_is_an_int64_counter(emu):
-    # Signals add 64-bit register values; the counter wraps as an int64 does
-    # (docs/architecture.md): 2^62 three times is -2^62, not 13835058055282163712.
-    body = f"{load64('s1', 2**62)}\nli s2, 3\nsem.signal s2, s1\nsem.signal s2, s1\nsem.signal s2, s1\n"
+    # Signals add 64-bit register values into an int64 counter (docs/architecture.md): up
+    # to 2^63 - 1 it holds them; a signal past it faults (it wrapped: 2^62 three times read
+    # -2^62, and a wait then deadlocked on a count nothing had lowered).
+    body = f"{load64('s1', 2**62)}\n{load64('s3', 2**62 - 1)}\nli s2, 3\nsem.signal s2, s1\nsem.signal s2, s3\n"
     with pytest.raises(EmulatorFault) as info:
         emu.run(emu.kernel(body))
     assert info.value.kind == "semaphore-nonzero"
-    assert f"semaphore 3 = {-2**62} " in info.value.message
+    assert f"semaphore 3 = {2**63 - 1} " in info.value.message
+    with pytest.raises(EmulatorFault) as info:
+        emu.run(emu.kernel(body + "li s4, 1\nsem.signal s2, s4\n"))
+    assert info.value.kind == "bad-operand" and info.value.instruction == "sem.signal s2, s4"
+    assert f"which holds {2**63 - 1:,}: the sum passes the largest count, 2^63 - 1" in info.value.message
