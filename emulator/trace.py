@@ -155,7 +155,9 @@ class Recorder:
         fault's cycle, as `_end_launch` says; DMAs in flight keep begun/done -1) and the
         metadata says what stopped it."""
         if self.launches and self.launch_open:     # (a fault at a launch's end comes after on_launch_end)
-            self._end_launch(self.machine, max(self.machine.now, fault.cycle or 0))
+            end = max(self.machine.now, fault.cycle or 0)
+            self._end_launch(self.machine, end)
+            self._cut_run_ahead(end)
         else:       # (the max-cycle guard passed in a launch's start-up, before it began)
             self.end_cycle = max(self.end_cycle, fault.cycle or 0)
         self.meta["fault"] = {"kind": fault.kind, "message": fault.message, "chip": fault.chip,
@@ -186,6 +188,23 @@ class Recorder:
         self.launches[-1]["end"] = end
         self.end_cycle = end
         self.launch_open = False
+
+    def _cut_run_ahead(self, end: int) -> None:
+        """The launch stopped at a fault at cycle `end`: what the other cores did past it,
+        running ahead of the machine's clock, never happened. Their instructions issued
+        after it go, as do regions that began after it; a region it cut closes at it."""
+        index = len(self.launches) - 1
+        for _, launch, chunks in self.instr:
+            if launch == index:
+                chunks[:] = [rows[rows[:, 1] <= end] for rows in chunks]
+        cols = len(TABLES["region"])
+        table = np.frombuffer(self.rows["region"], np.int64).reshape(-1, cols)
+        mine = table[:, 1] == index
+        if (mine & (table[:, 6] > end)).any():
+            kept = table[~mine | (table[:, 5] <= end)].copy()
+            late = (kept[:, 1] == index) & (kept[:, 6] > end)
+            kept[late, 6] = end
+            self.rows["region"] = array("q", kept.reshape(-1).tobytes())
 
     def on_signal(self, src, dst, sem: int, value: int, t: int, arrival: int) -> None:
         self.rows["signal"].extend((src.gid, dst.gid, len(self.launches) - 1, sem, value, t, arrival, src.pc))

@@ -209,3 +209,30 @@ def test_a_run_stopped_before_its_first_launch_began_has_a_trace_ending_at_the_f
     read = parse_trace(trace.to_bytes())
     assert info.value.kind == "max-cycles" and info.value.cycle == 1000
     assert read.end_cycle == read.start_cycle == 1000 and read.meta["fault"]["cycle"] == 1000
+
+
+@pytest.mark.parametrize("races", [True, False])
+def test_a_fault_cuts_what_other_cores_ran_ahead_past_it(races):
+    """Core 1 runs a long loop of regions without a global instruction while core 0
+    faults early: core 1 had run ahead of the machine's clock (without race checks, to
+    its end), and the trace kept those instructions and regions, past the fault."""
+    source = (".kernel main\n    rdsr s3, core\n    li s1, 5000\n    beq s3, s0, work\nloop:\n"
+              "    mark.push 1, s2\n    addi s2, s2, 1\n    mark.pop\n    blt s2, s1, loop\n    halt\nwork:\n"
+              + "    nop\n" * 50 + "    mark.push 0, s0\n    div s4, s1, s0\n    halt\n")
+    trace = Recorder()
+    config = RunConfig(checks=frozenset() if not races else RunConfig().checks)
+    machine = Machine(load_profile("test"), Mesh((1, 1, 1)), config, trace=trace)
+    machine.load(attrs.evolve(assemble(source, "t.s"), kernels={"main": attrs.evolve(
+        assemble(source, "t.s").kernels["main"], regions=("fault", "step"))}))
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    trace.on_fault(info.value)
+    read = parse_trace(trace.to_bytes())
+    end = info.value.cycle
+    assert read.end_cycle == end
+    assert read.instr["issue"].max() <= end
+    assert (read.instr["core"] == 1).sum() > 10       # (core 1 ran up to the fault)
+    region = read.region
+    assert region["start"].max() <= end and region["end"].max() == end      # (the open ones close at it)
+    step = region["name"] == read.region_names.index("step")
+    assert 0 < step.sum() < 100
