@@ -408,11 +408,12 @@ def load_reference_named(reference: str, program_path: str | None):
                               file=program_path)
         package = _package_of(path)
         if package:
-            module = _import(package, str(path), program_path, str(path.resolve()))
+            module = _import(package, str(path.resolve()), program_path, str(path.resolve()))
         else:
             spec = importlib.util.spec_from_file_location(f"mkemu_reference_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
-            _guard(lambda: spec.loader.exec_module(module), str(path), program_path, spec.origin)
+            # (named by its full path, as the error's place is)
+            _guard(lambda: spec.loader.exec_module(module), spec.origin or str(path), program_path, spec.origin)
         where = f"reference file {path}"
     fn = getattr(module, func, None)
     if not callable(fn):

@@ -146,6 +146,21 @@ def test_a_reference_file_that_fails_to_load_is_one_error_at_its_line_with_a_car
                                 f"{message}", f"  {line}", f"  {caret}"]
 
 
+def test_a_failing_reference_file_is_named_by_its_full_path_however_the_program_was_named(tmp_path, capsys,
+                                                                                          monkeypatch):
+    # (api.md: "the file named by its full path"; the message named it as the program
+    # was given, `r.py` from the program's own folder)
+    from mkemu.cli import main
+
+    (tmp_path / "r.py").write_text("import numpy as np\n\nSCALE = 1 / 0\n")
+    (tmp_path / "p.mk").write_text(DOUBLE.format(fn="double"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "p.mk", "--hw", "test", "--mesh", "1"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (f"{tmp_path / 'r.py'}:3:9: error: reference {tmp_path / 'r.py'} failed to load: "
+                     "ZeroDivisionError: division by zero")
+
+
 def test_a_reference_module_that_fails_to_import_is_placed_in_its_file(tmp_path, monkeypatch):
     # (a `module:function` reference was placed at the program's line only)
     (tmp_path / "mods").mkdir()
