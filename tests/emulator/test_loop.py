@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import os
+import re
 import subprocess
+import symtable
 import sys
+import textwrap
 
 import pytest
 
@@ -24,6 +29,52 @@ def test_every_row_is_implemented_once():
             assert source.count(f"# {mnemonic}\n") == 1, mnemonic
     assert set(GLOBAL_OPS) == set(GLOBAL_KINDS)
     assert {i.mnemonic for i in LOCAL_ROWS} == {m for m, i in TABLE.items() if not i.is_global}
+
+
+def undefined_names(source: str) -> set[str]:
+    """The names the generated loop function reads that nothing defines: neither the
+    function (its arguments, its locals) nor the module (its imports, constants,
+    functions) nor Python's builtins."""
+    defined = set(dir(builtins))
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    run = next(c for c in symtable.symtable(source, "loop", "exec").get_children() if c.get_name() == "run")
+    return {s.get_name() for s in run.get_symbols() if s.is_global() and s.get_name() not in defined}
+
+
+def test_every_name_an_exec_clause_reads_is_defined_in_the_loop():
+    # An exec clause naming a helper of isa/semantics.py that emulator/loop.py does not
+    # import (its `_HELPERS`), or an operand the row does not have, passed every test
+    # and failed only at a run, after numba's compile, as a NameError naming no row.
+    source = generate_source()
+    assert undefined_names(source.replace("w32(", "w33(", 1)) == {"w33"}     # (the check itself)
+    missing = undefined_names(source)
+    rows = {name: [m for m, i in TABLE.items() if i.exec and re.search(rf"\b{name}\b", i.exec)] for name in missing}
+    assert not missing, (f"exec clauses read names the generated loop does not define: {rows} (a helper of "
+                         "isa/semantics.py is imported into the loop through emulator/loop.py's _HELPERS)")
+
+
+REGISTER_ARRAYS = {"S", "V", "VF", "VI", "M", "MR"}
+
+
+def test_an_exec_clause_writes_only_the_registers_its_row_declares_written():
+    # A register written by the clause but declared read ("r") is missing from the
+    # row's scoreboard destinations: a later reader would not wait for it, silently.
+    for mnemonic, instr in TABLE.items():
+        if instr.exec is None:
+            continue
+        access = {op.name: op.access for op in instr.operands}
+        for node in ast.walk(ast.parse(textwrap.dedent(instr.exec.replace("{check}", "pass")))):
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name) and node.value.id in REGISTER_ARRAYS):
+                first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) else node.slice
+                if isinstance(first, ast.Name) and first.id in access:
+                    assert access[first.id] == "w", (mnemonic, f"writes {node.value.id}[{first.id}]")
 
 
 def test_the_loop_is_compiled_outside_the_source_tree():
