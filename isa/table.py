@@ -581,8 +581,12 @@ def build_table(rows: list[dict]) -> dict[str, Instr]:
             if state not in (*MXU_STATE, "vd"):
                 raise ValueError(f"{mnemonic!r}: unknown state {state!r} in its access sets")
         for space, access, shape in row.get("memory", ()):
-            if access not in ("r", "w") or shape not in FOOTPRINTS:
-                raise ValueError(f"{mnemonic!r}: bad memory footprint {(space, access, shape)}")
+            # (a local row touches its core's own memories; a DMA's ends are any space)
+            spaces = ("any",) if row.get("global_kind") else ("vmem", "smem")
+            if access not in ("r", "w") or shape not in FOOTPRINTS or space not in spaces:
+                raise ValueError(f"{mnemonic!r}: bad memory footprint {(space, access, shape)} (a "
+                                 f"{'global' if row.get('global_kind') else 'local'} row's spaces: "
+                                 f"{', '.join(spaces)})")
         names = _PLACEHOLDER.findall(row["syntax"])
         declared = [op.name for op in row["operands"]]
         if sorted(names) != sorted(declared) or len(set(declared)) != len(declared):

@@ -121,6 +121,8 @@ def test_build_table_accepts_a_small_table():
     ([row("a", global_kind="teleport")], "unknown global kind"),
     ([row("a", exec="pass", reads=("mxu.gpu",))], "unknown state"),
     ([row("a", exec="pass", memory=(("vmem", "x", "tile"),))], "bad memory footprint"),
+    ([row("a", exec="pass", memory=(("hbm", "r", "tile"),))], r"bad memory footprint .* spaces: vmem, smem"),
+    ([row("a", exec="pass", memory=(("gpu", "r", "tile"),))], "bad memory footprint"),   # (were accepted, unchecked)
 ])
 def test_build_table_rejects(rows, message):
     with pytest.raises(ValueError, match=message):
