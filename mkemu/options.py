@@ -195,7 +195,7 @@ class Options:
     spec_rows: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
     accept: int | None = attrs.field(default=None, converter=integer, validator=_int(optional=True))
 
-    def __init__(self, *args, **fields):
+    def __init__(self, /, *args, **fields):     # (self positional-only: Options(self=1) is an unknown option)
         if args:
             raise ConfigError(f"Options takes its fields by name (e.g. Options(hw='test', mesh='2x2')), "
                               f"not by position: got {args[0]!r}", key="options")

@@ -125,6 +125,7 @@ def test_bad_options_are_config_errors(changes, message):
 @pytest.mark.parametrize("make", [mkemu.Options, mkemu.Options.of])
 @pytest.mark.parametrize("changes, message", [
     ({"bogus": 1}, "bogus: error: unknown option(s) bogus; known: accept, batch, "),
+    ({"self": 1}, "self: error: unknown option(s) self; known: accept, batch, "),   # (was Python's TypeError)
     ({"sed": 1}, "sed: error: unknown option(s) sed (did you mean 'seed'?); known: "),
     ({"colour": 1, "sed": 1}, "colour: error: unknown option(s) colour, sed; known: "),
     ({"seed": "x"}, "seed: error: seed must be an integer >= 0, not 'x'"),
