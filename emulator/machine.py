@@ -643,7 +643,8 @@ class Machine(DmaMixin):
         if kind in (DMA_BEGIN, LAND):
             by = (payload.src_core, payload.pc, payload.text)
         elif kind == SIGNAL:
-            by = payload[4]
+            (chip, index), pc, text = payload[4]     # (the signal's `_raiser`)
+            by = (self.cores[chip * self.profile.cores_per_chip + index], pc, text)
         else:
             oldest = min(self.dmas.values(), key=lambda d: d.seq, default=None)
             by = (oldest.src_core, oldest.pc, oldest.text) if oldest is not None else None

@@ -559,3 +559,14 @@ def test_a_fault_in_an_assembler_kernel_launched_twice_names_its_launch_line(tmp
     err = capsys.readouterr().err
     assert err.startswith("fault [divide-by-zero]") and "Traceback" not in err
     assert err.rstrip().endswith(f"(the host block's launch 2 of 2), launched at {program}:7:1")
+
+
+def test_a_signal_in_flight_past_the_guard_is_a_max_cycles_fault_naming_it(emu):
+    # (it was an AttributeError: the signal's sender was read as a core, not its place)
+    profile = emu.profile("slow_signal", "[chip]\nsibling_signal_latency_cycles = 10_000\n")
+    source = emu.kernel("li s1, 1\nli s2, 1\nsem.signal.r s0, s2, s1\nsem.wait s0, s2", solo=False)
+    machine = emu.machine(source, profile=profile, config=RunConfig(max_cycles=5000))
+    with pytest.raises(EmulatorFault) as info:
+        machine.run()
+    text = assert_names_everything(info.value, "max-cycles", "sem.signal.r s0, s2, s1")
+    assert "the run passed the max-cycle guard of 5000 cycles, with this signal still in flight" in text

@@ -491,3 +491,17 @@ def test_a_profile_of_exactly_the_most_cores_loads(tmp_path):
     text = edited("cores_per_chip = 2", "cores_per_chip = 16").replace(TEST_DIMS, "dims = [16, 16, 1]", 1)
     p = load_profile(write(tmp_path, text))
     assert math.prod(p.mesh_dims) * p.cores_per_chip == hardware.MAX_CORES
+
+
+@pytest.mark.parametrize("clock", ["5e-324", "1e-300", "0.5"])
+def test_a_clock_below_1_hz_is_refused_naming_it(tmp_path, clock):
+    # With bandwidths in bytes per cycle nothing else trips: a run then printed "inf us"
+    # and a sweep's record held Infinity, which is not JSON.
+    text = TEST_TOML.replace("clock_hz = 1e9", f"clock_hz = {clock}")
+    for key, per_s, per_cycle in (("hbm", "64e9", 64), ("sibling", "16e9", 16), ("engine", "32e9", 32),
+                                  ("link", "8e9", 8)):
+        text = text.replace(f"{key}_bw_bytes_per_s = {per_s}", f"{key}_bw_bytes_per_cycle = {per_cycle}")
+    assert "_per_s" not in text.split("[timing]")[0]
+    error = config_error(write(tmp_path, text))
+    assert (error.key, error.message) == ("chip.clock_hz", f"must be at least 1 (Hz), got {float(clock)}")
+    assert load_profile(write(tmp_path, text.replace(f"clock_hz = {clock}", "clock_hz = 1"), "one.toml")).clock_hz == 1
