@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import attrs
-import numpy as np
 
 from mkemu.command import Terminated, terminate
 from mkemu.errors import ConfigError, MkemuError
@@ -576,19 +575,9 @@ def _json(value) -> str:
     """One JSON object, valid JSON: a figure that is not a finite number (an absurd
     profile's, a bandwidth of 1e308 bytes a cycle times the clock) is null, where json
     would write `Infinity` or `NaN`."""
-    from mkemu.runner import json_default
+    from mkemu.runner import finite, json_default
 
-    return json.dumps(_finite(value), default=json_default)
-
-
-def _finite(value):
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
-        return None
-    return value
+    return json.dumps(finite(value), default=json_default)
 
 
 def cmd_trace(args) -> int:

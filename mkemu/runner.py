@@ -644,6 +644,19 @@ def json_default(value):
     raise TypeError(f"a value of type {type(value).__name__}")
 
 
+def finite(value):
+    """`value` (dicts, lists and numbers) with every number that is not finite (an absurd
+    profile's figure) as None: what `json.dumps` would write as `Infinity` or `NaN`,
+    which is not JSON, is null."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        return None
+    return value
+
+
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
     """The error for the program's own code (`who`, function `fn`) raising `exc`: named
     at the line of its file it failed at."""

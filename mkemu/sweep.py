@@ -29,7 +29,7 @@ import attrs
 
 from mkemu.errors import ConfigError
 from mkemu.options import Options
-from mkemu.runner import atomic_write
+from mkemu.runner import atomic_write, finite
 from mkemu.trials import Trial, breakdown, objective_of, run_trials
 
 FORMAT = "mkemu-sweep/1"
@@ -272,7 +272,7 @@ class Sweep:
 
     def save(self) -> None:
         if self.out:
-            atomic_write(self.out, (json.dumps(self.document(), indent=1) + "\n").encode())
+            atomic_write(self.out, (json.dumps(finite(self.document()), indent=1) + "\n").encode())
 
 
 def point_label(point: dict) -> str:

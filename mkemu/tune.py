@@ -45,7 +45,7 @@ import attrs
 from mkemu.errors import ConfigError, SourceError, not_text
 from mkemu.isa.program import ParamInfo
 from mkemu.options import Options
-from mkemu.runner import atomic_write
+from mkemu.runner import atomic_write, finite
 from mkemu.trials import SCHEDULE_OUTCOMES, Trial, breakdown, objective_of, run_schedules, run_trials, schedule_failure
 
 FORMAT = "mkemu-tune/1"
@@ -503,7 +503,7 @@ class Tune:
         }
 
     def save(self, finished: bool) -> None:
-        atomic_write(self.out, (json.dumps(self.document(finished), indent=1) + "\n").encode())
+        atomic_write(self.out, (json.dumps(finite(self.document(finished)), indent=1) + "\n").encode())
 
     def ranking(self) -> list[dict]:
         """The bit-exact trials, fastest first; a trial of a build already tried right

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 
 import mkemu
@@ -139,3 +140,15 @@ def test_a_driver_that_prints_leaves_json_alone(tmp_path, capsys):
                  "--json"]) == 0
     out, err = capsys.readouterr()
     assert len(json.loads(out)["reports"]) == 2 and err.count("ran once") == 2
+
+
+def test_figures_that_are_not_finite_are_null_in_every_json_written():
+    """(`mkemu run --json` wrote null for them, but a sweep's or a tune's record wrote
+    `Infinity`, which is not JSON)"""
+    import json
+
+    from mkemu.runner import finite
+
+    held = {"us": float("inf"), "rows": [float("nan"), 1.5, (np.float32("-inf"), 2)], "n": 3, "name": "x"}
+    assert finite(held) == {"us": None, "rows": [None, 1.5, [None, 2]], "n": 3, "name": "x"}
+    json.loads(json.dumps(finite(held)), parse_constant=lambda token: pytest.fail(f"{token} written"))
