@@ -738,8 +738,8 @@ def _build(raw: dict[str, Any], file: str, source: str) -> HardwareProfile:
     if problem:
         raise ConfigError(problem, file=file, key="mesh.dims")
     if clock_hz < 1:
-        # (after the keys it turns into cycles, which name what it makes absurd first): a
-        # run's emulated seconds and microseconds stay finite (5e-324 Hz made them inf)
+        # (checked after the keys it converts to bytes or cycles, whose own errors say more):
+        # a run's emulated seconds and microseconds stay finite (5e-324 Hz made them inf)
         raise ConfigError(f"must be at least 1 (Hz), got {clock_hz}", file=file, key="chip.clock_hz")
     default_name = source.removeprefix("builtin:") if source.startswith("builtin:") else Path(file).stem
     return HardwareProfile(

@@ -83,31 +83,35 @@ def window(trace: Trace, gids: list[int], region: str | None = None, start=None,
 def _indices_named(trace: Trace, label: str) -> str:
     """For `NAME[INDEX]` of a region NAME the trace has: the indices it has, as text;
     else ''."""
-    m = re.fullmatch(r"([^\[\]]+)\[.*\]", label)
-    if m is None or m.group(1) not in trace.region_names:
+    _, name, index = _region_label(label)
+    if index is None or name not in trace.region_names:
         return ""
     r = trace.region
-    found = np.unique(r["index"][r["name"] == trace.region_names.index(m.group(1))]).tolist()
+    found = np.unique(r["index"][r["name"] == trace.region_names.index(name)]).tolist()
     if not found:
         return ""
     listed = (f"{found[0]}..{found[-1]}" if found == list(range(found[0], found[-1] + 1)) and len(found) > 2
               else ", ".join(map(str, found[:12])) + (", ..." if len(found) > 12 else ""))
-    return f"{m.group(1)}'s indices: {listed}"
+    return f"{name}'s indices: {listed}"
 
 
-def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
+def _region_label(label: str) -> tuple[str | None, str | None, int | None]:
+    """(kernel, name, index) of a region label `kernel:NAME`, `NAME` or `NAME[INDEX]`."""
     # (an index with a leading zero or a -0 is refused, as a number is everywhere else:
     # `layer[01]` selected layer[1] and headed the summary `layer[01]`)
     m = re.fullmatch(r"kernel:(.+)|(?!kernel:)([^\[\]]+)(?:\[(0|-?[1-9][0-9]*)\])?", label)
     if m is None:
         raise ConfigError(f"bad region {label!r}: write NAME, NAME[INDEX] (INDEX a number) "
                           "or kernel:NAME", key="--region")
-    kernel, name, index = m.group(1), m.group(2), m.group(3)
+    return m.group(1), m.group(2), None if m.group(3) is None else int(m.group(3))
+
+
+def region_intervals(trace: Trace, gids: list[int], label: str) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals of the region `NAME`, `NAME[INDEX]` or `kernel:NAME` on the given cores."""
+    kernel, name, index = _region_label(label)
     if kernel is not None:
         ls = [l for l in trace.launches if l["kernel"] == kernel]
         return np.array([l["start"] for l in ls], float), np.array([l["end"] for l in ls], float)
-    index = None if index is None else int(index)
     r = trace.region
     if name not in trace.region_names:
         return np.zeros(0), np.zeros(0)
