@@ -123,7 +123,8 @@ def _host(program: ir.Program):
         for p in kernel.params:
             if not isinstance(p, ir.Buffer):
                 raise CompileError(p.span, f"kernel '{kernel.name}' has a scalar parameter '{p.name}': "
-                                           "a program without a host block passes only HBM arrays")
+                                           "a program without a host block passes only HBM arrays; add `host { ... launch ...; }` "
+                                           "to pass it")
         reads, writes = _param_usage(kernel.body)
         specs = []
         for p in kernel.params:

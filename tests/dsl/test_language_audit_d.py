@@ -37,6 +37,13 @@ def test_a_program_of_only_generic_kernels_without_host_points_at_the_generic_ke
                       "a generic kernel is made only by launches); add `host { ... launch ...; }`")]
 
 
+
+def test_a_scalar_parameter_of_a_program_without_host_asks_for_a_host_block():
+    # language.md: "a parameter that is not an HBM array is a compile error asking for a host block"
+    lines = error_lines("kernel k(a: hbm f32[8, 128], n: i32) { }\n")
+    assert lines == [("prog.mk:1:30: error: kernel 'k' has a scalar parameter 'n': a program without a host block "
+                      "passes only HBM arrays; add `host { ... launch ...; }` to pass it")]
+
 # -- Lexical structure: `recv` right after `wait` is the keyword, `input` / `output` at the
 #    start of a statement are: a name spelled so is told why it cannot stand there
 
