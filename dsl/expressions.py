@@ -563,6 +563,15 @@ class Expressions(Declarations):
                     ok = False
                     continue
                 start, length = r
+                n = base.buffer.shape[d]
+                if length > n and self.interval(start) is None:
+                    # A run-time start is checked against the buffer's dimension (even in a
+                    # view of a view): a longer window fits at no start, whether the view is
+                    # used as it is or sliced again (`let u = x[0:1, i +: 600]; u[0:1, 0:128]`).
+                    self.error(item.span, f"a window of {length} is longer than dimension {d} of "
+                                          f"'{base.buffer.name}' (size {n}): no start fits")
+                    ok = False
+                    continue
                 sizes[d] = length
             else:
                 start = self.point(item, scope, size, what)

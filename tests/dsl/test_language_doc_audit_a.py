@@ -539,6 +539,23 @@ def test_a_window_longer_than_its_dimension_and_run_time_lengths_are_compile_err
         RT.format("x[0:8, v:w] = 1.0;"))
 
 
+def test_a_window_longer_than_its_dimension_is_refused_when_the_view_is_sliced_again():
+    # It used to compile when bound with let (or sliced again at once) and only the
+    # outer view was used: the back end saw a window of 128, not 600.
+    for body in ("let u = x[0:1, v +: 600];\n    u[0:1, 0:128] = 1.0;", "x[0:1, v +: 600][0:1, 0:128] = 1.0;"):
+        assert "a window of 600 is longer than dimension 1 of 'x' (size 512): no start fits" in compile_error(
+            RT.format(body))
+
+
+def test_a_run_time_window_in_a_view_of_a_view_may_be_longer_than_the_view_but_not_the_buffer():
+    # "A view indexed again is checked against the buffer's dimension, not the outer view's"
+    p = np.array([-4, 0, 0, 0, 0, 0, 0, 0], np.int32)
+    out = run(RT.format("let u = x[4:12, :];\n    u[v +: 10, 0:128] = 1.0;"), {"p": p})[0]["y"]
+    assert out[:10, :128].min() == 1.0 and out[10:].max() == 0.0
+    assert "a window of 17 is longer than dimension 0 of 'x' (size 16): no start fits" in compile_error(
+        RT.format("let u = x[4:12, :];\n    u[v +: 17, :] = 1.0;"))
+
+
 # ------------------------------------------------------------ tile expressions
 
 
