@@ -389,7 +389,8 @@ def index_by(keys: np.ndarray, rows: np.ndarray | None = None) -> dict[int, np.n
 
 
 def wait_reasons(trace: Trace) -> np.ndarray:
-    """'dma' for a semaphore wait ended by a DMA landing, else 'semaphore' or 'barrier'."""
+    """'dma' for a semaphore wait ended by a DMA landing, else 'semaphore' (ended by a
+    signal, or cut by a fault) or 'barrier'."""
     wait, dma = trace.wait, trace.dma
     ended = set(zip(dma["src_core"].tolist(), dma["sem"].tolist(), dma["done"].tolist()))
     remote = dma["rsem"] >= 0
