@@ -890,18 +890,25 @@ def cmd_tune(args) -> int:
 def _tune_params(items: list[str]) -> dict[str, tuple[int, ...] | None]:
     out: dict[str, tuple[int, ...] | None] = {}
     for item in items:
-        name, sep, values = item.partition("=")
+        name, sep, raw = item.partition("=")
         name = name.strip()
         try:
             if not name.isidentifier():
                 raise ValueError
-            values = tuple(integer(v, 0) for v in values.split(",")) if sep else None
+            values = tuple(integer(v, 0) for v in raw.split(",")) if sep else None
         except ValueError:
             raise ConfigError(f"--param wants NAME or NAME=V1,V2,... with integer values, got {item!r}",
                               key="--param") from None
         if name in out:
             raise ConfigError(f"--param {name} is given twice; give its values once: --param {name}=V1,V2,...",
                               key=f"--param {name}")
+        texts = [v.strip() for v in raw.split(",")]
+        for i, v in enumerate(values or ()):
+            if v in values[:i]:   # (as a sweep's axis and a param's declaration refuse it)
+                first = texts[values.index(v)]
+                said = f"{first} and {texts[i]} are one value" if first != texts[i] else f"{v} is"
+                raise ConfigError(f"{said} given twice: each value is one point of the search",
+                                  key=f"--param {name}")
         out[name] = values
     return out
 

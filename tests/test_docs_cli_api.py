@@ -276,6 +276,15 @@ def test_a_param_given_twice_is_an_error(capsys, tmp_path):
     one_line_error(capsys, ["tune", SCALE, "--hw", "test", "--mesh", "1", "--param", "TN=256",
                             "--param", "TN=512", "--out", str(tmp_path / "t.json")],
                    "--param TN: error: --param TN is given twice")
+
+
+@pytest.mark.parametrize("values, said", [("256,256", "256 is given twice"),
+                                          ("256,0x100", "256 and 0x100 are one value given twice")])
+def test_a_value_given_twice_in_one_param_is_an_error(capsys, tmp_path, values, said):
+    # (it was dropped silently; a sweep's axis and a param's declaration refuse it too)
+    one_line_error(capsys, ["tune", SCALE, "--hw", "test", "--mesh", "1", "--param", f"TN={values}",
+                            "--out", str(tmp_path / "t.json")],
+                   f"--param TN: error: {said}: each value is one point of the search")
     assert not (tmp_path / "t.json").exists()
 
 
