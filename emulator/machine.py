@@ -303,13 +303,16 @@ class Machine(DmaMixin):
         if self.trace is not None:
             self.trace.on_launch_end(self)
         if "semaphores" in self.config.checks:
-            for core in self.cores:
-                if any(core.sems):
-                    left = [(i, v) for i, v in enumerate(core.sems) if v]
-                    raise self._nonzero_semaphores(kernel, core, left)
+            raised = [c for c in self.cores if any(c.sems)]
+            if raised:
+                core = raised[0]
+                left = [(i, v) for i, v in enumerate(core.sems) if v]
+                raise self._nonzero_semaphores(kernel, core, left, raised[1:])
 
-    def _nonzero_semaphores(self, kernel, core: Core, left: list[tuple[int, int]]) -> EmulatorFault:
-        """Name each semaphore left raised and the instruction that last raised it."""
+    def _nonzero_semaphores(self, kernel, core: Core, left: list[tuple[int, int]],
+                            others: list[Core]) -> EmulatorFault:
+        """Name each semaphore left raised and the instruction that last raised it (on
+        `core`, the first such; `others` are the other cores that ended so, named after)."""
         parts = []
         for sem, value in left:
             raiser = core.sem_raisers.get(sem)
@@ -322,8 +325,14 @@ class Machine(DmaMixin):
             part += kernel.semaphore_named(sem, ", which is {name}")
             parts.append(part)
         first = core.sem_raisers.get(left[0][0])
+        also = ""
+        if others:
+            shown = [f"chip {c.chip} core {c.index} (" + ", ".join(f"semaphore {i} = {v}" for i, v in
+                                                             enumerate(c.sems) if v) + ")" for c in others[:4]]
+            more = f" and {len(others) - 4} more core{'s' if len(others) > 5 else ''}" if len(others) > 4 else ""
+            also = f"; other cores ended with semaphores raised too: {', '.join(shown)}{more}"
         return EmulatorFault("semaphore-nonzero", f"kernel {kernel.name} ended with {'; '.join(parts)} "
-                             "(every semaphore must be 0 at exit: a DMA or signal was never waited for)",
+                             f"(every semaphore must be 0 at exit: a DMA or signal was never waited for){also}",
                              chip=core.chip, core=core.index, cycle=self.now,   # (the launch's end: its last landing)
                              pc=first[1] if first else None, instruction=first[2] if first else None,
                              **(fault_place(kernel, first[1]) if first else {}))

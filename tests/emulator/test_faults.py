@@ -128,6 +128,16 @@ def test_semaphore_left_nonzero_at_halt(emu):
     assert "chip 0, core 0, cycle" in text and "semaphore 3 = 5" in text
 
 
+def test_semaphores_left_nonzero_on_several_cores_name_every_core(emu):
+    # Every core of the test profile's chip signals itself and never waits: the fault is
+    # the first core's, and its message names the others (it named only the first).
+    fault = fault_of(emu, "rdsr s1, core\naddi s1, s1, 2\nli s2, 5\nsem.signal s1, s2", solo=False)
+    assert fault.kind == "semaphore-nonzero" and (fault.chip, fault.core) == (0, 0)
+    text = fault.render()
+    assert "semaphore 2 = 5 (last raised" in text
+    assert "other cores ended with semaphores raised too: chip 0 core 1 (semaphore 3 = 5)" in text
+
+
 def test_dma_never_waited_for_leaves_its_semaphore_nonzero(emu):
     fault = fault_of(emu, "li s1, @src\nli s2, 2\ndma.start vmem[s0], hbm[s1], s0, s2")
     text = fault.render()
