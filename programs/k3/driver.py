@@ -238,7 +238,8 @@ def _drive_data(session, opts: dict, cfg) -> dict:
     session.write("layer_plan", _layer_plan(cfg))
     if "spec_base" in buffers:
         session.write("spec_base", np.zeros(1, np.int32))
-    record = (timing.RoutingRecord(cfg.name, batch, session.info.cores, shape=timing.model_shape(cfg))
+    record = (timing.RoutingRecord(cfg.name, batch, session.info.cores, shape=timing.model_shape(cfg),
+                                   seed=seed, prompt_len=prompt_len)
               if opts.get("record_routing") else None)
 
     rng = np.random.default_rng([seed, 1])
@@ -309,7 +310,8 @@ def drive_timing_only(session, opts: dict, cfg) -> dict:
     session.write("layer_plan", _layer_plan(cfg))
     record = None
     if opts.get("routing"):
-        record = timing.RoutingRecord.load(opts["routing"], cfg, batch, session.info.cores, n_steps)
+        record = timing.RoutingRecord.load(opts["routing"], cfg, batch, session.info.cores, n_steps, seed,
+                                           opts["prompt_len"])
     skew = float(opts.get("routing_skew") or 0.0)
     tokens = np.random.default_rng([seed, 1]).integers(0, cfg.vocab, size=(n_steps, batch))
     per_step = []

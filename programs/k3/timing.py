@@ -65,9 +65,12 @@ class RoutingRecord:
     """The router's choices and the tokens of every step of a data run, per core."""
 
     def __init__(self, model: str, batch: int, cores: int, steps: list[dict] | None = None,
-                 payloads: list[list[list[bytes]]] | None = None, shape: dict | None = None):
+                 payloads: list[list[list[bytes]]] | None = None, shape: dict | None = None,
+                 seed: int | None = None, prompt_len: int | None = None):
         self.model, self.batch, self.cores = model, batch, cores
         self.shape = shape              # model_shape of the model, when known
+        # The run's seed and prompt length, when known: the routing depends on them too.
+        self.seed, self.prompt_len = seed, prompt_len
         self.steps = steps or []        # per step: tokens, pos, readbacks
         # ... and the payloads' bytes, per step and core (base64 only in the file).
         self._payloads = payloads or []
@@ -94,12 +97,17 @@ class RoutingRecord:
                "cores": self.cores, "steps": steps}
         if self.shape is not None:
             doc["model_config"] = self.shape
+        for key in ("seed", "prompt_len"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
     @classmethod
-    def load(cls, path: str, cfg, batch: int, cores: int, steps: int) -> RoutingRecord:
+    def load(cls, path: str, cfg, batch: int, cores: int, steps: int, seed: int | None = None,
+             prompt_len: int | None = None) -> RoutingRecord:
         """The record at `path`, checked against this run (model `cfg`, batch, cores, the
-        steps it needs): a bad file is a ConfigError naming the file and the field."""
+        steps it needs, and the seed and prompt length where both the record and the run
+        name them): a bad file is a ConfigError naming the file and the field."""
         model = cfg.name
         try:
             doc = json.loads(read_user_file(path, "the routing record").decode("utf-8"),
@@ -120,6 +128,12 @@ class RoutingRecord:
             if not _same(doc.get(key), want):
                 raise ConfigError(f"the routing record is for {key} {doc.get(key)!r}; this run has {want!r}",
                                   file=path, key=key)
+        # (A record written before it kept them has neither: it cannot be checked for them.)
+        for key, want, flag in (("seed", seed, "--seed"), ("prompt_len", prompt_len, "--prompt-len")):
+            if key in doc and want is not None and not _same(doc[key], want):
+                raise ConfigError(f"the routing record is of a run with {flag} {doc[key]!r}; this run has {want!r} "
+                                  "(the router's choices depend on it: record them with this run's "
+                                  f"{flag})", file=path, key=key)
         _check_shape(doc, cfg, path)
         if not isinstance(doc.get("steps"), list):
             raise ConfigError("expected a list of steps", file=path, key="steps")

@@ -87,6 +87,21 @@ def test_a_routing_record_of_another_run_is_refused(capsys, tmp_path):
     assert main(["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--batch", "2", "--prompt-len", "1",
                  "--steps", "1", "--timing-only", "--routing", str(record)]) == 1
     assert "the routing record is for batch 1; this run has 2" in capsys.readouterr().err
+    # The routing depends on the seed and the prompt too (docs/k3.md): a record of another
+    # --seed or --prompt-len is refused (it replayed as if it were this run's).
+    common = ["run", "programs/k3_megakernel.mk", "--model", "k3-tiny", "--timing-only", "--routing", str(record)]
+    assert main(common + ["--prompt-len", "1", "--steps", "1", "--seed", "5"]) == 1
+    assert (f"{record}: seed: error: the routing record is of a run with --seed 0; this run has 5"
+            in capsys.readouterr().err)
+    assert main(common + ["--prompt-len", "2", "--steps", "1"]) == 1
+    assert "prompt_len: error: the routing record is of a run with --prompt-len 1; this run has 2" in \
+        capsys.readouterr().err
+    doc = json.loads(record.read_text())
+    assert (doc["seed"], doc["prompt_len"]) == (0, 1)
+    for key in ("seed", "prompt_len"):     # (a record written before it kept them: not checked)
+        del doc[key]
+    record.write_text(json.dumps(doc))
+    assert main(common + ["--prompt-len", "1", "--steps", "1", "--seed", "5"]) == 0
 
 
 DAMAGE = [
