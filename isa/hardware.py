@@ -431,7 +431,7 @@ def read_toml(resource: Any, file: str, what: str) -> dict[str, Any]:
         except OSError as err:
             raise ConfigError(f"cannot read {what}: {err.strerror or err}", file=file) from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(data.decode("utf-8-sig"))   # (a byte-order mark, as some editors write, is not TOML)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} is not UTF-8 text: {err}", file=file) from None
     except tomllib.TOMLDecodeError as err:

@@ -393,6 +393,16 @@ def test_bad_toml_syntax_reports_line_and_column(tmp_path):
     assert str(err).startswith(f"{path}:3:12: error: invalid TOML")
 
 
+def test_a_byte_order_mark_before_the_toml_is_read_past(tmp_path):
+    # (some editors start a UTF-8 file with one; it was "invalid TOML: Invalid statement")
+    path = tmp_path / "bom.toml"
+    path.write_bytes("\ufeff".encode() + b'extends = "test"\nname = "bom"\n[chip]\nclock_hz = 2e9\n')
+    profile = load_profile(str(path))
+    assert (profile.name, profile.clock_hz) == ("bom", 2e9)
+    path.write_bytes("\ufeff".encode() + b'name = "x"\n[chip]\nclock_hz = = 1e9\n')
+    assert (config_error(path).line, config_error(path).column) == (3, 12)
+
+
 def test_unreadable_file(tmp_path):
     err = config_error(tmp_path / "nope.toml")
     assert err.file == str(tmp_path / "nope.toml") and "cannot read" in str(err)
