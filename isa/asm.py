@@ -321,7 +321,10 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
                 kernels.append(current)
             elif directive == ".buffer" and len(args) == 4:
                 name, dtype, shape_text, kind = args
-                if dtype not in DTYPES:
+                if not re.fullmatch(_SYMBOL[2:], name):   # (as an operand's `@NAME` reads it)
+                    error(line_no, col, f"bad buffer name {_quoted(name)}: a letter or _, then letters, digits, _ "
+                                        "or . (operands name it as @NAME)")
+                elif dtype not in DTYPES:
                     error(line_no, col, f"unknown dtype {_quoted(dtype)} (one of {', '.join(DTYPES)})")
                 elif kind not in BUFFER_KINDS:
                     error(line_no, col, f"unknown buffer kind {_quoted(kind)} (one of {', '.join(BUFFER_KINDS)})")

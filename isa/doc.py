@@ -61,7 +61,7 @@ optional.
 
 | directive | meaning |
 |---|---|
-| `.buffer NAME DTYPE SHAPE KIND` | an HBM buffer at the same address on every chip, placed in declaration order, 512-byte aligned. DTYPE `bf16`, `f32`, `i32` or `mxfp4` (at least 2 dimensions, an even last one); SHAPE like `8x128` (positive dimensions); KIND `input`, `output`, `inout`, `weight` or `scratch`. A name is declared once. |
+| `.buffer NAME DTYPE SHAPE KIND` | an HBM buffer at the same address on every chip, placed in declaration order, 512-byte aligned. DTYPE `bf16`, `f32`, `i32` or `mxfp4` (at least 2 dimensions, an even last one); SHAPE like `8x128` (positive dimensions); KIND `input`, `output`, `inout`, `weight` or `scratch`. NAME is a letter or `_`, then letters, digits, `_` or `.` (operands name the buffer's address as `@NAME`), declared once. |
 | `.kernel NAME` | start a kernel: the instructions, labels and `.smem` lines that follow belong to it. A kernel has at least one instruction (its last one executed must be `halt`; an empty kernel is an error at its `.kernel` line). A name is defined once. |
 | `.smem OFFSET WORD ...` | the kernel's initial SMEM words, from byte OFFSET (4-aligned), inside the profile's SMEM; each word set by one `.smem` line only |
 | `.launch NAME [ARG ...]` | append a launch of kernel NAME; ARG i is SMEM word i (byte 4*i) at its start, over the `.smem` image. Without any `.launch`, every kernel runs once, in file order. |

@@ -43,6 +43,11 @@ def error_of(source: str, **kwargs) -> str:
     (".buffer a f32 8x128 input\n.buffer a i32 4 output\n.kernel k\n  halt\n", "prog.s:2:1",
      "buffer 'a' declared twice (first at line 1)"),
     (".buffer a f32 0x128 input\n.kernel k\n  halt\n", "prog.s:1:1", "buffer 'a' has an empty dimension"),
+    # a buffer no operand could name (`@o@0` is not a symbol) was accepted, and a
+    # reference's 'o@0' was then refused as a key for it
+    *[(f".buffer {name} f32 8x128 output\n.kernel k\n  halt\n", "prog.s:1:1",
+       f"bad buffer name '{name}': a letter or _, then letters, digits, _ or . (operands name it as @NAME)")
+      for name in ("o@0", "1x", "a-b", "@@")],
     # a second reference silently replaced the first
     (".reference a.py:ref\n.kernel k\n  halt\n.reference b.py:ref\n", "prog.s:4:1",
      ".reference given twice (first at line 1)"),
