@@ -156,6 +156,7 @@ def disassemble(word: int) -> str:
 # int() would read, so `li s١, ١٢` assembled as `li s1, 12`).
 _NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|[0-9]+)"
 _SYMBOL = r"@?[A-Za-z_][\w.]*"
+_LABEL = re.compile(r"([A-Za-z_][\w.]*):\s*")     # a label and the space after it
 
 
 def _operand_regex(kind: OperandKind) -> str:
@@ -299,7 +300,8 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
         if not stripped:
             continue
         col = len(code) - len(code.lstrip()) + 1
-        while (m := re.match(r"([A-Za-z_][\w.]*):", stripped)) and not stripped.startswith("."):
+        pos = 0     # (labels are read by position: cutting the line after each was quadratic in them)
+        while not stripped.startswith(".", pos) and (m := _LABEL.match(stripped, pos)):
             if current is None:
                 error(line_no, col, "label outside a kernel (start one with .kernel NAME)")
             elif m.group(1) in current["labels"]:
@@ -307,9 +309,9 @@ def assemble(text: str, filename: str = "<asm>", smem_bytes: int | None = None) 
             else:
                 current["labels"][m.group(1)] = len(current["items"])
                 current["label_at"][m.group(1)] = (line_no, col)
-            rest = stripped[m.end():]
-            col += len(stripped) - len(rest.lstrip())
-            stripped = rest.strip()
+            col += m.end() - pos
+            pos = m.end()
+        stripped = stripped[pos:].rstrip()
         if not stripped:
             continue
         words = stripped.split()
