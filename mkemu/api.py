@@ -54,6 +54,21 @@ def _at_reference(path: str, declared: re.Match, message: str) -> MkemuError:
     return SourceError([Diagnostic(span, message, source_line)])
 
 
+def _missing_reference(error: SourceError) -> ConfigError | None:
+    """The compile error of a `.mk` program that is only the front end's finding that its
+    reference file is not there (or cannot be read): as the ConfigError any failing
+    reference is (docs/api.md), at the same place; else None."""
+    if len(error.diagnostics) != 1:
+        return None
+    d = error.diagnostics[0]
+    if not d.message.startswith(("reference file '", "cannot read reference file")):
+        return None
+    span = d.span
+    return ConfigError(d.message, file=span.file, line=span.line, column=span.column,
+                       end_column=span.end_column if span.end_line in (None, span.line) else None,
+                       source_line=d.source_line)
+
+
 def compile(program: str, options: Options | None = None, **changes) -> Kernel:  # noqa: A001 (pl-style name)
     """Compile a `.mk` file, assemble a `.s` file, or find a shipped program by name
     (`mkemu programs` lists them); keyword arguments are `Options` fields."""
@@ -109,7 +124,7 @@ def setup(path: str, text: str, options: Options) -> Setup:
         try:
             build_program(path, text, profile, dict(options.params))
         except SourceError as compile_error:
-            raise compile_error from None
+            raise _missing_reference(compile_error) or compile_error from None
         if exc.source_line is not None:   # (at the line of the reference file it failed at)
             raise exc from None
         # (the front end checks only that a reference file exists, and the assembler not

@@ -157,6 +157,12 @@ def test_the_reference_contract(tmp_path):
         build("r2.py:ref")                     # a reference file is loaded on its own
     with pytest.raises(mkemu.ConfigError, match="has no function 'nope'"):
         build("r.py:nope")
+    # A file that is not there is a ConfigError too, at the program's reference line (it
+    # was the front end's SourceError, while a missing function was a ConfigError).
+    with pytest.raises(mkemu.ConfigError) as info:
+        build("gone.py:ref")
+    assert (info.value.file, info.value.line, info.value.column) == (str(tmp_path / "p.mk"), 1, 1)
+    assert info.value.render().startswith(f"{tmp_path / 'p.mk'}:1:1: error: reference file 'gone.py' not found")
 
 
 def test_an_inputs_file_with_no_arrays(tmp_path):
