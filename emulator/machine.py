@@ -59,7 +59,10 @@ class RunResult:
     idle_cycles: int
 
     def to_json(self) -> dict:
-        return attrs.asdict(self, recurse=True)
+        """As `mkemu run --json` prints it: lists where this holds tuples."""
+        out = attrs.asdict(self, recurse=True)
+        out.update(launch_cycles=list(self.launch_cycles), per_core=[dict(c) for c in self.per_core])
+        return out
 
 
 class Machine(DmaMixin):

@@ -552,8 +552,19 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
         raise ConfigError(f"the program's driver {fn.__qualname__} returned figures whose {problem}"
                           f"{defined_at(fn)}", file=program_path)
     # (numpy scalars as the Python values they hold: a numpy bool_ bit_exact was no check
-    # in the text and False in the JSON)
-    return {name: value.item() if isinstance(value, np.generic) else value for name, value in figures.items()}
+    # in the text and False in the JSON; tuples as the lists the JSON holds)
+    return {name: _as_reported(value.item() if isinstance(value, np.generic) else value)
+            for name, value in figures.items()}
+
+
+def _as_reported(value):
+    """`value` with its tuples, at any depth, as lists: what `mkemu run --json` prints, so
+    that figures equal their JSON."""
+    if isinstance(value, tuple | list):
+        return [_as_reported(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_reported(v) for k, v in value.items()}
+    return value
 
 
 def call_hook(fn, *args, program_path: str | None = None):

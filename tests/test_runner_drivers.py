@@ -45,6 +45,11 @@ DRIVERS = textwrap.dedent('''
     def render(report):
         raise KeyError("nope")
     drive_rendered.render = render
+
+    def drive_tuples(session, options):
+        figures = session.run()
+        return {"bit_exact": True, "cycles": figures["cycles"], "pair": (1, (2, 3)), "d": {"t": (4,)}}
+    drive_tuples.mkemu_driver = True
 ''')
 PROGRAM = textwrap.dedent('''
     reference "drivers.py:drive";
@@ -113,6 +118,20 @@ def test_numpy_figures_are_the_values_they_hold(capsys, program, monkeypatch):
     assert err.startswith("step 1/1: ") and "emulated" not in err
     run_ = mkemu.compile(str(program), hw="test", mesh="1", model="numpy")()
     assert run_.report.bit_exact is False and type(run_.report.figures["cycles"]) is int
+
+
+def test_figures_are_what_their_json_holds(program):
+    # Tuples stayed tuples (a run's own launch_cycles and per_core, and a driver's), so
+    # figures were not equal to the `mkemu run --json` they are documented as.
+    import json
+
+    tuples = program.parent / "t.mk"
+    tuples.write_text(PROGRAM.replace("drivers.py:drive", "drivers.py:drive_tuples"))
+    figures = mkemu.compile(str(tuples), hw="test", mesh="2")().report.figures
+    assert (figures["pair"], figures["d"]) == ([1, [2, 3]], {"t": [4]})
+    figures = mkemu.compile("vector_add", hw="test", mesh="2")().report.figures
+    assert json.loads(json.dumps(figures)) == figures
+    assert (figures["launch_cycles"], type(figures["per_core"])) == ([figures["cycles"]], list)
 
 
 def test_a_session_s_refusal_of_a_value_names_the_driver_s_line(capsys, program):
