@@ -52,7 +52,10 @@ def run_suite(extra: list[str], cache_home: str | None) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if done.returncode != 0:
-        raise SystemExit(f"the suite failed ({done.returncode}): {last}\n{done.stderr[-2000:]}")
+        # (which tests: the short summary's lines, as `-ra` in pyproject.toml prints them)
+        which = [line for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+        raise SystemExit(f"the suite failed ({done.returncode}): {last}\n" + "\n".join(which[:20])
+                         + f"\n{done.stderr[-2000:]}")
     passed = re.search(r"(\d+) passed", last)
     reported = re.search(r" in ([\d.]+)s", last)
     return {"wall_s": wall, "pytest_s": float(reported.group(1)) if reported else None,
