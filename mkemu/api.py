@@ -61,6 +61,7 @@ def _missing_reference(error: SourceError) -> ConfigError | None:
     if len(error.diagnostics) != 1:
         return None
     d = error.diagnostics[0]
+    # (the front end's own messages for that, `Elaborator.reference` in dsl/elaborate.py)
     if not d.message.startswith(("reference file '", "cannot read reference file")):
         return None
     span = d.span

@@ -553,18 +553,8 @@ def call_driver(fn, session, options: dict, program_path: str | None) -> dict:
                           f"{defined_at(fn)}", file=program_path)
     # (numpy scalars as the Python values they hold: a numpy bool_ bit_exact was no check
     # in the text and False in the JSON; tuples as the lists the JSON holds)
-    return {name: _as_reported(value.item() if isinstance(value, np.generic) else value)
+    return {name: as_json_lists(value.item() if isinstance(value, np.generic) else value)
             for name, value in figures.items()}
-
-
-def _as_reported(value):
-    """`value` with its tuples, at any depth, as lists: what `mkemu run --json` prints, so
-    that figures equal their JSON."""
-    if isinstance(value, tuple | list):
-        return [_as_reported(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _as_reported(v) for k, v in value.items()}
-    return value
 
 
 def call_hook(fn, *args, program_path: str | None = None):
@@ -655,17 +645,21 @@ def json_default(value):
     raise TypeError(f"a value of type {type(value).__name__}")
 
 
+def as_json_lists(value, leaf=lambda v: v):
+    """`value` (dicts, lists and tuples, at any depth) as the JSON holds it: its tuples as
+    lists, and `leaf` of every other value."""
+    if isinstance(value, dict):
+        return {k: as_json_lists(v, leaf) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json_lists(v, leaf) for v in value]
+    return leaf(value)
+
+
 def finite(value):
     """`value` (dicts, lists and numbers) with every number that is not finite (an absurd
     profile's figure) as None: what `json.dumps` would write as `Infinity` or `NaN`,
     which is not JSON, is null."""
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
-        return None
-    return value
+    return as_json_lists(value, lambda v: None if isinstance(v, (float, np.floating)) and not np.isfinite(v) else v)
 
 
 def _raised(who: str, exc: BaseException, fn, program_path: str | None, hint: str = "") -> ConfigError:
