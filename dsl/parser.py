@@ -227,6 +227,12 @@ def _contextual_keyword_hint(text: str, tok: Token) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _parse_text(text: str, filename: str) -> ast.Module:
+    from mkemu.cache import cached_parse
+
+    return cached_parse(text, filename, _parse_afresh, lark.__version__)
+
+
+def _parse_afresh(text: str, filename: str) -> ast.Module:
     try:
         tree = _parser().parse(text)
     except _KeywordAsName as e:

@@ -25,6 +25,8 @@ meanwhile wait and then load the compiled code rather than compile it too. Of ea
 kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled code is
 3 MB a version); older ones go, with numba's cache of them.
 
+The syntax tree of each `.mk` file parsed is kept too (`cached_parse`, a `parsed`
+folder): parsing is most of a cold compile of a large program.
 The `.mk` parser's LALR tables (Lark's pickle of them, `dsl/parser.py`) are kept in a
 `grammar` folder of the same directory, which only this user can write (Lark's own
 `cache=True` would load a pickle of a predictable name from the shared temporary folder).
@@ -73,6 +75,8 @@ from mkemu.shipped import programs_root
 MAX_PROGRAMS = 4096
 MAX_PROGRAM_BYTES = 256 << 20
 EVICT_EVERY = 16     # program stores per process between looks for entries to drop
+MAX_PARSED = 4096    # syntax trees of `.mk` files kept (`cached_parse`)
+MAX_PARSED_BYTES = 128 << 20
 MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
 # A kept program's file: this, the SHA-256 of the rest, then the pickled entry.
@@ -356,20 +360,12 @@ def _load(entry: Path, main_path: str):
     to the current directory; the shipped library's files are named by absolute path,
     so a program that read them is kept only for the library at the same place (its
     spans name those files)."""
-    try:
-        with open(entry, "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    # A damaged entry (a flipped bit, a truncated write) is a miss, compiled afresh and
-    # written over: never a program that differs from its source, nor an unpickling
-    # error of any kind.
-    head = len(ENTRY_MAGIC) + 32
-    if data[:len(ENTRY_MAGIC)] != ENTRY_MAGIC or hashlib.sha256(data[head:]).digest() != data[len(ENTRY_MAGIC):head]:
+    record = _read_entry(entry)
+    if record is None:
         return None
     try:
-        hashes, program, root = pickle.loads(data[head:])
-    except Exception:   # noqa: BLE001 - (whatever a payload of another version raises)
+        hashes, program, root = record
+    except (TypeError, ValueError):
         return None
     here = _shipped_root()
     if root != here and any(name.startswith(root + os.sep) for name in hashes):
@@ -380,11 +376,43 @@ def _load(entry: Path, main_path: str):
                 return None
         except (OSError, UnicodeDecodeError):
             return None
+    _touch_entry(entry)
+    return program
+
+
+def _read_entry(entry: Path):
+    """The object kept in `entry` (`_write_entry`), or None. A damaged entry (a flipped
+    bit, a truncated write) is a miss, made afresh and written over: never an object that
+    differs from what was written, nor an unpickling error of any kind."""
+    try:
+        with open(entry, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    head = len(ENTRY_MAGIC) + 32
+    if data[:len(ENTRY_MAGIC)] != ENTRY_MAGIC or hashlib.sha256(data[head:]).digest() != data[len(ENTRY_MAGIC):head]:
+        return None
+    try:
+        return pickle.loads(data[head:])
+    except Exception:   # noqa: BLE001 - (whatever a payload of another version raises)
+        return None
+
+
+def _touch_entry(entry: Path) -> None:
     try:
         os.utime(entry)   # recently used
-    except OSError:       # another process evicted it meanwhile: the program is still good
+    except OSError:       # another process evicted it meanwhile: what it held is still good
         pass
-    return program
+
+
+def _write_entry(entry: Path, record) -> None:
+    """Keep `record` in `entry`, pickled behind a checksum, written atomically (a cache:
+    a failure to write is no error)."""
+    try:
+        payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        _replace(entry, lambda fh: fh.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload))
+    except (OSError, pickle.PickleError, TypeError, AttributeError, RecursionError):
+        pass
 
 
 def _replace(path: Path, write: Callable) -> None:
@@ -407,12 +435,37 @@ def _shipped_root() -> str:
 
 
 def _store(entry: Path, hashes: dict[str, str], program) -> None:
-    record = (hashes, program, _shipped_root())
+    _write_entry(entry, (hashes, program, _shipped_root()))
+
+
+def cached_parse(text: str, filename: str, parse: Callable, parser_version: str):
+    """`parse(text, filename)` (a `.mk` file's syntax tree), or the kept result of an
+    earlier parse of the same text under the same name by the same compiler and parser
+    library (`parser_version`). Parsing is
+    most of a cold compile of a large program: the K3 programs' 13 files take about 1 s
+    to parse and 0.1 s to load, so a run with new parameters, a new process of a sweep or
+    a test compiles in a third of the time. A text that does not parse is not kept (its
+    error is raised again)."""
+    key = hashlib.sha256(repr((compiler_fingerprint(), parser_version, filename, text)).encode()).hexdigest()
     try:
-        payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        _replace(entry, lambda fh: fh.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload))
-    except (OSError, pickle.PickleError, TypeError, AttributeError):
-        pass
+        directory = cache_dir("parsed")
+    except OSError:
+        return parse(text, filename)
+    entry = directory / f"{key}.pkl"
+    module = _read_entry(entry)
+    if module is not None:
+        _touch_entry(entry)
+        return module
+    module = parse(text, filename)
+    _write_entry(entry, module)
+    global _parses_stored
+    if _parses_stored % EVICT_EVERY == 0:
+        _evict(directory, max_entries=MAX_PARSED, max_bytes=MAX_PARSED_BYTES)
+    _parses_stored += 1
+    return module
+
+
+_parses_stored = 0   # syntax trees this process stored (`cached_parse`)
 
 
 def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGRAMS,

@@ -498,3 +498,58 @@ def test_a_module_version_counts_as_compiled_once_an_import_of_it_completed(cach
     # (another source, or the same one depending on something else, is another version)
     assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 2\n", "dep")
     assert not cache.compiled_in_cache("mkemu_readytest", "VALUE = 1\n", "other")
+
+
+def _counted_parse(calls: list):
+    from mkemu.dsl.parser import _parse_afresh
+
+    def parse(text, name):
+        calls.append(name)
+        return _parse_afresh(text, name)
+    return parse
+
+
+def test_a_parsed_file_is_kept_per_text_and_name_and_loads_as_the_same_tree(cache_home):
+    from mkemu.dsl.parser import _parse_afresh
+
+    calls = []
+    first = cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1")
+    again = cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1")
+    assert calls == ["main.mk"] and again == first == _parse_afresh(MAIN, "main.mk")
+    # The spans name the file: another name, another parser version or another text is parsed afresh.
+    other = cache.cached_parse(MAIN, "other.mk", _counted_parse(calls), "v1")
+    assert other.items[1].span.file == "other.mk" != first.items[1].span.file
+    cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v2")
+    cache.cached_parse(MAIN + "\n", "main.mk", _counted_parse(calls), "v1")
+    assert calls == ["main.mk", "other.mk", "main.mk", "main.mk"]
+
+
+def test_a_damaged_parse_entry_is_parsed_afresh_and_a_syntax_error_is_not_kept(cache_home):
+    from mkemu.errors import SourceError
+
+    calls = []
+    first = cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1")
+    (entry,) = (cache_home / "cache" / "mkemu" / "parsed").glob("*.pkl")
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 1
+    entry.write_bytes(bytes(data))
+    assert cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1") == first and len(calls) == 2
+    assert cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1") == first and len(calls) == 2
+    for _ in range(2):
+        with pytest.raises(SourceError, match="main.mk:1"):
+            cache.cached_parse("kernel k( {", "main.mk", _counted_parse(calls), "v1")
+    assert len(calls) == 4 and len(list(entry.parent.glob("*.pkl"))) == 1
+
+
+def test_a_program_compiled_from_kept_syntax_trees_is_the_same_program(cache_home):
+    from mkemu.dsl import parser
+
+    profile = load_profile("test")
+    parser._parse_text.cache_clear()     # (texts this process parsed before are kept in memory)
+    first, _ = compile_counted("main.mk", MAIN, profile)
+    assert len(list((cache_home / "cache" / "mkemu" / "parsed").glob("*.pkl"))) == 2   # main.mk, lib.mk
+    for entry in (cache_home / "cache" / "mkemu" / "programs").glob("*.pkl"):
+        entry.unlink()
+    parser._parse_text.cache_clear()     # (as in a new process: only the kept trees)
+    again, hit = compile_counted("main.mk", MAIN, profile)
+    assert not hit and again.kernels["k"].code.tobytes() == first.kernels["k"].code.tobytes()
