@@ -32,7 +32,7 @@ from mkemu.emulator.decode import C_ARG, DecodedKernel, Op, scoreboard_size, uni
 from mkemu.emulator.memory import Trap, give_back, reused
 from mkemu.emulator.safety import describe_dma, listed_in
 from mkemu.errors import EmulatorFault
-from mkemu.isa.encoding import SPECIAL_REGS
+from mkemu.isa.encoding import SPECIAL_REGS, TARGET
 from mkemu.isa.hardware import HardwareProfile
 from mkemu.isa.program import Kernel
 from mkemu.isa.semantics import _FAR, E_OOB, FAULTS, LANES, ROWS
@@ -309,7 +309,24 @@ class Core:
                     "and signals, barriers) in one launch without reaching a halt (a loop that never ends?); "
                     f"a core may run one global instruction per {GLOBAL_SHARE} of --max-instructions "
                     f"({most:,} here), as each costs the wall time of about a thousand local ones; raise "
-                    "--max-instructions if the kernel really needs more")
+                    "--max-instructions if the kernel really needs more" + self._loop_note())
+
+    def _loop_note(self) -> str:
+        """Where a runaway core is: the innermost loop holding its pc (the backward
+        branch at or after it whose target is at or before it), by that branch's source
+        line (a `.mk` loop's header), or by pcs where there is none."""
+        pc, ops, best = self.pc, self.decoded.ops, None
+        for b in range(pc, len(ops)):
+            instr = ops[b].instr
+            if instr is None:
+                continue
+            for k, operand in enumerate(instr.operands):
+                if operand.kind is TARGET and ops[b].args[k] <= pc and (best is None or ops[b].args[k] > best[1]):
+                    best = (b, ops[b].args[k])
+        if best is None:
+            return ""
+        source = self.kernel.source_line(best[0])
+        return f"; the loop it is in: {source or f'pc {best[1]:#06x} to {best[0]:#06x}'}"
 
     def _trap(self) -> Trap:
         code, a, b, c, d = (int(v) for v in self.I[lp.H_E:lp.H_E + 5])
@@ -321,7 +338,7 @@ class Core:
         if code == lp.E_MAX_INSTRUCTIONS:
             return Trap("max-instructions", f"this core ran {a:,} instructions in one launch without reaching "
                                             "a halt (a loop that never ends?); raise the limit with "
-                                            "--max-instructions if the kernel really needs more")
+                                            "--max-instructions if the kernel really needs more" + self._loop_note())
         if code == lp.E_RACE:
             return self.race_trap(a, b, c, writes=bool(d))
         if code == lp.E_BUFFER:

@@ -580,3 +580,20 @@ def test_a_signal_in_flight_past_the_guard_is_a_max_cycles_fault_naming_it(emu):
         machine.run()
     text = assert_names_everything(info.value, "max-cycles", "sem.signal.r s0, s2, s1")
     assert "the run passed the max-cycle guard of 5000 cycles, with this signal still in flight" in text
+
+
+def test_a_runaway_fault_names_the_loop_it_is_in(emu, tmp_path, capsys):
+    # issue 12: "a fault naming the loop's source line": the loop header, beside the
+    # line of the instruction where the budget ran out (inside the loop's body).
+    path = tmp_path / "runaway.mk"
+    path.write_text("kernel k(a: hbm f32[8, 128]) {\n    var c: i32 = 0;\n    for i in 0..4 {\n"
+                    "        for j in 0..2147483647 {\n            c = c + 1;\n        }\n    }\n}\n")
+    assert main(["run", str(path), "--hw", "test", "--mesh", "1", "--max-instructions", "5000"]) == 1
+    out, err = capsys.readouterr()
+    assert "fault [max-instructions]" in err and "source: " in err and "Traceback" not in out + err
+    assert "; the loop it is in: " in err and "runaway.mk:4:9: for j in 0..2147483647 {" in err
+    # A .s loop: the line of its backward branch; a loop of global instructions too.
+    fault = fault_of(emu, "spin:\naddi s1, s1, 1\njmp spin", config=RunConfig(max_instructions=5_000))
+    assert re.search(r"; the loop it is in: test\.s:\d+:\d+: jmp spin$", fault.message)
+    fault = fault_of(emu, SIGNAL_WAIT_LOOP, config=RunConfig(max_instructions=100_000))
+    assert re.search(r"; the loop it is in: test\.s:\d+:\d+: jmp spin$", fault.message)
