@@ -8,7 +8,8 @@ Two variants, interleaved, medians over the repetitions:
 - "warm": the user cache as it is (compiled programs, numba's compiled modules, the
   generated K3 weights), as on a machine that ran the suite before;
 - "programs-cold": a fresh `XDG_CACHE_HOME` holding a copy of that cache without its
-  compiled programs, so every `.mk` program is compiled again, as in a first run on a
+  compiled programs and parsed `.mk` files, so every `.mk` program is parsed and
+  compiled again, as in a first run on a
   machine whose numba code is compiled already (numba's first compile of the issue loop,
   about a minute, would come on top: `bench/core_speed.py` times it).
 
@@ -64,9 +65,11 @@ def run_suite(extra: list[str], cache_home: str | None) -> dict:
 
 
 def without_programs(into: Path) -> str:
-    """A copy of the user cache without its compiled programs, as an XDG_CACHE_HOME."""
+    """A copy of the user cache without its compiled programs and parsed files, as an
+    XDG_CACHE_HOME."""
     source = cache_dir()
-    shutil.copytree(source, into / "mkemu", ignore=lambda folder, names: ["programs"] if Path(folder) == source else [])
+    shutil.copytree(source, into / "mkemu",
+                    ignore=lambda folder, names: ["programs", "parsed"] if Path(folder) == source else [])
     return str(into)
 
 
