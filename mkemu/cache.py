@@ -26,7 +26,7 @@ kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled c
 3 MB a version); older ones go, with numba's cache of them.
 
 The syntax tree of each `.mk` file parsed is kept too (`cached_parse`, a `parsed`
-folder): parsing is most of a cold compile of a large program.
+folder): parsing is about half of a cold compile of a large program.
 The `.mk` parser's LALR tables (Lark's pickle of them, `dsl/parser.py`) are kept in a
 `grammar` folder of the same directory, which only this user can write (Lark's own
 `cache=True` would load a pickle of a predictable name from the shared temporary folder).
@@ -79,7 +79,7 @@ MAX_PARSED = 4096    # syntax trees of `.mk` files kept (`cached_parse`)
 MAX_PARSED_BYTES = 128 << 20
 MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
-# A kept program's file: this, the SHA-256 of the rest, then the pickled entry.
+# A kept entry's file (a program, a syntax tree): this, the SHA-256 of the rest, then the pickled entry.
 ENTRY_MAGIC = b"mkemu-program-1\n"
 # A kept array's file: a .npy file, then this and the `ArrayCheck` of its data.
 ARRAYS_MAGIC = b"mkemu-arrays-3\n"
@@ -440,12 +440,12 @@ def _store(entry: Path, hashes: dict[str, str], program) -> None:
 
 def cached_parse(text: str, filename: str, parse: Callable, parser_version: str):
     """`parse(text, filename)` (a `.mk` file's syntax tree), or the kept result of an
-    earlier parse of the same text under the same name by the same compiler and parser
-    library (`parser_version`). Parsing is
-    most of a cold compile of a large program: the K3 programs' 13 files take about 1 s
-    to parse and 0.1 s to load, so a run with new parameters, a new process of a sweep or
-    a test compiles in a third of the time. A text that does not parse is not kept (its
-    error is raised again)."""
+    earlier parse of the same text under the same name (its spans name the file) by the
+    same compiler and parser library (`parser_version`). Parsing is about half of a cold
+    compile of a large program (the K3 programs' 13 files: about 1 s to parse, 0.1-0.2 s
+    to load), so a run with new parameters, a new process of a sweep or a test compiles
+    in a third of the time (bench/compile_time.py). A text that does not parse is not
+    kept (its error is raised again)."""
     key = hashlib.sha256(repr((compiler_fingerprint(), parser_version, filename, text)).encode()).hexdigest()
     try:
         directory = cache_dir("parsed")
