@@ -26,7 +26,7 @@ kind, the `MAX_MODULES` versions used last are kept (the issue loop's compiled c
 3 MB a version); older ones go, with numba's cache of them.
 
 The syntax tree of each `.mk` file parsed is kept too (`cached_parse`, a `parsed`
-folder): parsing is about half of a cold compile of a large program.
+folder): parsing is most of a cold compile of a large program.
 The `.mk` parser's LALR tables (Lark's pickle of them, `dsl/parser.py`) are kept in a
 `grammar` folder of the same directory, which only this user can write (Lark's own
 `cache=True` would load a pickle of a predictable name from the shared temporary folder).
@@ -441,11 +441,11 @@ def _store(entry: Path, hashes: dict[str, str], program) -> None:
 def cached_parse(text: str, filename: str, parse: Callable, parser_version: str):
     """`parse(text, filename)` (a `.mk` file's syntax tree), or the kept result of an
     earlier parse of the same text under the same name (its spans name the file) by the
-    same compiler and parser library (`parser_version`). Parsing is about half of a cold
-    compile of a large program (the K3 programs' 13 files: about 1 s to parse, 0.1-0.2 s
-    to load), so a run with new parameters, a new process of a sweep or a test compiles
-    in a third of the time (bench/compile_time.py). A text that does not parse is not
-    kept (its error is raised again)."""
+    same compiler and parser library (`parser_version`). Parsing is most of a cold compile
+    of a large program (the K3 megakernel in a new process: 2.3 s with nothing kept, 0.8 s
+    with its 13 files' trees kept, bench/compile_time.py), so a run with new parameters,
+    a new process of a sweep or a test compiles in a third of the time. A text that does
+    not parse is not kept (its error is raised again)."""
     key = hashlib.sha256(repr((compiler_fingerprint(), parser_version, filename, text)).encode()).hexdigest()
     try:
         directory = cache_dir("parsed")
