@@ -57,6 +57,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,6 +80,7 @@ MAX_PARSED = 4096    # syntax trees of `.mk` files kept (`cached_parse`)
 MAX_PARSED_BYTES = 128 << 20
 MAX_ARRAY_BYTES = 1 << 30
 MAX_MODULES = 8      # versions kept of each kind of generated module
+STALE_WRITE_S = 3600  # a temporary file of a write this old is an orphan (`_evict`)
 # A kept entry's file (a program, a syntax tree): this, the SHA-256 of the rest, then the pickled entry.
 ENTRY_MAGIC = b"mkemu-program-1\n"
 # A kept array's file: a .npy file, then this and the `ArrayCheck` of its data.
@@ -301,10 +303,12 @@ _fingerprint: str | None = None
 
 
 def compiler_fingerprint() -> str:
-    """A hash of the compiler's and the ISA's sources (what a compiled program depends on)."""
+    """A hash of the compiler's and the ISA's sources and of `mkemu/errors.py` (what a
+    compiled program or a kept syntax tree depends on: every node holds a `SourceSpan`)."""
     global _fingerprint
     if _fingerprint is None:
         import mkemu.dsl
+        import mkemu.errors
         import mkemu.isa
 
         digest = hashlib.sha256()
@@ -313,6 +317,7 @@ def compiler_fingerprint() -> str:
             for path in sorted(root.rglob("*")):
                 if path.suffix in (".py", ".lark", ".toml") and "__pycache__" not in path.parts:
                     digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        digest.update(b"errors.py\0" + Path(mkemu.errors.__file__).read_bytes())
         _fingerprint = digest.hexdigest()
     return _fingerprint
 
@@ -385,7 +390,9 @@ def _read_entry(entry: Path):
     bit, a truncated write) is a miss, made afresh and written over: never an object that
     differs from what was written, nor an unpickling error of any kind."""
     try:
-        with open(entry, "rb") as fh:
+        # (only a regular file: a named pipe or a link to a device in its place would
+        # block or never end)
+        with open(entry, "rb", opener=_regular_only) as fh:
             data = fh.read()
     except OSError:
         return None
@@ -393,9 +400,24 @@ def _read_entry(entry: Path):
     if data[:len(ENTRY_MAGIC)] != ENTRY_MAGIC or hashlib.sha256(data[head:]).digest() != data[len(ENTRY_MAGIC):head]:
         return None
     try:
-        return pickle.loads(data[head:])
+        key, record = pickle.loads(data[head:])
     except Exception:   # noqa: BLE001 - (whatever a payload of another version raises)
         return None
+    # (an entry copied or renamed onto another key's file is a miss)
+    return record if key == entry.stem else None
+
+
+def _regular_only(path: str, flags: int) -> int:
+    """`open`'s opener: the file without blocking on a named pipe, and only if it is a
+    regular file."""
+    fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"not a regular file: {path}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _touch_entry(entry: Path) -> None:
@@ -409,7 +431,7 @@ def _write_entry(entry: Path, record) -> None:
     """Keep `record` in `entry`, pickled behind a checksum, written atomically (a cache:
     a failure to write is no error)."""
     try:
-        payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((entry.stem, record), protocol=pickle.HIGHEST_PROTOCOL)
         _replace(entry, lambda fh: fh.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload))
     except (OSError, pickle.PickleError, TypeError, AttributeError, RecursionError):
         pass
@@ -474,7 +496,9 @@ def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGR
     """Drop the least recently used entries beyond `max_entries` (and beyond `max_bytes`
     in all): an entry's time is that of `used(entry)`, and dropping it deletes
     `files(entry)`. Other processes may be loading, storing or evicting at the same
-    time: a file that vanished is skipped."""
+    time: a file that vanished is skipped, and one that cannot be removed (a folder in its
+    place, a file of another user) is left, never an error. Temporary files of writes
+    (`_replace`) older than `STALE_WRITE_S` are dropped: their process died mid-write."""
     entries = []
     for path in directory.glob(pattern):
         try:
@@ -488,7 +512,17 @@ def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGR
         total += size
         if k >= max_entries or (max_bytes is not None and total > max_bytes and k):
             for name in files(path):
-                name.unlink(missing_ok=True)
+                try:
+                    name.unlink(missing_ok=True)
+                except OSError:
+                    pass
+    now = time.time()
+    for path in directory.glob(".*.tmp"):
+        try:
+            if now - path.stat().st_mtime > STALE_WRITE_S:
+                path.unlink()
+        except OSError:
+            continue
 
 
 def cached_arrays(key: str, dtype, shapes: Sequence[tuple[int, ...]],
@@ -540,6 +574,8 @@ def _kept(entry: Path, dtype: np.dtype, total: int) -> np.ndarray | None:
     whole file is checked before any of it is used: a flipped byte in a weight would
     otherwise change a run's results and nothing would say why."""
     try:
+        if not stat.S_ISREG(os.stat(entry).st_mode):   # (a named pipe would block the run)
+            return None
         flat = np.load(entry, mmap_mode="r")
         if flat.dtype != dtype or flat.shape != (total,):
             return None

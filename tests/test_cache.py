@@ -553,3 +553,45 @@ def test_a_program_compiled_from_kept_syntax_trees_is_the_same_program(cache_hom
     parser._parse_text.cache_clear()     # (as in a new process: only the kept trees)
     again, hit = compile_counted("main.mk", MAIN, profile)
     assert not hit and again.kernels["k"].code.tobytes() == first.kernels["k"].code.tobytes()
+
+
+def test_an_entry_that_is_not_a_regular_file_or_holds_another_key_is_a_miss(cache_home):
+    calls = []
+    first = cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1")
+    (entry,) = (cache_home / "cache" / "mkemu" / "parsed").glob("*.pkl")
+    # A named pipe in an entry's place was opened and read: the compile blocked for good.
+    entry.unlink()
+    os.mkfifo(entry)
+    assert cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1") == first and len(calls) == 2
+    assert entry.is_file()       # (written over)
+    # The kept tree of another text copied onto this text's entry passes the checksum.
+    other = cache.cached_parse(MAIN.replace("v + v", "v * v"), "main.mk", _counted_parse(calls), "v1")
+    (other_entry,) = set((cache_home / "cache" / "mkemu" / "parsed").glob("*.pkl")) - {entry}
+    entry.write_bytes(other_entry.read_bytes())
+    assert cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1") == first != other
+    assert len(calls) == 4
+
+
+def test_eviction_leaves_what_it_cannot_remove_and_drops_orphaned_temporaries(tmp_path):
+    for k in range(4):
+        (tmp_path / f"{k}.pkl").write_bytes(b"x")
+        os.utime(tmp_path / f"{k}.pkl", (1000 + k, 1000 + k))
+    (tmp_path / "old.pkl").mkdir()                      # the least recently used: not removable by unlink
+    os.utime(tmp_path / "old.pkl", (1, 1))
+    orphan, fresh = tmp_path / ".5.pkl.99.1.tmp", tmp_path / ".6.pkl.99.1.tmp"
+    orphan.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    os.utime(orphan, (time.time() - cache.STALE_WRITE_S - 10,) * 2)
+    cache._evict(tmp_path, max_entries=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".6.pkl.99.1.tmp", "2.pkl", "3.pkl", "old.pkl"]
+
+
+def test_the_compiler_fingerprint_covers_the_span_class_every_tree_holds(monkeypatch, tmp_path):
+    import mkemu.errors
+
+    before = cache.compiler_fingerprint()
+    changed = tmp_path / "errors.py"
+    changed.write_text(open(mkemu.errors.__file__).read() + "\n# another version\n")
+    monkeypatch.setattr(mkemu.errors, "__file__", str(changed))
+    monkeypatch.setattr(cache, "_fingerprint", None)
+    assert cache.compiler_fingerprint() != before
