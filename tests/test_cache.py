@@ -41,6 +41,7 @@ host {
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "MIN_PARSED_CHARS", 0)     # (these programs are short)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lib.mk").write_text("const N = 128;\n")
     (tmp_path / "main.mk").write_text(MAIN)
@@ -595,3 +596,11 @@ def test_the_compiler_fingerprint_covers_the_span_class_every_tree_holds(monkeyp
     monkeypatch.setattr(mkemu.errors, "__file__", str(changed))
     monkeypatch.setattr(cache, "_fingerprint", None)
     assert cache.compiler_fingerprint() != before
+
+
+def test_a_short_text_is_parsed_each_time_and_not_kept(cache_home, monkeypatch):
+    monkeypatch.setattr(cache, "MIN_PARSED_CHARS", len(MAIN) + 1)
+    calls = []
+    for _ in range(2):
+        cache.cached_parse(MAIN, "main.mk", _counted_parse(calls), "v1")
+    assert len(calls) == 2 and not list((cache_home / "cache" / "mkemu").glob("parsed/*.pkl"))
