@@ -465,8 +465,8 @@ def cached_parse(text: str, filename: str, parse: Callable, parser_version: str)
     """`parse(text, filename)` (a `.mk` file's syntax tree), or the kept result of an
     earlier parse of the same text under the same name (its spans name the file) by the
     same compiler and parser library (`parser_version`). Parsing is most of a cold compile
-    of a large program (the K3 megakernel in a new process: 2.3 s with nothing kept, 0.8 s
-    with its 13 files' trees kept, bench/compile_time.py), so a run with new parameters,
+    of a large program (the K3 megakernel in a new process: 2.4 s with nothing kept, about
+    1 s with its files' trees kept, bench/compile_time.py), so a run with new parameters,
     a new process of a sweep or a test compiles in a third of the time. A text that does
     not parse is not kept (its error is raised again), nor one shorter than
     `MIN_PARSED_CHARS`: it parses in less time than keeping it costs (a test suite's or a
