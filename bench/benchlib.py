@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -110,3 +111,14 @@ def finish(out: dict, json_path: str | os.PathLike, wall_s: float) -> None:
     out["wall_s"] = wall_s
     path = write_json(json_path, out)
     print(f"wrote {path} ({wall_s:.1f} s)")
+
+
+def cache_copy(into: Path, leave_out: tuple[str, ...]) -> Path:
+    """A copy of the user's mkemu cache at `into/mkemu` without its folders `leave_out`
+    (e.g. "programs", "parsed"), for a workload's XDG_CACHE_HOME: `into`."""
+    from mkemu.cache import cache_dir
+
+    source = cache_dir()
+    shutil.copytree(source, into / "mkemu",
+                    ignore=lambda folder, names: list(leave_out) if Path(folder) == source else [])
+    return into

@@ -25,7 +25,6 @@ import argparse
 import os
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,9 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import OUT_DIR, table, write_json
+from benchlib import OUT_DIR, cache_copy, table, write_json
 
-from mkemu.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("warm", "programs-cold")
@@ -64,13 +62,7 @@ def run_suite(extra: list[str], cache_home: str | None) -> dict:
             "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime}
 
 
-def without_programs(into: Path) -> str:
-    """A copy of the user cache without its compiled programs and parsed files, as an
-    XDG_CACHE_HOME."""
-    source = cache_dir()
-    shutil.copytree(source, into / "mkemu",
-                    ignore=lambda folder, names: ["programs", "parsed"] if Path(folder) == source else [])
-    return str(into)
+
 
 
 def main() -> None:
@@ -91,7 +83,7 @@ def main() -> None:
         # Every other repetition runs the variants in reverse (the machine's load drifts).
         for name in variants if rep % 2 == 0 else list(reversed(variants)):
             with tempfile.TemporaryDirectory(prefix="mkemu-suite-") as tmp:
-                home = without_programs(Path(tmp)) if name == "programs-cold" else None
+                home = str(cache_copy(Path(tmp), ("programs", "parsed"))) if name == "programs-cold" else None
                 samples[name].append(run_suite(args.extra, home))
             print(f"repetition {rep + 1}/{args.reps}: {name} {samples[name][-1]['wall_s']:.1f} s", flush=True)
 
