@@ -347,14 +347,20 @@ def cached_program(path: str, text: str, profile, params: dict[str, int], build:
     # The main file's text is part of the key; every other file read is checked on use.
     hashes = {name: _digest(body.encode()) for name, body in sources.items() if name != path}
     _store(entry, hashes, program)
-    global _stores
-    if _stores % EVICT_EVERY == 0:
-        _evict(directory, max_entries=MAX_PROGRAMS, max_bytes=MAX_PROGRAM_BYTES)
-    _stores += 1
+    _stored_in(directory, MAX_PROGRAMS, MAX_PROGRAM_BYTES)
     return program, False
 
 
-_stores = 0   # programs this process stored (`cached_program`)
+_stores: dict[Path, int] = {}   # per folder: the entries this process stored in it
+
+
+def _stored_in(directory: Path, max_entries: int, max_bytes: int) -> None:
+    """This process stored an entry in `directory`: at every `EVICT_EVERY`-th (the first
+    included), drop the least recently used beyond the budget (`_evict`)."""
+    count = _stores.get(directory, 0)
+    if count % EVICT_EVERY == 0:
+        _evict(directory, max_entries=max_entries, max_bytes=max_bytes)
+    _stores[directory] = count + 1
 
 
 def _digest(data: bytes) -> str:
@@ -486,14 +492,8 @@ def cached_parse(text: str, filename: str, parse: Callable, parser_version: str)
         return module
     module = parse(text, filename)
     _write_entry(entry, module)
-    global _parses_stored
-    if _parses_stored % EVICT_EVERY == 0:
-        _evict(directory, max_entries=MAX_PARSED, max_bytes=MAX_PARSED_BYTES)
-    _parses_stored += 1
+    _stored_in(directory, MAX_PARSED, MAX_PARSED_BYTES)
     return module
-
-
-_parses_stored = 0   # syntax trees this process stored (`cached_parse`)
 
 
 def _evict(directory: Path, pattern: str = "*.pkl", max_entries: int = MAX_PROGRAMS,
